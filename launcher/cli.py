@@ -1,0 +1,233 @@
+"""The `@` command line shared by `rl`, `trainer`, `orchestrator` and `inference`.
+
+    trainer @ a.toml @ b.toml --optim.lr 1e-5
+    rl --trainer @ t.toml --orchestrator @ o.toml --inference @ i.toml --max-steps 10
+
+Precedence: defaults < `@` files (left to right, deep-merged, lists replaced) < flags.
+"""
+
+import json
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from launcher.errors import ConfigError
+from launcher.schema import did_you_mean, find_leaf, is_kind, keys_under, leaves
+from launcher.toml_io import load_toml
+
+COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
+
+
+@dataclass
+class Source:
+    """Where a value came from: a file and the key inside it, or a flag."""
+
+    label: str
+    key: str
+
+    def describe(self) -> str:
+        return f"{self.label}, key `{self.key}`" if self.label.endswith(".toml") else self.label
+
+
+@dataclass
+class ParsedArgs:
+    data: dict[str, Any] = field(default_factory=dict)
+    sources: dict[tuple[str, ...], Source] = field(default_factory=dict)
+    flags: set[str] = field(default_factory=set)
+    positionals: list[str] = field(default_factory=list)
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    """Merge `update` into `base` (in place): tables merge, everything else is replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _record(sources: dict, data: Any, prefix: tuple[str, ...], label: str, key_prefix: str) -> None:
+    if isinstance(data, dict) and data:
+        for key, value in data.items():
+            _record(sources, value, (*prefix, key), label, key_prefix)
+        return
+    inner = ".".join(prefix)[len(key_prefix) :].lstrip(".")
+    sources[prefix] = Source(label, inner or ".".join(prefix))
+
+
+def _normalize(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _normalize_keys(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {_normalize(k): _normalize_keys(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_normalize_keys(v) for v in data]
+    return data
+
+
+def _literal(text: str) -> Any:
+    """A flag value as TOML would read it (numbers, booleans, arrays, tables), else the string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _list_value(tokens: list[str]) -> list[str]:
+    items: list[str] = []
+    for token in tokens:
+        items += [p.strip() for p in token.strip("[]").split(",") if p.strip()]
+    return items
+
+
+def _flag_value(annotation: Any, tokens: list[str], flag: str) -> Any:
+    if len(tokens) == 1 and tokens[0] in ("None", "null"):
+        return tokens[0]
+    if is_kind(annotation, (list, tuple)):
+        return _list_value(tokens)
+    if len(tokens) != 1:
+        raise ConfigError(f"{flag} takes one value, got {len(tokens)}: {' '.join(tokens)}")
+    if is_kind(annotation, (dict,)) or annotation is Any:
+        return _literal(tokens[0])
+    return tokens[0]
+
+
+def _set_path(data: dict, path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        nxt = data.get(key)
+        if not isinstance(nxt, dict):
+            nxt = data[key] = {}
+        data = nxt
+    data[path[-1]] = value
+
+
+class ArgParser:
+    """Parses argv against a config class; `sections` are sub-configs taking `--name @ file`."""
+
+    def __init__(self, model: type[BaseModel], prog: str, sections: tuple[str, ...] = ()):
+        self.model = model
+        self.prog = prog
+        self.sections = sections
+        self.flag_names = ["--" + leaf.dotted.replace("_", "-") for leaf in leaves(model)]
+
+    def parse(self, argv: list[str]) -> ParsedArgs:
+        out = ParsedArgs()
+        layers: list[tuple[dict, str, tuple[str, ...]]] = []
+        overrides: list[tuple[tuple[str, ...], Any, str]] = []
+        i = 0
+        while i < len(argv):
+            token = argv[i]
+            if token.startswith("@"):
+                name = token[1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                i += 1 if token[1:] else 2
+                layers.append((self._load(name, "@"), name, ()))
+                continue
+            if token in ("-h", "--help"):
+                out.flags.add("help")
+                i += 1
+                continue
+            if not token.startswith("--"):
+                out.positionals.append(token)
+                i += 1
+                continue
+            key = _normalize(token[2:].split("=", 1)[0])
+            values: list[str] = [token.split("=", 1)[1]] if "=" in token else []
+            i += 1
+            if key in self.sections and not values and i < len(argv) and argv[i].startswith("@"):
+                name = argv[i][1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                i += 1 if argv[i][1:] else 2
+                layers.append((self._load(name, f"--{key} @"), name, (key,)))
+                continue
+            if key in COMMAND_FLAGS and not values:
+                out.flags.add(key)
+                continue
+            while "=" not in token and i < len(argv) and not argv[i].startswith(("--", "@")):
+                values.append(argv[i])
+                i += 1
+            overrides.append(self._override(key, values))
+        for data, label, prefix in layers:
+            nested = data
+            for part in reversed(prefix):
+                nested = {part: nested}
+            deep_merge(out.data, nested)
+            _record(out.sources, nested, (), label, ".".join(prefix))
+        for path, value, flag in overrides:
+            _set_path(out.data, path, value)
+            out.sources[path] = Source(f"flag {flag}", ".".join(path))
+        return out
+
+    def _load(self, name: str, where: str) -> dict:
+        if not name:
+            raise ConfigError(f"`{where}` must be followed by a TOML file, e.g. {where} train.toml")
+        return _normalize_keys(load_toml(Path(name)))
+
+    def _override(self, key: str, values: list[str]) -> tuple[tuple[str, ...], Any, str]:
+        flag = "--" + key.replace("_", "-")
+        path = tuple(key.split("."))
+        leaf = find_leaf(self.model, path)
+        negated = None
+        if leaf is None and key.startswith("no_"):
+            negated = find_leaf(self.model, tuple(key[3:].split(".")))
+        if negated is not None and is_kind(negated.annotation, (bool,)) and not values:
+            return negated.path, False, flag
+        if leaf is None:
+            raise ConfigError(
+                f"unknown flag {flag}{did_you_mean(flag, self.flag_names)}; "
+                f"see `{self.prog} --help` for all flags"
+            )
+        if not values:
+            if is_kind(leaf.annotation, (bool,)):
+                return path, True, flag
+            raise ConfigError(f"{flag} needs a value, e.g. {flag} <value>")
+        return path, _flag_value(leaf.annotation, values, flag), flag
+
+    def validate(self, parsed: ParsedArgs) -> BaseModel:
+        """Build the config; a validation error becomes one ConfigError naming file or flag."""
+        try:
+            return self.model.model_validate(parsed.data)
+        except ValidationError as err:
+            raise ConfigError(self._explain(err, parsed)) from None
+
+    def _explain(self, err: ValidationError, parsed: ParsedArgs) -> str:
+        lines = []
+        for error in err.errors():
+            loc = tuple(str(p) for p in error["loc"] if not isinstance(p, int))
+            loc = tuple(p for p in loc if p not in ("ratio_clip", "ratio_mask"))
+            lines.append(self._explain_one(error, loc, parsed))
+        return "\n".join(dict.fromkeys(lines))
+
+    def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
+        source = None
+        for n in range(len(loc), 0, -1):
+            source = parsed.sources.get(loc[:n])
+            if source:
+                break
+        where = f" ({source.describe()})" if source else ""
+        dotted = ".".join(loc)
+        if error["type"] == "extra_forbidden":
+            parent, name = loc[:-1], loc[-1]
+            choices = keys_under(self.model, parent)
+            hint = did_you_mean(name, choices)
+            return f"unknown key `{dotted}`{where}{hint}"
+        message = error["msg"].removeprefix("Value error, ")
+        if not loc:
+            return message
+        value = error.get("input")
+        shown = f" = {value!r}" if not isinstance(value, dict | list) else ""
+        return f"`{dotted}`{shown}{where}: {message}"
+
+
+def fail(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,133 @@
+"""Config base class and the sub-configs that several processes share.
+
+Imports pydantic and the standard library only: every entrypoint parses its config before
+importing torch, vLLM or verifiers.
+"""
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+NONE_STRINGS = ("None", "none", "null")
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def allows_none(annotation: Any) -> bool:
+    """Whether a field annotation accepts None (Optional[...] or a union with None)."""
+    if annotation is None or annotation is type(None):
+        return True
+    if get_origin(annotation) is Annotated:
+        return allows_none(get_args(annotation)[0])
+    return any(allows_none(arg) for arg in get_args(annotation) if arg is type(None))
+
+
+class BaseConfig(BaseModel):
+    """Project base: unknown keys are errors, field docstrings are the documentation."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=True,
+        protected_namespaces=(),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_strings_clear_optionals(cls, data: Any) -> Any:
+        # TOML has no null: "None"/"null" clears an optional field, in files and on the CLI alike.
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            if out.get(name) in NONE_STRINGS and allows_none(field.annotation):
+                out[name] = None
+        return out
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class ModelConfig(BaseConfig):
+    name: str = DEFAULT_MODEL
+    """Model to load: a hub name, a local HF folder, or the bundled default
+    `HuggingFaceTB/SmolLM2-135M-Instruct`, which works with no network."""
+
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    """Parameter dtype; `auto` keeps the dtype stored in the checkpoint."""
+
+
+class CkptConfig(BaseConfig):
+    interval: PositiveInt | None = None
+    """Save a checkpoint every this many steps (and after the last step); None saves only at the
+    end of the run."""
+
+    keep: PositiveInt | None = None
+    """Number of most recent complete checkpoints to keep; None keeps all."""
+
+    resume_step: int | None = None
+    """Resume from this completed step's checkpoint; -1 means the latest complete one, None
+    starts fresh."""
+
+    enabled: bool = True
+    """Whether to write checkpoints at all."""
+
+    @model_validator(mode="after")
+    def validate_resume_step(self) -> "CkptConfig":
+        if self.resume_step is not None and self.resume_step < -1:
+            raise ValueError(
+                f"ckpt.resume_step = {self.resume_step} is not a step: use a completed step "
+                "number, -1 for the latest checkpoint, or None to start fresh"
+            )
+        return self
+
+
+class WandbConfig(BaseConfig):
+    project: str | None = None
+    """W&B project; None disables W&B logging."""
+
+    name: str | None = None
+    """W&B run name; None lets W&B choose one."""
+
+    entity: str | None = None
+    """W&B entity (user or team); None uses the account default."""
+
+    offline: bool | None = None
+    """Log offline; None means offline exactly when no WANDB_API_KEY is set."""
+
+    tags: list[str] = []
+    """Tags attached to the W&B run."""
+
+
+class LogConfig(BaseConfig):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level of message written to the console and the log file."""
+
+
+class SharedFields(BaseConfig):
+    """Fields that trainer and orchestrator both carry; the launcher keeps them in agreement."""
+
+    max_steps: PositiveInt = 100
+    """Number of optimizer steps (= training batches) in the run."""
+
+    seq_len: PositiveInt = 2048
+    """Maximum tokens in one sample, prompt and completion together."""
+
+    output_dir: Path = Path("outputs")
+    """Run directory shared by all processes: configs, logs, rollouts, weights, checkpoints."""
+
+    async_level: Annotated[int, Field(ge=0)] = 1
+    """How many steps the policy that generates a batch may lag behind the trainer; 0 is fully
+    on-policy (synchronous)."""
+
+    seed: int = 0
+    """Seed for sampling, data order and initialisation."""
+
+    ckpt: CkptConfig = CkptConfig()
+    """Checkpointing and resume."""
+
+    wandb: WandbConfig = WandbConfig()
+    """Weights & Biases logging (off unless `project` is set)."""
+
+    log: LogConfig = LogConfig()
+    """Console and log-file verbosity."""

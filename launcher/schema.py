@@ -1,0 +1,117 @@
+"""Walking config schemas: which keys exist, their types and docs (for flags, help, errors)."""
+
+import difflib
+import types
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+
+@dataclass
+class Leaf:
+    """One settable key of a config: its dotted path, type and field."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    field: FieldInfo
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+
+def _strip(annotation: Any) -> Any:
+    if get_origin(annotation) is Annotated:
+        return _strip(get_args(annotation)[0])
+    return annotation
+
+
+def union_members(annotation: Any) -> list[Any]:
+    annotation = _strip(annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [_strip(a) for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def model_members(annotation: Any) -> list[type[BaseModel]]:
+    """Config classes a field can hold (several for a tagged union)."""
+    return [
+        a for a in union_members(annotation) if isinstance(a, type) and issubclass(a, BaseModel)
+    ]
+
+
+def is_kind(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    return any(a in kinds or get_origin(a) in kinds for a in union_members(annotation))
+
+
+def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[Leaf]:
+    """Every settable key, depth first; a nested config contributes its own keys."""
+    out: list[Leaf] = []
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        members = model_members(field.annotation)
+        if members and not is_kind(field.annotation, (list,)):
+            seen: set[str] = set()
+            for member in members:
+                for leaf in leaves(member, path):
+                    if leaf.dotted not in seen:
+                        seen.add(leaf.dotted)
+                        out.append(leaf)
+        else:
+            out.append(Leaf(path, field.annotation, field))
+    return out
+
+
+def find_leaf(model: type[BaseModel], path: tuple[str, ...]) -> Leaf | None:
+    """The leaf at `path`, or the dict/list field that contains it; None if no such key."""
+    for leaf in leaves(model):
+        if leaf.path == path:
+            return leaf
+        if leaf.path == path[: len(leaf.path)] and is_kind(leaf.annotation, (dict,)):
+            return leaf
+    return None
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    if not close:
+        last = word.split(".")[-1]
+        close = [c for c in choices if c.split(".")[-1] == last][:3]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def keys_under(model: type[BaseModel], path: tuple[str, ...]) -> list[str]:
+    """Names valid directly under `path` (for did-you-mean on unknown keys)."""
+    names: set[str] = set()
+    for leaf in leaves(model):
+        if leaf.path[: len(path)] == path and len(leaf.path) > len(path):
+            names.add(leaf.path[len(path)])
+    return sorted(names)
+
+
+def default_text(field: FieldInfo) -> str:
+    if field.default is PydanticUndefined:
+        return "required"
+    value = field.default
+    if isinstance(value, BaseModel):
+        return ""
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def type_text(annotation: Any) -> str:
+    """A short readable type: `int | None`, `list[int]`, `'a' | 'b'`."""
+    annotation = _strip(annotation)
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_text(a) for a in get_args(annotation))
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(annotation))
+    if origin is not None:
+        inner = ", ".join(type_text(a) for a in get_args(annotation))
+        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))

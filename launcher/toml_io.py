@@ -1,0 +1,67 @@
+"""Reading TOML with errors a user can act on, and writing configs that load back identically."""
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from pydantic import BaseModel
+
+from launcher.errors import ConfigError
+
+_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+_BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or bad syntax is a ConfigError naming file:line:col."""
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist: check the path after `@`")
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory: pass a .toml file after `@`")
+    text = path.read_text()
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(_syntax_message(path, text, err)) from None
+
+
+def _syntax_message(path: Path, text: str, err: tomllib.TOMLDecodeError) -> str:
+    reason = _POSITION.sub("", str(err)).strip()
+    match = _POSITION.search(str(err))
+    if not match:
+        return f"{path}: TOML syntax error: {reason}"
+    line_no, col = int(match.group(1)), int(match.group(2))
+    lines = text.splitlines()
+    line = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+    message = f"{path}:{line_no}:{col}: TOML syntax error: {reason}\n    {line}"
+    bare = _BARE_VALUE.match(line)
+    if bare and bare.group(1).strip().lower() not in ("true", "false", "inf", "nan"):
+        value = bare.group(1).strip()
+        message += f'\nhint: strings must be quoted in TOML, e.g. `= "{value}"`'
+    return message
+
+
+def to_toml_value(value: Any) -> Any:
+    """Make a JSON-mode dump writable as TOML: None becomes the string "None"."""
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        return {k: to_toml_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_toml_value(v) for v in value]
+    return value
+
+
+def dump_config(config: BaseModel) -> str:
+    """The config as TOML text; loading it back gives an identical config."""
+    return tomli_w.dumps(to_toml_value(config.model_dump(mode="json")))
+
+
+def write_config(config: BaseModel, path: Path) -> None:
+    """Write the resolved config atomically (tmp + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dump_config(config))
+    tmp.replace(path)

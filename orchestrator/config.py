@@ -1,0 +1,130 @@
+"""Orchestrator config schema (pydantic and the standard library only)."""
+
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from launcher.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class SamplingConfig(BaseConfig):
+    max_tokens: PositiveInt = 256
+    """Most tokens the policy may generate per turn."""
+
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    """Sampling temperature; the trainer scales its logits by the same value."""
+
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    """Nucleus sampling threshold; 1.0 disables it."""
+
+
+class EnvConfig(BaseConfig):
+    id: str
+    """Verifiers environment id, e.g. `rl-add-digits` or `owner/name` (resolved to the
+    installed module `name`)."""
+
+    args: dict[str, Any] = {}
+    """Keyword arguments passed to the environment's `load_environment`."""
+
+    weight: PositiveFloat = 1.0
+    """Relative share of training examples drawn from this environment."""
+
+
+class EvalEnvConfig(BaseConfig):
+    id: str
+    """Verifiers environment id to evaluate on."""
+
+    args: dict[str, Any] = {}
+    """Keyword arguments passed to the environment's `load_environment`."""
+
+    num_examples: PositiveInt = 16
+    """Examples evaluated per eval round."""
+
+    rollouts_per_example: PositiveInt = 1
+    """Rollouts per eval example."""
+
+
+class EvalConfig(BaseConfig):
+    interval: PositiveInt = 50
+    """Evaluate every this many steps and after the last step."""
+
+    env: list[EvalEnvConfig] = []
+    """Environments to evaluate on."""
+
+    eval_base_model: bool = True
+    """Also evaluate the base policy before the first step."""
+
+
+class ClientConfig(BaseConfig):
+    base_url: str | None = None
+    """OpenAI-compatible endpoint of the inference server, e.g. `http://127.0.0.1:8000/v1`;
+    None derives it from the inference config under `rl`, else uses `http://127.0.0.1:8000/v1`."""
+
+    timeout_s: PositiveFloat = 600.0
+    """Seconds one inference request may take before the step fails."""
+
+    health_timeout_s: PositiveFloat = 600.0
+    """Seconds to wait for the inference server to become healthy at start."""
+
+    max_concurrent: PositiveInt = 32
+    """Most rollout requests in flight at once."""
+
+
+class AdvantageConfig(BaseConfig):
+    std_normalize: bool = False
+    """Divide group-relative advantages by the group's reward standard deviation."""
+
+
+class OrchestratorConfig(SharedFields):
+    """Configuration of the `orchestrator` process."""
+
+    model: ModelConfig = ModelConfig()
+    """Policy model served by inference (its name is what requests ask for)."""
+
+    batch_size: PositiveInt = 16
+    """Rollouts per training batch (examples per step × rollouts_per_example)."""
+
+    rollouts_per_example: PositiveInt = 8
+    """Rollouts per example; advantages are computed within each such group."""
+
+    mask_truncated_completions: bool = False
+    """Give zero loss weight to rollouts cut off by `max_tokens` or `seq_len`."""
+
+    sampling: SamplingConfig = SamplingConfig()
+    """Sampling parameters for training rollouts."""
+
+    env: list[EnvConfig] = [EnvConfig(id="rl-add-digits")]
+    """Training environments, mixed by `weight`."""
+
+    eval: EvalConfig | None = None
+    """Periodic evaluation; None disables it."""
+
+    client: ClientConfig = ClientConfig()
+    """How to reach the inference server."""
+
+    advantage: AdvantageConfig = AdvantageConfig()
+    """Advantage estimation."""
+
+    weights_timeout_s: PositiveFloat = 1800.0
+    """Seconds to wait for the trainer to publish the weights a step needs."""
+
+    num_saved_samples: Annotated[int, Field(ge=0)] = 4
+    """Rollouts (prompt, completion, reward) saved per step for reading."""
+
+    @model_validator(mode="after")
+    def validate_batch(self) -> "OrchestratorConfig":
+        if self.batch_size % self.rollouts_per_example:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example "
+                f"({self.rollouts_per_example}): each example gets a full group of rollouts"
+            )
+        if self.sampling.max_tokens >= self.seq_len:
+            raise ValueError(
+                f"sampling.max_tokens ({self.sampling.max_tokens}) must be below seq_len "
+                f"({self.seq_len}) to leave room for the prompt"
+            )
+        if not self.env:
+            raise ValueError("env is empty: add at least one [[env]] table with an `id`")
+        return self

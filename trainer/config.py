@@ -1,0 +1,124 @@
+"""Trainer config schema (pydantic and the standard library only)."""
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from launcher.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class TrainerModelConfig(ModelConfig):
+    activation_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
+
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention kernel passed to transformers."""
+
+
+class OptimConfig(BaseConfig):
+    lr: PositiveFloat = 1e-6
+    """Peak learning rate of AdamW."""
+
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    """AdamW decoupled weight decay."""
+
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW beta1 and beta2."""
+
+    eps: PositiveFloat = 1e-8
+    """AdamW epsilon."""
+
+    max_norm: PositiveFloat | None = 1.0
+    """Clip the global gradient norm to this value; None disables clipping."""
+
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    """Steps of linear warmup from 0 to `lr`."""
+
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warmup, decaying towards `min_lr` at `max_steps`."""
+
+    min_lr: Annotated[float, Field(ge=0)] = 0.0
+    """Final learning rate of the linear and cosine schedules."""
+
+
+class RatioClipLossConfig(BaseConfig):
+    """PPO-style objective: the importance ratio against inference logprobs is clipped."""
+
+    type: Literal["ratio_clip"] = "ratio_clip"
+    """Loss variant."""
+
+    clip_low: Annotated[float, Field(ge=0, lt=1)] = 0.2
+    """Lower clip: the ratio is kept above 1 - clip_low."""
+
+    clip_high: Annotated[float, Field(ge=0)] = 0.28
+    """Upper clip: the ratio is kept below 1 + clip_high."""
+
+
+class RatioMaskLossConfig(BaseConfig):
+    """Tokens whose importance ratio leaves [low, high] are dropped from the loss."""
+
+    type: Literal["ratio_mask"] = "ratio_mask"
+    """Loss variant."""
+
+    low: Annotated[float, Field(ge=0)] = 0.5
+    """Tokens with ratio below this are masked out."""
+
+    high: Annotated[float, Field(gt=0)] = 2.0
+    """Tokens with ratio above this are masked out."""
+
+    @model_validator(mode="after")
+    def validate_bounds(self) -> "RatioMaskLossConfig":
+        if self.low >= self.high:
+            raise ValueError(f"loss.low ({self.low}) must be below loss.high ({self.high})")
+        return self
+
+
+LossConfig = Annotated[RatioClipLossConfig | RatioMaskLossConfig, Field(discriminator="type")]
+
+
+class FakeDataConfig(BaseConfig):
+    batch_size: PositiveInt = 8
+    """Samples per synthetic batch."""
+
+    seq_len: PositiveInt | None = None
+    """Tokens per synthetic sample; None uses the trainer's `seq_len`."""
+
+
+class DataConfig(BaseConfig):
+    fake: FakeDataConfig | None = None
+    """Train on synthetic batches of this shape instead of orchestrator batches (throughput
+    tests, no orchestrator needed); None reads real batches."""
+
+    micro_batch_tokens: PositiveInt | None = None
+    """Tokens packed into one forward pass; None uses `seq_len`."""
+
+    wait_timeout_s: PositiveFloat = 1800.0
+    """Seconds to wait for the orchestrator's next batch before giving up."""
+
+
+class TrainerConfig(SharedFields):
+    """Configuration of the `trainer` process."""
+
+    model: TrainerModelConfig = TrainerModelConfig()
+    """Policy model to train."""
+
+    optim: OptimConfig = OptimConfig()
+    """Optimizer and learning-rate schedule."""
+
+    loss: LossConfig = RatioClipLossConfig()
+    """Policy-gradient objective; pick a variant with `type`."""
+
+    data: DataConfig = DataConfig()
+    """Where batches come from and how they are packed."""
+
+    @model_validator(mode="after")
+    def validate_micro_batch(self) -> "TrainerConfig":
+        mbt = self.data.micro_batch_tokens
+        if mbt is not None and mbt < self.seq_len:
+            raise ValueError(
+                f"data.micro_batch_tokens ({mbt}) is below seq_len ({self.seq_len}): one sample "
+                "must fit a micro-batch; raise it or leave it unset"
+            )
+        return self

@@ -1,0 +1,16 @@
+"""`trainer @ FILE.toml`: parse the config, then import the heavy runtime and run."""
+
+import sys
+
+from trainer.config import TrainerConfig
+from launcher.entry import parse_config
+
+
+def main(argv: list[str] | None = None) -> None:
+    config, _ = parse_config(TrainerConfig, "trainer", argv)
+    print(f"trainer: runtime not implemented yet; config parsed for {config.model.name}")
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
