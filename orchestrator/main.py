@@ -2,8 +2,8 @@
 
 import sys
 
-from orchestrator.config import OrchestratorConfig
 from launcher.entry import parse_config
+from orchestrator.config import OrchestratorConfig
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,8 +2,8 @@
 
 import sys
 
-from trainer.config import TrainerConfig
 from launcher.entry import parse_config
+from trainer.config import TrainerConfig
 
 
 def main(argv: list[str] | None = None) -> None:
