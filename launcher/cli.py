@@ -7,7 +7,7 @@ Precedence: defaults < `@` files (left to right, deep-merged, lists replaced) < 
 """
 
 import json
-import sys
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,12 +222,17 @@ class ArgParser:
             return f"unknown key `{dotted}`{where}{hint}"
         message = error["msg"].removeprefix("Value error, ")
         if not loc:
-            return message
+            return _annotate_keys(message, parsed)
         value = error.get("input")
         shown = f" = {value!r}" if not isinstance(value, dict | list) else ""
         return f"`{dotted}`{shown}{where}: {message}"
 
 
-def fail(prog: str, message: str) -> None:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+def _annotate_keys(message: str, parsed: ParsedArgs) -> str:
+    """Add where each `dotted.key` quoted in a message was set (file and key, or flag)."""
+    places = []
+    for dotted in dict.fromkeys(re.findall(r"`([\w.]+)`", message)):
+        source = parsed.sources.get(tuple(dotted.split(".")))
+        if source:
+            places.append(f"`{dotted}` from {source.describe()}")
+    return message + (f" [{'; '.join(places)}]" if places else "")

@@ -72,30 +72,63 @@ def _leaves(value: Any, prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], 
     return [(prefix, value)]
 
 
+def _shared_leaves(data: dict) -> list[tuple[str, ...]]:
+    """Every shared leaf path set at the top level or in any sub-config."""
+    paths: dict[tuple[str, ...], None] = {}
+    for source in [data] + [data.get(name) for name in COMPONENTS]:
+        if not isinstance(source, dict):
+            continue
+        for shared in SHARED_KEYS:
+            value = _get(source, shared)
+            if value is not _MISSING and not (source is data and _is_none(value)):
+                paths.update(dict.fromkeys(path for path, _ in _leaves(value, shared)))
+    return list(paths)
+
+
+def _is_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value in NONE_STRINGS)
+
+
+def _explicit_values(data: dict, path: tuple[str, ...]) -> dict[str, Any]:
+    found = {}
+    top = _get(data, path)
+    if top is not _MISSING and not _is_none(top):
+        found["top level"] = top
+    for name in COMPONENTS:
+        sub = data.get(name)
+        value = _get(sub, path) if isinstance(sub, dict) else _MISSING
+        if value is not _MISSING:
+            found[name] = value
+    return found
+
+
 def fill_shared(data: dict) -> dict:
-    """Copy shared top-level keys into each sub-config that has them; refuse disagreements."""
+    """Make shared keys agree: a value set once (top level or one sub-config) fills the
+    sub-configs that are silent; two places that set different values are an error."""
     classes = {"trainer": TrainerConfig, "orchestrator": OrchestratorConfig}
     classes["inference"] = InferenceConfig
-    for shared in SHARED_KEYS:
-        top = _get(data, shared)
-        if top is _MISSING or top is None or top in NONE_STRINGS:
+    for path in _shared_leaves(data):
+        dotted = ".".join(path)
+        targets = [name for name, cls in classes.items() if _has_field(cls, path)]
+        if not targets:
+            raise ValueError(f"`{dotted}` is not a key of any component config")
+        found = {
+            k: v for k, v in _explicit_values(data, path).items() if k in (*targets, "top level")
+        }
+        if len({str(v) for v in found.values()}) > 1:
+            places = ", ".join(
+                f"`{dotted}` = {v!r} (top level)" if k == "top level" else f"`{k}.{dotted}` = {v!r}"
+                for k, v in found.items()
+            )
+            raise ValueError(
+                f"disagreeing values: {places}: set it in one place, or make them equal"
+            )
+        if not found:
             continue
-        for path, value in _leaves(top, shared):
-            targets = [name for name, cls in classes.items() if _has_field(cls, path)]
-            if not targets:
-                dotted = ".".join(path)
-                raise ValueError(f"`{dotted}` is not a key of any component config")
-            for name in targets:
-                sub = data.setdefault(name, {})
-                if not isinstance(sub, dict):
-                    continue
-                current = _get(sub, path)
-                if current is not _MISSING and current != value and str(current) != str(value):
-                    dotted = ".".join(path)
-                    raise ValueError(
-                        f"`{dotted}` = {value!r} (top level) disagrees with `{name}.{dotted}` = "
-                        f"{current!r}: set it in one place, or make both equal"
-                    )
+        value = next(iter(found.values()))
+        for name in targets:
+            sub = data.setdefault(name, {})
+            if isinstance(sub, dict) and _get(sub, path) is _MISSING:
                 _set(sub, path, value)
     return data
 

@@ -1,0 +1,89 @@
+"""One attempt of a run: checks, resolved configs, start order, supervision, shutdown."""
+
+import signal
+import sys
+import time
+
+from launcher.errors import USER_ERROR_EXIT_CODE, ConfigError
+from launcher.plan import Plan, describe
+from launcher.preflight import run_checks
+from launcher.rl_config import COMPONENTS
+from launcher.supervisor import Stop, Supervisor, ignore_signals, install_signal_handlers, tail
+from launcher.toml_io import write_config
+
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def set_resume_step(plan: Plan, step: int | None) -> None:
+    """Both sides get the same concrete step (DESIGN: resolved once by the launcher)."""
+    for ckpt in (plan.config.trainer.ckpt, plan.config.orchestrator.ckpt):
+        ckpt.resume_step = step
+    plan.config.ckpt = {**plan.config.ckpt, "resume_step": step}
+
+
+def write_configs(plan: Plan) -> None:
+    run = plan.run
+    write_config(plan.config, run.config_file("rl"))
+    for component in COMPONENTS:
+        write_config(getattr(plan.config, component), run.config_file(component))
+
+
+def launch(plan: Plan, clean: bool) -> int:
+    """Run every check, then start and supervise; returns the launcher's exit code."""
+    try:
+        step = run_checks(plan, clean)
+    except ConfigError as err:
+        print(f"rl: error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    set_resume_step(plan, step)
+    write_configs(plan)
+    note = f"resuming from step {step}" if step else "fresh start"
+    print(f"rl: run directory {plan.run.root} ({note})\n{describe(plan)}", flush=True)
+    supervisor = Supervisor(plan)
+    install_signal_handlers()
+    try:
+        return supervise(plan, supervisor)
+    except Stop as stop:
+        ignore_signals()
+        print(f"rl: got {signal.Signals(stop.signum).name}, stopping all components", flush=True)
+        supervisor.stop_all(plan.config.shutdown_grace_s)
+        supervisor.write_state("stopped", signal=stop.signum)
+        return SIGNAL_EXIT.get(stop.signum, 1)
+
+
+def supervise(plan: Plan, supervisor: Supervisor) -> int:
+    supervisor.start("inference")
+    print("rl: waiting for inference to become healthy", flush=True)
+    try:
+        supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
+    except TimeoutError as err:
+        return fail(supervisor, "inference", 1, str(err))
+    if supervisor.children["inference"].proc.poll() is None:
+        print("rl: inference is healthy; starting orchestrator and trainer", flush=True)
+        supervisor.start("orchestrator")
+        supervisor.start("trainer")
+        supervisor.write_state("running")
+    while True:
+        outcome = supervisor.poll()
+        if outcome is not None:
+            break
+        time.sleep(0.5)
+    name, code = outcome
+    if name == "done":
+        ignore_signals()
+        supervisor.stop_all(plan.config.shutdown_grace_s)
+        supervisor.write_state("finished")
+        print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
+        return 0
+    reason = "exited" if name != "inference" or code else "stopped unexpectedly"
+    return fail(supervisor, name, code, f"{name} {reason} with code {code}")
+
+
+def fail(supervisor: Supervisor, name: str, code: int, message: str) -> int:
+    ignore_signals()
+    supervisor.stop_all(supervisor.plan.config.shutdown_grace_s)
+    supervisor.write_state("failed", failed_component=name, exit_code=code)
+    log = supervisor.run.log_file(name)
+    print(f"rl: error: {message}; stopped the other components.", file=sys.stderr)
+    print(f"rl: last lines of {log}:\n{tail(log)}", file=sys.stderr, flush=True)
+    return code if code > 0 else 1

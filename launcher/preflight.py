@@ -1,0 +1,126 @@
+"""Checks `rl` runs before it starts anything, and the run-directory preparation for a start
+or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
+
+import importlib.util
+import shutil
+import socket
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from launcher.plan import Plan
+from launcher.rundir import remove_steps
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise ConfigError(
+                f"port {port} on {host} is in use (another inference server or run?): stop it "
+                f"or pick another port with --inference.server.port"
+            ) from None
+
+
+def env_module(env_id: str) -> str:
+    """The Python module verifiers imports for an environment id (`owner/name-x` -> `name_x`)."""
+    return env_id.split("/")[-1].replace("-", "_")
+
+
+def check_environments(plan: Plan) -> None:
+    orch = plan.config.orchestrator
+    ids = [env.id for env in orch.env] + [env.id for env in (orch.eval.env if orch.eval else [])]
+    for env_id in dict.fromkeys(ids):
+        if importlib.util.find_spec(env_module(env_id)) is None:
+            raise ConfigError(
+                f"environment {env_id!r} (orchestrator [[env]] id) is not installed: no module "
+                f"{env_module(env_id)!r}. Install it into this environment (e.g. "
+                f"`uv pip install {env_id.split('/')[-1]}` or `prime env install {env_id}`), or "
+                "use a bundled one: rl-add-digits, rl-repeat-word, rl-tool-calc"
+            )
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.safetensors")) if path.is_dir() else 0
+
+
+def estimate_run_bytes(plan: Plan, model_bytes: int) -> int:
+    """Peak disk of weights and checkpoints: live weight folders plus kept checkpoints."""
+    config = plan.config.trainer
+    live_weights = config.async_level + 2
+    ckpt = config.ckpt
+    if not ckpt.enabled:
+        num_ckpts = 0
+    elif ckpt.keep is not None:
+        num_ckpts = ckpt.keep + 1  # one more while the newest is written
+    else:
+        num_ckpts = config.max_steps // (ckpt.interval or config.max_steps) + 1
+    # model + two fp32 Adam moments (model bytes may be bf16: count moments at 2x).
+    ckpt_bytes = model_bytes * (1 + 4)
+    return live_weights * model_bytes + num_ckpts * ckpt_bytes
+
+
+def check_disk(plan: Plan, model_dir: Path | None) -> None:
+    if model_dir is None:
+        return
+    need = estimate_run_bytes(plan, _folder_bytes(model_dir))
+    root = plan.run.root
+    probe = root if root.exists() else next(p for p in root.absolute().parents if p.exists())
+    free = shutil.disk_usage(probe).free
+    if need > free:
+        raise ConfigError(
+            f"{root} needs about {need / 2**30:.1f} GiB for weights and checkpoints but only "
+            f"{free / 2**30:.1f} GiB is free: lower --ckpt.keep, raise --ckpt.interval, or use "
+            "another --output-dir"
+        )
+
+
+def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
+    """Resolve the resume step once and clear what the new attempt must not see.
+
+    Returns the concrete resume step (None for a fresh start). Never deletes checkpoints unless
+    `clean` is set."""
+    run = plan.run
+    ckpt = plan.config.trainer.ckpt
+    if clean and run.root.exists():
+        if ckpt.resume_step is not None:
+            raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
+        for child in run.root.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    complete = run.complete_checkpoints()
+    if ckpt.resume_step is None and complete:
+        raise ConfigError(
+            f"{run.root} holds checkpoints (steps {complete}) from an earlier run: resume it with "
+            f"--ckpt.resume-step -1, start elsewhere with --output-dir, or delete everything in "
+            "it with --clean"
+        )
+    try:
+        step = run.resolve_resume_step(ckpt.resume_step)
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    start = step or 0
+    remove_steps(run.rollouts, lambda n: n < start)
+    remove_steps(run.weights, lambda n: n <= start and step is not None)
+    return step
+
+
+def model_folder(name: str) -> Path | None:
+    """A local folder for the model when one exists (for size estimates), without loading it."""
+    path = Path(name)
+    if path.is_dir():
+        return path
+    try:
+        from launcher.models import cached_model_dir
+    except ImportError:
+        return None
+    return cached_model_dir(name)
+
+
+def run_checks(plan: Plan, clean: bool) -> int | None:
+    """Every check before anything starts; returns the resolved resume step."""
+    server = plan.config.inference.server
+    check_port_free(server.host, server.port)
+    check_environments(plan)
+    check_disk(plan, model_folder(plan.config.inference.model.name))
+    return prepare_run_dir(plan, clean)

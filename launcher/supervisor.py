@@ -1,0 +1,216 @@
+"""Starting the three processes and watching them until the run ends.
+
+Consumes: a Plan whose resolved configs are already written. Produces: logs/<component>.log,
+run.json and the live view on stdout. Waits for: inference /health, then any child to exit.
+Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or the stall timer."""
+
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.plan import Plan
+from launcher.protocol import HEALTH_ROUTE
+from launcher.rundir import atomic_write_text
+
+STEP_LINE = re.compile(r"^Step (\d+) \|.*$", re.MULTILINE)
+REWARD = re.compile(r"Reward: ([-\d.]+)")
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: own process group, and SIGTERM if the launcher itself dies."""
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    log_size: int = 0
+    last_progress: float = 0.0
+    seen_size: int = -1
+    stall_reported: bool = False
+
+
+class Stop(Exception):
+    """Raised by the signal handler to unwind into shutdown."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+class Supervisor:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.run = plan.run
+        self.children: dict[str, Child] = {}
+        self.last_step_line = ""
+        self.stopping = False
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, name: str) -> Child:
+        log = self.run.log_file(name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self.plan.command(name)
+        env = {**os.environ, **self.plan.env(name), "PYTHONUNBUFFERED": "1"}
+        with log.open("a") as f:
+            f.write(f"\n===== attempt {time.strftime('%Y-%m-%d %H:%M:%S')} : {' '.join(cmd)}\n")
+            f.flush()
+            proc = subprocess.Popen(
+                cmd,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
+        child = Child(name, proc, log, log.stat().st_size, time.monotonic())
+        self.children[name] = child
+        self.write_state("starting")
+        return child
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        server = self.plan.config.inference.server
+        host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
+        url = f"http://{host}:{server.port}{HEALTH_ROUTE}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.children["inference"].proc.poll() is not None:
+                return  # reported by the supervision loop
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise TimeoutError(f"inference did not answer {url} within {timeout_s:.0f} s")
+
+    # -- watch -------------------------------------------------------------------------------
+    def poll(self) -> tuple[str, int] | None:
+        """One supervision tick: (component, code) of a finished run or failure, else None."""
+        self.update_view()
+        for child in self.children.values():
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child.name == "inference" or code != 0:
+                return child.name, code if code != 0 else 1
+        done = [c for c in self.children.values() if c.name != "inference"]
+        if done and all(c.proc.poll() == 0 for c in done):
+            return "done", 0
+        self.check_stalls()
+        return None
+
+    def update_view(self) -> None:
+        orch = self.children.get("orchestrator")
+        if orch is None:
+            return
+        with orch.log.open("rb") as f:
+            f.seek(orch.log_size)
+            chunk = f.read().decode(errors="replace")
+        if not chunk:
+            return
+        orch.log_size += len(chunk.encode())
+        for match in STEP_LINE.finditer(chunk):
+            self.show_step(match.group(0), int(match.group(1)))
+
+    def show_step(self, line: str, step: int) -> None:
+        total = self.plan.config.orchestrator.max_steps
+        done = min(step + 1, total)
+        width = 20
+        bar = "#" * (width * done // total) + "-" * (width - width * done // total)
+        print(f"[{bar}] {done}/{total} | {line.strip()}", flush=True)
+        self.last_step_line = line.strip()
+
+    def check_stalls(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            size = child.log.stat().st_size if child.log.exists() else 0
+            if size != child.seen_size:
+                child.seen_size = size
+                child.last_progress, child.stall_reported = now, False
+            elif now - child.last_progress > self.plan.config.stall_timeout_s:
+                if not child.stall_reported:
+                    print(
+                        f"rl: warning: {child.name} looks stalled: its log has not changed for "
+                        f"{now - child.last_progress:.0f} s ({child.log})",
+                        flush=True,
+                    )
+                    child.stall_reported = True
+
+    # -- stop --------------------------------------------------------------------------------
+    def stop_all(self, grace_s: float) -> None:
+        """SIGTERM every process group, SIGKILL whatever is left after the grace period."""
+        self.stopping = True
+        alive = [c for c in self.children.values()]
+        for child in alive:
+            _signal_group(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for child in alive:
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for child in alive:
+            _signal_group(child.proc.pid, signal.SIGKILL)
+            try:
+                child.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def write_state(self, status: str, **extra: object) -> None:
+        server = self.plan.config.inference.server
+        state = {
+            "status": status,
+            "launcher_pid": os.getpid(),
+            "pids": {c.name: c.proc.pid for c in self.children.values()},
+            "gpu_map": self.plan.gpu_map,
+            "inference_url": f"http://{server.host}:{server.port}",
+            "updated": time.time(),
+            **extra,
+        }
+        atomic_write_text(self.run.run_json, json.dumps(state, indent=2) + "\n")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def tail(path: Path, num_lines: int = 30) -> str:
+    if not path.exists():
+        return "(no log)"
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 64_000))
+        lines = f.read().decode(errors="replace").splitlines()
+    return "\n".join(lines[-num_lines:])
+
+
+def install_signal_handlers() -> None:
+    def handler(signum, _frame):
+        raise Stop(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def ignore_signals() -> None:
+    """During shutdown a second Ctrl-C must not abandon the children."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: print("rl: already stopping, please wait", file=sys.stderr))
