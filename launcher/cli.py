@@ -181,6 +181,9 @@ class ArgParser:
             negated = find_leaf(self.model, tuple(key[3:].split(".")))
         if negated is not None and is_kind(negated.annotation, (bool,)) and not values:
             return negated.path, False, flag
+        is_table = any(f.startswith(flag + ".") for f in self.flag_names)
+        if leaf is None and is_table and values in (["None"], ["null"]):
+            return path, values[0], flag
         if leaf is None:
             raise ConfigError(
                 f"unknown flag {flag}{did_you_mean(flag, self.flag_names)}; "
@@ -218,7 +221,7 @@ class ArgParser:
         if error["type"] == "extra_forbidden":
             parent, name = loc[:-1], loc[-1]
             choices = keys_under(self.model, parent)
-            hint = did_you_mean(name, choices)
+            hint = did_you_mean(name, choices) or f" (valid keys here: {', '.join(choices)})"
             return f"unknown key `{dotted}`{where}{hint}"
         message = error["msg"].removeprefix("Value error, ")
         if not loc:

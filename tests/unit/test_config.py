@@ -1,0 +1,255 @@
+"""The `@` config system: precedence, shared keys, round trips and user-error messages."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inference.config import InferenceConfig
+from launcher.entry import parse_config
+from launcher.rl_config import RLConfig
+from launcher.toml_io import dump_config
+from orchestrator.config import OrchestratorConfig
+from trainer.config import TrainerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+SECTIONS = ("trainer", "orchestrator", "inference")
+MODELS = {"trainer": TrainerConfig, "orchestrator": OrchestratorConfig}
+MODELS["inference"] = InferenceConfig
+
+
+def parse(model, argv, prog="test"):
+    sections = SECTIONS if model is RLConfig else ()
+    return parse_config(model, prog, argv, sections=sections)[0]
+
+
+def user_error(model, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        parse(model, argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# -- precedence and syntax ----------------------------------------------------------------------
+def test_files_merge_left_to_right_and_flags_win(tmp_path):
+    a = write(tmp_path, "a.toml", "max_steps = 5\n[optim]\nlr = 1e-3\nwarmup_steps = 2\n")
+    b = write(tmp_path, "b.toml", "[optim]\nlr = 2e-3\n")
+    config = parse(TrainerConfig, ["@", a, f"@{b}", "--optim.warmup-steps", "7"])
+    assert (config.max_steps, config.optim.lr, config.optim.warmup_steps) == (5, 2e-3, 7)
+
+
+def test_flag_forms(tmp_path):
+    config = parse(
+        TrainerConfig,
+        ["--model.activation-checkpointing", "--optim.max_norm", "None", "--ckpt.resume-step=-1"],
+    )
+    assert config.model.activation_checkpointing is True
+    assert config.optim.max_norm is None and config.ckpt.resume_step == -1
+    off = parse(TrainerConfig, ["--no-model.activation-checkpointing"])
+    assert off.model.activation_checkpointing is False
+    off = parse(TrainerConfig, ["--model.activation-checkpointing", "false"])
+    assert off.model.activation_checkpointing is False
+
+
+@pytest.mark.parametrize("ids", [["0,1,2"], ["0", "1", "2"], ["[0,1,2]"]])
+def test_gpu_id_list_forms(ids):
+    config = parse(RLConfig, ["--inference-gpu-ids", *ids, "--trainer-gpu-ids", "3"])
+    assert config.inference_gpu_ids == [0, 1, 2] and config.trainer_gpu_ids == [3]
+
+
+def test_rl_sections_repeat_and_deep_merge(tmp_path):
+    t1 = write(tmp_path, "t1.toml", "[optim]\nlr = 1e-4\nwarmup_steps = 3\n")
+    t2 = write(tmp_path, "t2.toml", "[optim]\nlr = 5e-5\n")
+    config = parse(RLConfig, ["--trainer", "@", t1, "--trainer", "@", t2])
+    assert (config.trainer.optim.lr, config.trainer.optim.warmup_steps) == (5e-5, 3)
+
+
+def test_rl_single_file_with_tables_and_shared_keys(tmp_path):
+    rl = write(
+        tmp_path,
+        "rl.toml",
+        'max_steps = 7\n[model]\nname = "m"\n[ckpt]\ninterval = 2\n'
+        "[trainer.optim]\nlr = 1e-4\n[orchestrator]\nbatch_size = 8\nrollouts_per_example = 4\n",
+    )
+    config = parse(RLConfig, ["@", rl, "--inference.parallel.dp", "1"])
+    assert config.trainer.max_steps == config.orchestrator.max_steps == 7
+    assert {config.trainer.model.name, config.orchestrator.model.name} == {"m"}
+    assert config.inference.model.name == "m"
+    assert config.trainer.ckpt.interval == config.orchestrator.ckpt.interval == 2
+
+
+def test_one_sided_shared_value_fills_the_other_side(tmp_path):
+    t = write(tmp_path, "t.toml", "max_steps = 9\n[ckpt]\ninterval = 3\nkeep = 1\n")
+    config = parse(RLConfig, ["--trainer", "@", t])
+    assert config.orchestrator.max_steps == 9 and config.orchestrator.ckpt.keep == 1
+
+
+def test_falsy_values_are_values():
+    config = parse(RLConfig, ["--seed", "0", "--async-level", "0", "--ckpt.enabled", "false"])
+    assert config.trainer.async_level == 0 == config.orchestrator.async_level
+    assert config.trainer.ckpt.enabled is False and config.orchestrator.ckpt.enabled is False
+
+
+# -- round trips -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["trainer", "orchestrator", "inference"])
+def test_component_round_trip_keeps_none_zero_false(tmp_path, name):
+    argv = {
+        "trainer": ["--optim.max-norm", "None", "--seed", "0", "--no-ckpt.enabled"],
+        "orchestrator": [
+            "--client.base-url",
+            "http://h:1/v1",
+            "--async-level",
+            "0",
+            "--eval",
+            "None",
+        ],
+        "inference": ["--model.max-model-len", "None", "--enforce-eager", "false", "--seed", "0"],
+    }[name]
+    model = MODELS[name]
+    config = parse(model, argv)
+    path = write(tmp_path, "resolved.toml", dump_config(config))
+    assert parse(model, ["@", path]) == config
+
+
+def test_rl_round_trip(tmp_path):
+    config = parse(
+        RLConfig,
+        ["--ckpt.interval", "2", "--trainer.optim.max-norm", "None", "--async-level", "0"],
+    )
+    path = write(tmp_path, "rl.toml", dump_config(config))
+    assert parse(RLConfig, ["@", path]) == config
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (REPO / "configs").rglob("*.toml")))
+def test_every_shipped_config_parses(path):
+    name = Path(path).stem
+    if name == "rl":
+        parse(RLConfig, ["@", path])
+        return
+    model = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig}[name]
+    parse(model, ["@", path])
+
+
+# -- user errors -------------------------------------------------------------------------------
+def test_unknown_flag_did_you_mean(capsys):
+    err = user_error(TrainerConfig, ["--optim.lrr", "1"], capsys)
+    assert "--optim.lrr" in err and "did you mean --optim.lr" in err
+
+
+def test_unknown_key_in_file_names_file_and_key(tmp_path, capsys):
+    path = write(tmp_path, "t.toml", "[optim]\nlearning_rate = 1\n")
+    err = user_error(TrainerConfig, ["@", path], capsys)
+    assert "t.toml" in err and "optim.learning_rate" in err and " lr," in err
+
+
+def test_wrong_type_names_flag(capsys):
+    err = user_error(TrainerConfig, ["--max-steps", "ten"], capsys)
+    assert "--max-steps" in err and "'ten'" in err
+
+
+def test_wrong_type_names_file_and_key(tmp_path, capsys):
+    path = write(tmp_path, "o.toml", '[sampling]\ntemperature = "hot"\n')
+    err = user_error(OrchestratorConfig, ["@", path], capsys)
+    assert "o.toml" in err and "sampling.temperature" in err
+
+
+def test_missing_file(capsys):
+    err = user_error(TrainerConfig, ["@", "nope/train.toml"], capsys)
+    assert "nope/train.toml" in err and "does not exist" in err
+
+
+def test_syntax_error_has_position_and_unquoted_hint(tmp_path, capsys):
+    path = write(tmp_path, "i.toml", "[model]\nname = Qwen/Qwen3-0.6B\n")
+    err = user_error(InferenceConfig, ["@", path], capsys)
+    assert "i.toml:2:" in err and '"Qwen/Qwen3-0.6B"' in err
+
+
+def test_overlapping_gpu_ids(capsys):
+    err = user_error(RLConfig, ["--inference-gpu-ids", "0,1", "--trainer-gpu-ids", "1,2"], capsys)
+    assert "--inference-gpu-ids" in err and "--trainer-gpu-ids" in err and "[1]" in err
+
+
+def test_inference_gpu_count_must_match_dp_tp(capsys):
+    argv = ["--inference-gpu-ids", "0,1,2", "--inference.parallel.dp", "2"]
+    err = user_error(RLConfig, argv, capsys)
+    assert "--inference-gpu-ids" in err and "dp" in err and "tp" in err
+
+
+def test_disagreeing_shared_values_name_both_places(tmp_path, capsys):
+    t = write(tmp_path, "t.toml", "max_steps = 10\n")
+    err = user_error(RLConfig, ["--trainer", "@", t, "--orchestrator.max-steps", "20"], capsys)
+    assert "t.toml" in err and "--orchestrator.max-steps" in err
+
+
+def test_top_level_disagrees_with_section(capsys):
+    err = user_error(RLConfig, ["--seq-len", "512", "--trainer.seq-len", "1024"], capsys)
+    assert "--seq-len" in err and "--trainer.seq-len" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--sampling.temperature", "-1"], ["sampling.temperature", "greater than or equal"]),
+        (["--batch-size", "10", "--rollouts-per-example", "4"], ["batch_size", "divisible"]),
+        (["--sampling.max-tokens", "4096", "--seq-len", "2048"], ["max_tokens", "seq_len"]),
+        (["--ckpt.interval", "0"], ["ckpt.interval", "greater than 0"]),
+    ],
+)
+def test_orchestrator_validation(argv, words, capsys):
+    err = user_error(OrchestratorConfig, argv, capsys)
+    assert all(word in err for word in words), err
+
+
+def test_positional_without_at(capsys):
+    err = user_error(TrainerConfig, ["train.toml"], capsys)
+    assert "@ train.toml" in err
+
+
+# -- the commands --------------------------------------------------------------------------------
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+
+
+def test_rl_help_is_fast_and_imports_no_torch():
+    code = (
+        "import sys; from launcher.rl import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+    )
+    code += "assert 'torch' not in sys.modules and 'vllm' not in sys.modules"
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "--trainer.optim.lr" in result.stdout
+    assert time.monotonic() - started < 10  # generous: CI machines are shared
+
+
+def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli(
+        "--trainer", "@", "configs/examples/train.toml",
+        "--orchestrator", "@", "configs/examples/orch.toml",
+        "--inference", "@", "configs/examples/infer.toml",
+        "--inference-gpu-ids", "0,1,2,3,4,5", "--trainer-gpu-ids", "6,7",
+        "--inference.parallel.dp", "6", "--output-dir", str(out), "--dry-run",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "CUDA_VISIBLE_DEVICES='0,1,2,3,4,5'" in result.stdout
+    assert "CUDA_VISIBLE_DEVICES='6,7'" in result.stdout
+    assert not out.exists()
+
+
+def test_json_schema(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(TrainerConfig, ["--json-schema"])
+    assert exc.value.code == 0
+    assert '"optim"' in capsys.readouterr().out
