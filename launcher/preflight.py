@@ -106,15 +106,23 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
 
 
 def model_folder(name: str) -> Path | None:
-    """A local folder for the model when one exists (for size estimates), without loading it."""
-    path = Path(name)
+    """The model's local folder when there is one (for size estimates), without loading it; a
+    path that does not exist is an error."""
+    from launcher.config import DEFAULT_MODEL
+    from launcher.models import BUNDLED_DIR_NAME, cache_dir, looks_like_path
+
+    path = Path(name).expanduser()
     if path.is_dir():
         return path
-    try:
-        from launcher.models import cached_model_dir
-    except ImportError:
-        return None
-    return cached_model_dir(name)
+    if name == DEFAULT_MODEL:
+        bundled = cache_dir() / BUNDLED_DIR_NAME
+        return bundled if bundled.is_dir() else None
+    if looks_like_path(name):
+        raise ConfigError(
+            f"model.name = {name!r} looks like a folder but does not exist: fix the path, or "
+            "use a hub name or the bundled HuggingFaceTB/SmolLM2-135M-Instruct"
+        )
+    return None
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:

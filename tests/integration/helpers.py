@@ -1,0 +1,101 @@
+"""Helpers for tests that run the real `rl` launcher: free ports, run configs, process checks."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tiny_rl_toml(model_dir: Path, out: Path, port: int, max_steps: int = 4, **extra: str) -> str:
+    """An rl.toml for a CPU run of a tiny model on one-digit addition."""
+    lines = [
+        f"max_steps = {max_steps}",
+        "seq_len = 256",
+        f'output_dir = "{out}"',
+        "async_level = 1",
+        *[f"{k} = {v}" for k, v in extra.items()],
+        "[model]",
+        f'name = "{model_dir}"',
+        'dtype = "float32"',
+        "[ckpt]",
+        "interval = 1",
+        "[trainer.optim]",
+        "lr = 1e-4",
+        "[orchestrator]",
+        "batch_size = 8",
+        "rollouts_per_example = 4",
+        "[orchestrator.sampling]",
+        "max_tokens = 8",
+        "[[orchestrator.env]]",
+        'id = "rl-add-digits"',
+        "[inference.server]",
+        f"port = {port}",
+        "[inference.cpu]",
+        "kvcache_space_gib = 1",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def start_rl(config: Path, *flags: str, log: Path) -> subprocess.Popen:
+    """Start `rl @ config` in its own session, output to `log`."""
+    cmd = [sys.executable, "-m", "launcher.rl", "@", str(config), *flags]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def run_state(out: Path) -> dict:
+    path = out / "run.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def session_members(session_ids: set[int]) -> list[int]:
+    """Live processes whose session is one of `session_ids` (the launcher's children each lead
+    one session, so this finds them and everything they started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, session = fields[0], int(fields[3])
+        if session in session_ids and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def kill_sessions(session_ids: set[int]) -> None:
+    """Test cleanup: make sure nothing of a run outlives the test, whatever happened."""
+    for pid in session_members(session_ids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

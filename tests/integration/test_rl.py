@@ -1,0 +1,73 @@
+"""The real `rl` launcher on CPU with a tiny model: crash, resume, and clean shutdown."""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from launcher.rundir import RunDir
+from tests.integration.helpers import (
+    free_port,
+    kill_sessions,
+    run_state,
+    session_members,
+    start_rl,
+    tiny_rl_toml,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_sessions(out: Path, rl_pid: int) -> set[int]:
+    return {rl_pid, *run_state(out).get("pids", {}).values()}
+
+
+def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
+    rl = start_rl(config, log=tmp_path / "rl1.log")
+    run = RunDir(out)
+    try:
+        wait_for(lambda: run.latest_checkpoint() is not None, 600, "the first checkpoint")
+        sessions = run_sessions(out, rl.pid)
+        os.kill(run_state(out)["pids"]["trainer"], signal.SIGKILL)
+        code = rl.wait(timeout=120)
+        log = (tmp_path / "rl1.log").read_text()
+        assert code != 0, log
+        assert "trainer" in log
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    first = run.latest_checkpoint()
+    assert first is not None and first < 4
+
+    rl = start_rl(config, "--ckpt.resume-step", "-1", log=tmp_path / "rl2.log")
+    try:
+        code = rl.wait(timeout=900)
+        log = (tmp_path / "rl2.log").read_text()
+        assert code == 0, log
+        assert f"resuming from step {first}" in log
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    assert run.weights_stable(4) and run.latest_checkpoint() == 4
+    assert not session_members(run_sessions(out, rl.pid))
+
+
+def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
+    rl = start_rl(config, log=tmp_path / "rl.log")
+    try:
+        wait_for(lambda: len(run_state(out).get("pids", {})) == 3, 600, "all three components")
+        sessions = run_sessions(out, rl.pid)
+        rl.send_signal(signal.SIGTERM)
+        code = rl.wait(timeout=120)
+        assert code == 143, (tmp_path / "rl.log").read_text()
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+        assert run_state(out)["status"] == "stopped"
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
