@@ -168,7 +168,7 @@ class ArgParser:
         return out
 
     def _load(self, name: str, where: str) -> dict:
-        if not name:
+        if not name or name.startswith("--"):
             raise ConfigError(f"`{where}` must be followed by a TOML file, e.g. {where} train.toml")
         return _normalize_keys(load_toml(Path(name)))
 

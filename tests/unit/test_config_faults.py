@@ -1,0 +1,98 @@
+"""Fault matrix, malformed configs and flags: each case exits 2 with a message that names the
+place and the fix, starts no process and writes no file."""
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD_TRAIN = "max_steps = 3\n"
+# (name, files {name: text}, argv, words the message must contain)
+CASES = [
+    ("unquoted string", {"t.toml": "[model]\nname = Qwen/Qwen3-0.6B\n"}, ["--trainer", "@", "t.toml"], ["t.toml:2:", '"Qwen/Qwen3-0.6B"']),
+    ("unclosed table", {"t.toml": "[model\nname = 'x'\n"}, ["--trainer", "@", "t.toml"], ["t.toml:1:"]),
+    ("duplicate key", {"t.toml": "max_steps = 1\nmax_steps = 2\n"}, ["--trainer", "@", "t.toml"], ["t.toml:2:"]),
+    ("unknown top-level key", {"rl.toml": "max_stepz = 3\n"}, ["@", "rl.toml"], ["max_stepz", "rl.toml", "max_steps"]),
+    ("unknown key in trainer file", {"t.toml": "[optim]\nlrate = 1\n"}, ["--trainer", "@", "t.toml"], ["trainer.optim.lrate", "t.toml", "lr"]),
+    ("unknown flag", {}, ["--trainer.optim.lrr", "1"], ["--trainer.optim.lrr", "--trainer.optim.lr"]),
+    ("unknown section", {"t.toml": GOOD_TRAIN}, ["--trainr", "@", "t.toml"], ["--trainr", "--trainer"]),
+    ("wrong type flag", {}, ["--max-steps", "ten"], ["--max-steps", "'ten'", "integer"]),
+    ("wrong type in file", {"o.toml": "[sampling]\ntemperature = 'hot'\n"}, ["--orchestrator", "@", "o.toml"], ["o.toml", "sampling.temperature"]),
+    ("gpu ids not integers", {}, ["--inference-gpu-ids", "a,b"], ["inference_gpu_ids", "--inference-gpu-ids"]),
+    ("negative temperature", {}, ["--orchestrator.sampling.temperature", "-0.5"], ["--orchestrator.sampling.temperature", "greater than or equal to 0"]),
+    ("batch not divisible", {}, ["--orchestrator.batch-size", "10", "--orchestrator.rollouts-per-example", "4"], ["batch_size", "divisible"]),
+    ("max_tokens >= seq_len", {}, ["--seq-len", "128", "--orchestrator.sampling.max-tokens", "128"], ["max_tokens", "seq_len"]),
+    ("zero interval", {}, ["--ckpt.interval", "0"], ["ckpt.interval", "greater than 0"]),
+    ("resume step below -1", {}, ["--ckpt.resume-step", "-2"], ["resume_step", "-1"]),
+    ("top level vs section", {}, ["--max-steps", "3", "--trainer.max-steps", "4"], ["--max-steps", "--trainer.max-steps"]),
+    ("trainer vs orchestrator files", {"t.toml": "seq_len = 512\n", "o.toml": "seq_len = 1024\n"}, ["--trainer", "@", "t.toml", "--orchestrator", "@", "o.toml"], ["t.toml", "o.toml", "seq_len"]),
+    ("overlapping gpu ids", {}, ["--inference-gpu-ids", "0,1", "--trainer-gpu-ids", "1"], ["--inference-gpu-ids", "--trainer-gpu-ids", "[1]"]),
+    ("gpu count vs dp x tp", {}, ["--inference-gpu-ids", "0,1,2", "--inference.parallel.tp", "2"], ["--inference-gpu-ids", "tp"]),
+    ("gpu listed twice", {}, ["--trainer-gpu-ids", "3,3"], ["--trainer-gpu-ids", "twice"]),
+    ("missing file", {}, ["--trainer", "@", "nope.toml"], ["nope.toml", "does not exist"]),
+    ("@ without file", {}, ["--trainer", "@"], ["--trainer @", "TOML file"]),
+    ("directory as file", {"d/x.toml": ""}, ["@", "d"], ["d is a directory"]),
+    ("positional without @", {}, ["rl.toml"], ["@ rl.toml"]),
+    ("unknown loss type", {}, ["--trainer.loss.type", "ppo"], ["loss", "ratio_clip"]),
+    ("vllm_args clash", {"i.toml": "[vllm_args]\nport = 9\n"}, ["--inference", "@", "i.toml"], ["vllm_args", "server.port"]),
+    ("base url vs inference port", {}, ["--orchestrator.client.base-url", "http://127.0.0.1:9999/v1"], ["base_url", "inference.server.port"]),
+    ("missing environment", {"o.toml": "[[env]]\nid = 'someone/not-installed-env'\n"}, ["--orchestrator", "@", "o.toml"], ["someone/not-installed-env", "not installed", "install"]),
+    ("model folder missing", {}, ["--model.name", "./no/such/model"], ["./no/such/model", "does not exist"]),
+    ("resume a step with no checkpoint", {}, ["--ckpt.resume-step", "5"], ["step 5", "-1"]),
+]  # fmt: skip
+
+
+def snapshot(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def run_rl(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess:
+    code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
+    argv = [*argv, "--output-dir", str(tmp_path / "run")]
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+
+
+@pytest.mark.parametrize(("name", "files", "argv", "words"), CASES, ids=[c[0] for c in CASES])
+def test_malformed_config_is_a_clear_user_error(tmp_path, name, files, argv, words):
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    before = snapshot(tmp_path)
+    result = run_rl(tmp_path, argv)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    missing = [w for w in words if w not in result.stderr]
+    assert not missing, f"{missing} not in: {result.stderr}"
+    assert snapshot(tmp_path) == before, "a failed start must write nothing"
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = run_rl(tmp_path, ["--inference.server.port", str(port)])
+    assert result.returncode == 2 and f"port {port}" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_checkpoints_need_resume_or_clean(tmp_path):
+    manifest = tmp_path / "run" / "checkpoints" / "step_2" / "MANIFEST"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{}")
+    before = snapshot(tmp_path)
+    result = run_rl(tmp_path, [])
+    assert result.returncode == 2
+    assert all(w in result.stderr for w in ("--ckpt.resume-step -1", "--clean", "--output-dir"))
+    assert snapshot(tmp_path) == before
