@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the case table reads best one case per line)
 """Fault matrix, malformed configs and flags: each case exits 2 with a message that names the
 place and the fix, starts no process and writes no file."""
 
