@@ -1,0 +1,104 @@
+"""Trainer checkpoints: `checkpoints/step_<n>/trainer/` holds the model and optimizer
+(torch.distributed.checkpoint, so any number of ranks can save and load), and per rank the
+scheduler, RNG states and step. A DONE marker is written last; the MANIFEST that makes the
+checkpoint count is written once every part (trainer, orchestrator) is DONE."""
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from launcher.rundir import MANIFEST, RunDir
+from trainer.dist import World
+
+PART = "trainer"
+DONE = "DONE"
+
+
+def part_dir(run_dir: RunDir, step: int) -> Path:
+    return run_dir.checkpoint_dir(step) / PART
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state()}
+    state["torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: RunDir,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    world: World,
+    extra: dict[str, Any],
+    parts: tuple[str, ...],
+) -> None:
+    """Save the state after `step` steps (all ranks call); `extra` is stored on every rank."""
+    folder = part_dir(run_dir, step)
+    if world.is_main:
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier interrupted save of this step
+        folder.mkdir(parents=True)
+    world.barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
+    local = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
+    torch.save(local, folder / f"rank_{world.rank}.pt")
+    world.barrier()
+    if world.is_main:
+        (folder / DONE).write_text(f"{step}\n")
+        run_dir.write_manifest_if_complete(step, parts)
+
+
+def load_checkpoint(
+    run_dir: RunDir,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    world: World,
+) -> dict[str, Any]:
+    """Restore everything saved at `step`; returns the rank's saved dict (step, extras)."""
+    folder = part_dir(run_dir, step)
+    if not (folder / DONE).exists():
+        raise FileNotFoundError(f"trainer checkpoint {folder} is incomplete (no {DONE} marker)")
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=folder / "dcp")
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+    rank_file = folder / f"rank_{world.rank}.pt"
+    if not rank_file.exists():  # resumed on more ranks than saved: reuse rank 0's states
+        rank_file = folder / "rank_0.pt"
+    local = torch.load(rank_file, weights_only=False)
+    scheduler.load_state_dict(local["scheduler"])
+    set_rng_state(local["rng"])
+    return local
+
+
+def prune_checkpoints(run_dir: RunDir, keep: int | None) -> None:
+    """Delete complete checkpoints beyond the newest `keep`; incomplete ones (possibly still
+    being written by the orchestrator) are never touched."""
+    if keep is None:
+        return
+    for step in run_dir.complete_checkpoints()[:-keep]:
+        (run_dir.checkpoint_dir(step) / MANIFEST).unlink(missing_ok=True)  # stops counting first
+        shutil.rmtree(run_dir.checkpoint_dir(step), ignore_errors=True)

@@ -1,0 +1,155 @@
+"""Batches in, micro-batches out.
+
+Consumes `rollouts/step_<n>` (written by the orchestrator, see launcher.protocol), waits for it
+with a timeout, and packs its samples into micro-batches of at most `micro_batch_tokens` tokens.
+Samples packed into one row get position ids that restart at 0, which transformers turns into a
+block-diagonal causal mask: no token attends across samples.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from launcher.protocol import BATCH_META, Batch, Sample, read_batch
+from trainer.config import FakeDataConfig
+
+
+def wait_for_batch(folder: Path, timeout_s: float, poll_s: float = 0.2) -> Batch:
+    """Read the batch in `folder` once it exists; TimeoutError naming the path otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while not (folder / BATCH_META).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"waited {timeout_s:.0f} s for the orchestrator's batch {folder} "
+                "(is the orchestrator running with the same output_dir? raise "
+                "data.wait_timeout_s if it is just slow)"
+            )
+        time.sleep(poll_s)
+    return read_batch(folder)
+
+
+def fake_batch(config: FakeDataConfig, seq_len: int, vocab_size: int, step: int, seed: int):
+    """A synthetic batch of `batch_size` samples of `seq_len` tokens (a quarter prompt),
+    the same for the same (seed, step)."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    num_tokens = config.seq_len or seq_len
+    num_prompt = max(1, num_tokens // 4)
+    num_completion = num_tokens - num_prompt
+    samples = []
+    for _ in range(config.batch_size):
+        ids = torch.randint(0, vocab_size, (num_tokens,), generator=gen).tolist()
+        samples.append(
+            Sample(
+                prompt_ids=ids[:num_prompt],
+                completion_ids=ids[num_prompt:],
+                completion_mask=[1] * num_completion,
+                completion_logprobs=[-math.log(vocab_size)] * num_completion,
+                advantage=float(torch.randn((), generator=gen)),
+            )
+        )
+    return Batch(step=step, temperature=1.0, samples=samples)
+
+
+@dataclass
+class MicroBatch:
+    """One packed row. Per-token arrays are aligned with the logits: position j holds what the
+    logits at j are scored against (the next token of the same sample)."""
+
+    input_ids: torch.Tensor  # [1, T] int64
+    position_ids: torch.Tensor  # [1, T] int64, restarting at 0 for every sample
+    target_ids: torch.Tensor  # [T] int64
+    loss_mask: torch.Tensor  # [T] bool: completion tokens the policy produced
+    inference_logprobs: torch.Tensor  # [T] float32
+    advantages: torch.Tensor  # [T] float32, the sample's advantage
+    loss_weights: torch.Tensor  # [T] float32, the sample's loss_weight
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[1]
+
+    def to(self, device: torch.device) -> "MicroBatch":
+        fields = {k: v.to(device) for k, v in vars(self).items()}
+        return MicroBatch(**fields)
+
+
+def sample_arrays(sample: Sample) -> dict[str, list]:
+    """The sample's tokens and its logit-aligned per-token arrays."""
+    tokens = sample.prompt_ids + sample.completion_ids
+    num_prompt, length = len(sample.prompt_ids), len(tokens)
+    mask = [False] * length
+    logprobs = [0.0] * length
+    pairs = zip(sample.completion_mask, sample.completion_logprobs, strict=True)
+    for i, (m, lp) in enumerate(pairs):
+        pos = num_prompt + i - 1  # the logits at pos predict completion token i
+        if pos >= 0 and m and sample.loss_weight != 0:
+            mask[pos], logprobs[pos] = True, lp
+    return {
+        "input_ids": tokens,
+        "position_ids": list(range(length)),
+        "target_ids": tokens[1:] + [0],
+        "loss_mask": mask,
+        "inference_logprobs": logprobs,
+        "advantages": [sample.advantage] * length,
+        "loss_weights": [sample.loss_weight] * length,
+    }
+
+
+DTYPES = {"input_ids": torch.long, "position_ids": torch.long, "target_ids": torch.long}
+DTYPES |= {"loss_mask": torch.bool}
+
+
+def make_micro_batch(samples: list[Sample]) -> MicroBatch:
+    rows = [sample_arrays(s) for s in samples]
+    out = {}
+    for key in rows[0]:
+        flat = [x for row in rows for x in row[key]]
+        out[key] = torch.tensor(flat, dtype=DTYPES.get(key, torch.float32))
+    out["input_ids"] = out["input_ids"][None]
+    out["position_ids"] = out["position_ids"][None]
+    return MicroBatch(**out)
+
+
+def empty_micro_batch() -> MicroBatch:
+    """A one-token row that contributes nothing: keeps ranks in step when they run out."""
+    blank = Sample([0], [], [], [], advantage=0.0)
+    return make_micro_batch([blank])
+
+
+def pack_samples(samples: list[Sample], max_tokens: int, step: int) -> list[list[Sample]]:
+    """First-fit decreasing: groups of samples with at most `max_tokens` tokens each."""
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(samples)), key=lambda i: -lengths[i]):
+        if lengths[i] > max_tokens:
+            raise ValueError(
+                f"batch {step}, sample {i} has {lengths[i]} tokens, more than "
+                f"data.micro_batch_tokens / seq_len ({max_tokens}): the orchestrator must "
+                "truncate to seq_len, or raise seq_len"
+            )
+        fit = next((b for b, r in enumerate(room) if r >= lengths[i]), None)
+        if fit is None:
+            bins.append([])
+            room.append(max_tokens)
+            fit = len(bins) - 1
+        bins[fit].append(i)
+        room[fit] -= lengths[i]
+    return [[samples[i] for i in sorted(b)] for b in bins]
+
+
+def split_for_ranks(batch: Batch, max_tokens: int, rank: int, world_size: int) -> list[MicroBatch]:
+    """This rank's micro-batches. Every rank gets the same number (blank rows fill up), so
+    sharded forward and backward passes stay in lockstep."""
+    groups = pack_samples(batch.samples, max_tokens, batch.step)
+    groups.sort(key=lambda g: -sum(len(s.prompt_ids) + len(s.completion_ids) for s in g))
+    load, owners = [0] * world_size, []
+    for group in groups:  # largest first onto the least loaded rank
+        owner = min(range(world_size), key=lambda r: (load[r], r))
+        load[owner] += sum(len(s.prompt_ids) + len(s.completion_ids) for s in group)
+        owners.append(owner)
+    num_rows = max(owners.count(r) for r in range(world_size))
+    mine = [make_micro_batch(g) for g, owner in zip(groups, owners, strict=True) if owner == rank]
+    return mine + [empty_micro_batch() for _ in range(num_rows - len(mine))]

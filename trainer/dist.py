@@ -1,0 +1,86 @@
+"""Process topology: one CPU process, or one rank per visible GPU (torchrun).
+
+`maybe_reexec_under_torchrun` runs before torch is imported: with more than one GPU listed in
+CUDA_VISIBLE_DEVICES the entrypoint replaces itself with `torchrun --nproc-per-node N`, which
+starts one copy of `trainer.main` per GPU with the same argv.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+def visible_gpu_ids() -> list[str]:
+    """GPU ids listed in CUDA_VISIBLE_DEVICES (empty when unset, blank or -1)."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    ids = [x.strip() for x in raw.split(",") if x.strip()]
+    return [] if ids in ([], ["-1"]) else ids
+
+
+def maybe_reexec_under_torchrun(argv: list[str]) -> None:
+    """Exec torchrun with one rank per listed GPU when several are listed; else return."""
+    num_gpus = len(visible_gpu_ids())
+    if num_gpus <= 1 or "LOCAL_RANK" in os.environ:
+        return
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc-per-node={num_gpus}", "-m", "trainer.main", *argv]
+    print(f"trainer: {num_gpus} GPUs listed, re-executing under torchrun", flush=True)
+    os.execv(sys.executable, cmd)
+
+
+@dataclass
+class World:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    device: Any  # torch.device
+    distributed: bool
+    """Whether a process group exists (GPU runs; CPU runs are one plain process)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def all_reduce_sum(self, value: Any) -> Any:
+        """Sum a tensor across ranks (in place) and return it."""
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.all_reduce(value)
+        return value
+
+
+def setup_world() -> World:
+    """Join torchrun's process group, or make a one-rank group on a single GPU, or run plain
+    on CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        return World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+    if "LOCAL_RANK" in os.environ:
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    else:
+        # One GPU: a world of one without ports, so FSDP2 and DCP run the same code path.
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device())
+    return World(rank=rank, world_size=dist.get_world_size(), device=device, distributed=True)
+
+
+def teardown_world(world: World) -> None:
+    if world.distributed:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()

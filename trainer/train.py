@@ -1,0 +1,253 @@
+"""The trainer loop.
+
+Consumes: rollouts/step_<n> (n = step - 1), waiting up to data.wait_timeout_s for each.
+Produces: weights/step_<n> + STABLE after every step (step_0 = the base model),
+checkpoints/step_<n>/trainer/ + DONE every ckpt.interval steps and at the end,
+metrics.jsonl records, configs/trainer.toml.
+Unblocked by: the orchestrator writing the next batch (or data.fake, which needs nobody).
+"""
+
+import resource
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from launcher.errors import ConfigError
+from launcher.models import resolve_model
+from launcher.protocol import Batch
+from launcher.rundir import RunDir
+from launcher.toml_io import write_config
+from trainer.ckpt import load_checkpoint, prune_checkpoints, save_checkpoint
+from trainer.config import TrainerConfig
+from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
+from trainer.dist import World, setup_world, teardown_world
+from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss
+from trainer.metrics import MetricsLogger
+from trainer.model import load_model, source_dir
+from trainer.optim import build_optimizer
+from trainer.weights import prune_weights, publish_weights, remove_weights_after
+
+
+@dataclass
+class Trainer:
+    """Everything the loop needs, built by `setup_trainer`."""
+
+    config: TrainerConfig
+    world: World
+    run_dir: RunDir
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    token_loss: TokenLoss
+    source: str
+    source_folder: Path | None
+    logger: MetricsLogger | None
+    start_step: int = 0
+
+
+def run(config: TrainerConfig) -> None:
+    world = setup_world()
+    try:
+        trainer = setup_trainer(config, world)
+        for step in range(trainer.start_step + 1, config.max_steps + 1):
+            train_and_publish(trainer, step)
+        if trainer.logger:
+            trainer.logger.finish()
+    finally:
+        teardown_world(world)
+
+
+def setup_run_dir(config: TrainerConfig) -> tuple[RunDir, int | None]:
+    """The run directory and the step to resume from (None: fresh start); user errors raise
+    ConfigError before anything is written."""
+    run_dir = RunDir(config.output_dir)
+    try:
+        resume_step = run_dir.resolve_resume_step(config.ckpt.resume_step)
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    if config.ckpt.resume_step is None and run_dir.complete_checkpoints():
+        raise ConfigError(
+            f"output_dir {run_dir.root} already holds checkpoints "
+            f"(steps {run_dir.complete_checkpoints()}): resume with --ckpt.resume-step -1, or "
+            "pick a new output_dir"
+        )
+    return run_dir, resume_step or None
+
+
+def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
+    quiet_libraries()
+    torch.manual_seed(config.seed)
+    run_dir, resume_step = setup_run_dir(config)
+    try:
+        source = resolve_model(config.model.name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if world.is_main:
+        write_config(config, run_dir.config_file("trainer"))
+    model = load_model(config.model, source, world)
+    optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
+    trainer = Trainer(
+        config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss),
+        source, source_dir(source), logger=None,
+    )  # fmt: skip
+    saved: dict[str, Any] = {}
+    if resume_step is not None:
+        saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
+        trainer.start_step = resume_step
+        print(f"trainer: resumed from checkpoint step {resume_step}", flush=True)
+    if world.is_main:
+        trainer.logger = MetricsLogger(run_dir, config.wandb, config.model_dump(mode="json"))
+        trainer.logger.start_wandb(saved.get("wandb_run_id"))
+    setup_weights(trainer)
+    return trainer
+
+
+def quiet_libraries() -> None:
+    """No per-save progress bars; no warning that one CPU process saves without a group."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+
+
+def setup_weights(trainer: Trainer) -> None:
+    """Drop weights of an abandoned attempt; make sure the starting policy is published."""
+    run_dir, step = trainer.run_dir, trainer.start_step
+    if trainer.world.is_main:
+        remove_weights_after(run_dir, step)
+    trainer.world.barrier()
+    if step == 0 or not run_dir.weights_stable(step):
+        publish(trainer, step)
+
+
+def publish(trainer: Trainer, step: int) -> None:
+    publish_weights(
+        trainer.run_dir, step, trainer.model, trainer.world, trainer.source_folder, trainer.source
+    )
+
+
+def next_batch(trainer: Trainer, step: int) -> Batch:
+    """The batch that optimizer step `step` consumes (batch step - 1)."""
+    config = trainer.config
+    if config.data.fake is not None:
+        vocab_size = trainer.model.config.get_text_config().vocab_size
+        return fake_batch(config.data.fake, config.seq_len, vocab_size, step - 1, config.seed)
+    folder = trainer.run_dir.rollout_dir(step - 1)
+    return wait_for_batch(folder, config.data.wait_timeout_s)
+
+
+def train_and_publish(trainer: Trainer, step: int) -> None:
+    """One optimizer step on its batch, then publish weights, checkpoint and log."""
+    config, world, run_dir = trainer.config, trainer.world, trainer.run_dir
+    wait_start = time.perf_counter()
+    batch = next_batch(trainer, step)
+    data_wait_s = time.perf_counter() - wait_start
+
+    metrics = train_step(trainer, batch)
+
+    # -- publish the new policy; forget what nobody can need
+    publish_start = time.perf_counter()
+    publish(trainer, step)
+    if world.is_main:
+        prune_weights(run_dir, step, config.async_level)
+        shutil.rmtree(run_dir.rollout_dir(step - 1), ignore_errors=True)  # consumed
+    metrics |= {"data_wait_s": data_wait_s, "publish_s": time.perf_counter() - publish_start}
+
+    # -- checkpoint
+    if is_checkpoint_step(config, step):
+        save_start = time.perf_counter()
+        parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
+        extra = {"wandb_run_id": trainer.logger.wandb_run.id} if has_wandb(trainer) else {}
+        save_checkpoint(
+            run_dir, step, trainer.model, trainer.optimizer, trainer.scheduler, world, extra, parts
+        )
+        if world.is_main:
+            prune_checkpoints(run_dir, config.ckpt.keep)
+        metrics["ckpt_s"] = time.perf_counter() - save_start
+    if trainer.logger:
+        trainer.logger.log(step, metrics)
+
+
+def has_wandb(trainer: Trainer) -> bool:
+    return trainer.logger is not None and trainer.logger.wandb_run is not None
+
+
+def is_checkpoint_step(config: TrainerConfig, step: int) -> bool:
+    if not config.ckpt.enabled:
+        return False
+    interval = config.ckpt.interval
+    return step == config.max_steps or (interval is not None and step % interval == 0)
+
+
+def count_loss_tokens(batch: Batch) -> int:
+    return sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
+
+
+def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
+    """Forward/backward over this rank's micro-batches, clip, step; returns step metrics."""
+    config, world, model = trainer.config, trainer.world, trainer.model
+    start = time.perf_counter()
+    if world.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    max_tokens = config.data.micro_batch_tokens or config.seq_len
+    micro_batches = split_for_ranks(batch, max_tokens, world.rank, world.world_size)
+    num_loss_tokens = count_loss_tokens(batch)
+    lr = trainer.scheduler.get_last_lr()[0]
+    total_loss, sums = torch.zeros((), device=world.device), LossSums()
+    for i, mb in enumerate(micro_batches):
+        mb = mb.to(world.device)
+        if world.distributed:  # reduce gradients once, after the last micro-batch
+            model.set_requires_gradient_sync(i == len(micro_batches) - 1)
+        logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids).logits[0]
+        loss, mb_sums = compute_loss(
+            logits, mb, batch.temperature, trainer.token_loss, num_loss_tokens
+        )
+        # FSDP averages gradients over ranks; the loss is a sum over the whole batch.
+        (loss * world.world_size).backward()
+        total_loss += loss.detach()
+        sums.add(mb_sums)
+    max_norm = config.optim.max_norm or float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.scheduler.step()
+    return step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
+
+
+def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict[str, float]:
+    world = trainer.world
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    stats = torch.tensor(
+        [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.tokens],
+        dtype=torch.float64,
+        device=world.device,
+    )
+    loss, entropy, kl, clipped, tokens = world.all_reduce_sum(stats).tolist()
+    tokens = max(tokens, 1)
+    step_time_s = time.perf_counter() - start
+    return {
+        "loss": loss,
+        "entropy": entropy / tokens,
+        "mismatch_kl": kl / tokens,
+        "clip_frac": clipped / tokens,
+        "grad_norm": float(grad_norm),
+        "lr": lr,
+        "num_tokens": batch.num_tokens,
+        "tokens_per_s": batch.num_tokens / step_time_s,
+        "peak_memory_gib": peak_memory_gib(world),
+        "step_time_s": step_time_s,
+    }
+
+
+def peak_memory_gib(world: World) -> float:
+    """Peak accelerator memory this step, or the process's peak resident memory on CPU."""
+    if world.device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

@@ -1,0 +1,90 @@
+"""Publish the policy as `weights/step_<n>`: an HF safetensors folder (config, tokenizer,
+generation config) in the trained dtype, loadable by vLLM and transformers.
+
+Produces weights/step_<n>/ (tmp folder + rename, then STABLE) for inference and the
+orchestrator; deletes weight folders that no one can need any more.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from launcher.rundir import RunDir, remove_steps
+from trainer.dist import World
+
+# Files of the source model folder that are not copied: weights and what we write ourselves.
+SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+SKIPPED_NAMES = {"config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json"}
+
+
+def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] | None:
+    """Unsharded parameters on CPU, on rank 0 only (None elsewhere); every rank must call."""
+    if not world.distributed:
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    return state if world.is_main else None
+
+
+def copy_support_files(source: Path | None, folder: Path, tokenizer_source: str) -> None:
+    """Tokenizer, chat template and generation config from the source model folder."""
+    if source is None:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(folder)
+        return
+    for path in source.iterdir():
+        if path.is_file() and path.name not in SKIPPED_NAMES:
+            if not path.name.endswith(SKIPPED_SUFFIXES) and not path.name.startswith("."):
+                shutil.copy2(path, folder / path.name)
+
+
+def publish_weights(
+    run_dir: RunDir,
+    step: int,
+    model: nn.Module,
+    world: World,
+    source: Path | None,
+    source_name: str,
+) -> None:
+    """Write weights/step_<step> atomically and mark it STABLE (all ranks call)."""
+    state = full_state_dict(model, world)
+    if world.is_main:
+        final = run_dir.weight_dir(step)
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        copy_support_files(source, tmp, source_name)
+        architectures = model.config.architectures
+        model.save_pretrained(tmp, state_dict=state)
+        fix_architectures(tmp / "config.json", architectures)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        run_dir.mark_weights_stable(step)
+    world.barrier()
+
+
+def fix_architectures(config_file: Path, architectures: list[str] | None) -> None:
+    """Keep the loaded model's class names (a sharded model's class is a wrapper)."""
+    if not architectures:
+        return
+    config = json.loads(config_file.read_text())
+    config["architectures"] = architectures
+    config_file.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def prune_weights(run_dir: RunDir, step: int, async_level: int) -> None:
+    """Delete weight folders older than any batch still to come can be generated from: after
+    step n the orchestrator may still use policies >= n - async_level - 1."""
+    oldest_needed = step - async_level - 1
+    remove_steps(run_dir.weights, lambda s: s >= oldest_needed)
+
+
+def remove_weights_after(run_dir: RunDir, step: int) -> None:
+    """On resume: weights newer than the resumed step came from the abandoned attempt."""
+    remove_steps(run_dir.weights, lambda s: s <= step)
