@@ -64,8 +64,9 @@ class Batch:
         return sum(len(s.prompt_ids) + len(s.completion_ids) for s in self.samples)
 
 
-def write_batch(batch: Batch, folder: Path) -> None:
-    """Write `batch` to `folder` atomically: a tmp folder renamed into place."""
+def write_batch(batch: Batch, folder: Path, extra_files: dict[str, str] | None = None) -> None:
+    """Write `batch` to `folder` atomically: a tmp folder renamed into place. `extra_files`
+    (name -> text, e.g. readable samples) are written inside it before the rename."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -94,6 +95,8 @@ def write_batch(batch: Batch, folder: Path) -> None:
     )
     meta = {"step": batch.step, "temperature": batch.temperature, "num_samples": len(samples)}
     (tmp / BATCH_META).write_text(json.dumps(meta) + "\n")
+    for name, text in (extra_files or {}).items():
+        (tmp / name).write_text(text)
     if folder.exists():
         shutil.rmtree(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
