@@ -5,7 +5,6 @@ Reward 1.0 when the answer is exactly the sum, else 0.0.
 
 import verifiers as vf
 from datasets import Dataset
-
 from rl_envs import last_answer, seeded_split
 
 QUESTION = "What is {a} + {b}? Answer with just the number."

@@ -8,7 +8,6 @@ Environment turns (user messages) are not model tokens, so they are masked in tr
 
 import verifiers as vf
 from datasets import Dataset
-
 from rl_envs import last_answer, seeded_split
 
 QUESTION = (

@@ -5,7 +5,6 @@ Reward 1.0 when the answer is the word (case-insensitive), else 0.0.
 
 import verifiers as vf
 from datasets import Dataset
-
 from rl_envs import last_answer, seeded_split
 
 QUESTION = "Repeat this word exactly: {word}. Answer with just the word."
