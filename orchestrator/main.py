@@ -3,13 +3,26 @@
 import sys
 
 from launcher.entry import parse_config
+from launcher.errors import ConfigError, exit_with
 from orchestrator.config import OrchestratorConfig
 
 
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(OrchestratorConfig, "orchestrator", argv)
-    print(f"orchestrator: runtime not implemented yet; config parsed for {config.model.name}")
-    sys.exit(1)
+    from orchestrator.client import OrchestratorError
+    from orchestrator.loop import run
+    from orchestrator.monitor import setup_logging
+
+    setup_logging(config.log.level)
+    try:
+        run(config)
+    except ConfigError as err:
+        exit_with(str(err), "orchestrator")
+    except OrchestratorError as err:
+        print(f"orchestrator: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""Talking to the inference server over HTTP and waiting for the trainer's weights.
+
+Every wait has a timeout and names what it waited for (OrchestratorError)."""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from launcher.protocol import HEALTH_ROUTE, MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from launcher.rundir import STABLE, RunDir
+
+logger = logging.getLogger("orchestrator")
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+POLL_S = 0.2
+
+
+class OrchestratorError(Exception):
+    """A run-time failure with a message that says what failed and where (no traceback)."""
+
+
+def server_root(base_url: str) -> str:
+    """`http://host:port/v1` -> `http://host:port` (the admin routes live at the root)."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+async def wait_for_server(base_url: str, model: str, timeout_s: float) -> None:
+    """Wait until `/health` answers 200 and `model` is listed in `/v1/models`."""
+    root = server_root(base_url)
+    deadline = time.monotonic() + timeout_s
+    last = "no answer yet"
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        while time.monotonic() < deadline:
+            try:
+                health = await http.get(root + HEALTH_ROUTE)
+                if health.status_code == 200:
+                    served = await _served_models(http, root)
+                    if model in served:
+                        return
+                    last = f"it serves {served}, not {model!r}"
+                else:
+                    last = f"{HEALTH_ROUTE} answered {health.status_code}"
+            except httpx.HTTPError as err:
+                last = f"{type(err).__name__}: {err}"
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    raise OrchestratorError(
+        f"inference server at {root} was not ready with model {model!r} within "
+        f"{timeout_s:g}s (client.health_timeout_s); last: {last}. Start it with "
+        f"`inference @ infer.toml` or point --client.base-url at a running server"
+    )
+
+
+async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
+    answer = await http.get(root + MODELS_ROUTE)
+    answer.raise_for_status()
+    return [m["id"] for m in answer.json().get("data", [])]
+
+
+async def update_weights(base_url: str, weight_dir: Path, timeout_s: float) -> bool:
+    """Ask inference to serve the HF folder `weight_dir`; False if the server has no such
+    route (a plain vLLM server started by hand keeps its own weights)."""
+    url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as http:
+            answer = await http.post(url, json={"weight_dir": str(weight_dir.resolve())})
+    except httpx.HTTPError as err:
+        raise OrchestratorError(f"POST {url} for {weight_dir} failed: {err}") from None
+    if answer.status_code in (404, 405):
+        return False
+    if answer.status_code != 200:
+        raise OrchestratorError(
+            f"POST {url} for {weight_dir} answered {answer.status_code}: {answer.text[:500]}"
+        )
+    return True
+
+
+async def wait_for_policy(
+    run_dir: RunDir, oldest: int, newest: int, timeout_s: float, usable: Callable[[int], bool]
+) -> int:
+    """Wait until some `weights/step_<m>/STABLE` with oldest <= m <= newest exists and is
+    `usable`; the newest such m."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = [m for m in range(newest, oldest - 1, -1) if usable(m)]
+        if ready:
+            return ready[0]
+        if time.monotonic() >= deadline:
+            raise OrchestratorError(
+                f"weights {run_dir.weight_dir(oldest) / STABLE} did not appear within "
+                f"{timeout_s:g}s (weights_timeout_s): is the trainer running with "
+                f"output_dir {run_dir.root}?"
+            )
+        await asyncio.sleep(POLL_S)

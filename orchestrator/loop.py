@@ -1,0 +1,296 @@
+"""The orchestrator loop: environments -> rollouts on the current policy -> training batches.
+
+For step n = 0 .. max_steps-1:
+  waits for   a policy no older than n - async_level (`weights/step_<m>/STABLE`, m >= n -
+              async_level; the newest one ready), and asks inference to serve it if it changed;
+  consumes    examples from the environments, mixed by weight in a seeded, resumable order;
+  produces    `rollouts/step_<n>` (launcher.protocol batch + samples.jsonl), one metrics line,
+              every `ckpt.interval` steps its part of `checkpoints/step_<n+1>`, evals;
+  unblocked by the trainer publishing weights. Generating batch n+1 while the trainer trains on
+  batch n needs no threads: the loop only waits for step n - async_level.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from launcher.protocol import Batch, write_batch
+from launcher.rundir import STABLE, RunDir, remove_steps
+from launcher.toml_io import write_config
+from orchestrator import ckpt
+from orchestrator.advantage import compute_advantages
+from orchestrator.client import (
+    DEFAULT_BASE_URL,
+    update_weights,
+    wait_for_policy,
+    wait_for_server,
+)
+from orchestrator.config import OrchestratorConfig
+from orchestrator.envs import LoadedEnv, Rollout, check_installed, make_client, sampling_args
+from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl, step_line
+from orchestrator.rollouts import Stats, rollout_samples
+from orchestrator.sampler import ExampleSampler
+
+logger = logging.getLogger("orchestrator")
+
+
+@dataclass
+class Policy:
+    """Which `weights/step_<m>` inference serves; None when unknown (after a resume)."""
+
+    step: int | None
+    trusted_upto: int = 0
+    """Weight folders up to this step are valid even if published before this attempt."""
+
+    attempt_start: float = field(default_factory=time.time)
+    can_update: bool = True
+
+    def usable(self, run_dir: RunDir, step: int) -> bool:
+        """A stable weight folder of this run: folders newer than the resume point published
+        before this attempt started belong to an abandoned attempt."""
+        if not run_dir.weights_stable(step):
+            return False
+        if step <= self.trusted_upto:
+            return True
+        return (run_dir.weight_dir(step) / STABLE).stat().st_mtime >= self.attempt_start - 1.0
+
+
+def run(config: OrchestratorConfig) -> None:
+    asyncio.run(run_async(config))
+
+
+async def run_async(config: OrchestratorConfig) -> None:
+    run_dir = RunDir(config.output_dir)
+    check_installed([e.id for e in config.env], "env")
+    if config.eval is not None:
+        check_installed([e.id for e in config.eval.env], "eval.env")
+    resume_step = setup_resume(config, run_dir)
+    write_config(config, run_dir.config_file("orchestrator"))
+    envs = [LoadedEnv(e.id, e.args) for e in config.env]
+    eval_envs = [LoadedEnv(e.id, e.args) for e in config.eval.env] if config.eval else []
+    state = setup_state(config, run_dir, resume_step)
+    sampler = ExampleSampler(
+        [env.num_examples for env in envs],
+        [e.weight for e in config.env],
+        config.seed,
+        state.sampler,
+    )
+    base_url = config.client.base_url or DEFAULT_BASE_URL
+    await wait_for_server(base_url, config.model.name, config.client.health_timeout_s)
+    client = make_client(base_url, config.client.timeout_s, config.client.max_concurrent)
+    monitor = Monitor(config, run_dir, state.wandb_run_id)
+    state.wandb_run_id = monitor.wandb_run_id
+    # A fresh run starts on the base model, which inference serves from the start.
+    policy = Policy(step=0 if resume_step is None else None, trusted_upto=resume_step or 0)
+    try:
+        if config.eval and config.eval.eval_base_model and resume_step is None:
+            await run_evals(config, eval_envs, client, monitor, 0)
+        while state.step < config.max_steps:
+            await train_step(config, run_dir, envs, sampler, client, policy, state, monitor)
+            if config.eval and state.step % config.eval.interval == 0:
+                await run_evals(config, eval_envs, client, monitor, state.step)
+            if ckpt.should_save(
+                state.step, config.ckpt.interval, config.max_steps, config.ckpt.enabled
+            ):
+                ckpt.save(run_dir, state)
+        if config.eval and config.max_steps % config.eval.interval:
+            await run_evals(config, eval_envs, client, monitor, config.max_steps)
+    finally:
+        monitor.close()
+        await client.close()
+
+
+def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
+    """The concrete step to resume from (None: fresh start); drops batches that step will
+    regenerate (and, on a fresh start, every batch of an earlier attempt)."""
+    from launcher.errors import ConfigError
+
+    try:
+        step = run_dir.resolve_resume_step(config.ckpt.resume_step)
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    if step is None or step == 0:
+        if config.ckpt.resume_step == -1:
+            logger.info(f"no complete checkpoint in {run_dir.checkpoints}: starting fresh")
+        remove_steps(run_dir.rollouts, keep=lambda s: False)
+        return None
+    if not ckpt.part_dir(run_dir, step).is_dir():
+        raise ConfigError(f"checkpoint {run_dir.checkpoint_dir(step)} has no orchestrator part")
+    remove_steps(run_dir.rollouts, keep=lambda s: s < step)
+    logger.info(f"resuming from {run_dir.checkpoint_dir(step)}")
+    return step
+
+
+def setup_state(config: OrchestratorConfig, run_dir: RunDir, resume_step: int | None):
+    env_ids = [e.id for e in config.env]
+    if resume_step is None:
+        return ckpt.OrchestratorState(env_ids=env_ids)
+    state = ckpt.load(run_dir, resume_step)
+    if state.env_ids != env_ids:
+        from launcher.errors import ConfigError
+
+        raise ConfigError(
+            f"checkpoint {run_dir.checkpoint_dir(resume_step)} was written for environments "
+            f"{state.env_ids}, but the config has {env_ids}: resume with the same [[env]] list"
+        )
+    return state
+
+
+async def ensure_policy(
+    config: OrchestratorConfig, run_dir: RunDir, policy: Policy, step: int
+) -> float:
+    """Make inference serve a policy no older than step - async_level (the newest ready one
+    when it must change); seconds spent waiting and loading."""
+    oldest = max(0, step - config.async_level)
+    if policy.step is not None and (policy.step >= oldest or not policy.can_update):
+        return 0.0
+    start = time.monotonic()
+    newest = await wait_for_policy(
+        run_dir, oldest, step, config.weights_timeout_s, lambda m: policy.usable(run_dir, m)
+    )
+    base_url = config.client.base_url or DEFAULT_BASE_URL
+    if not await update_weights(base_url, run_dir.weight_dir(newest), config.client.timeout_s):
+        logger.warning(
+            "inference has no /update_weights route (a plain vLLM server?): generation keeps "
+            "the weights it was started with, so training is no longer on-policy"
+        )
+        policy.can_update = False
+    policy.step = newest
+    logger.debug(f"inference serves {run_dir.weight_dir(newest)}")
+    return time.monotonic() - start
+
+
+async def generate(
+    config: OrchestratorConfig, envs: list[LoadedEnv], picks: list[tuple[int, int]], client
+) -> list[list[Rollout]]:
+    """One group of `rollouts_per_example` rollouts per picked example, all concurrently
+    (the client keeps `client.max_concurrent` requests in flight)."""
+    sampling = sampling_args(
+        config.sampling.max_tokens, config.sampling.temperature, config.sampling.top_p
+    )
+    groups = [
+        envs[env].run_group(
+            envs[env].example(index),
+            config.rollouts_per_example,
+            client,
+            config.model.name,
+            sampling,
+        )
+        for env, index in picks
+    ]
+    return list(await asyncio.gather(*groups))
+
+
+def build_batch(
+    config: OrchestratorConfig, step: int, groups: list[list[Rollout]]
+) -> tuple[Batch, Stats]:
+    """Samples with group-relative advantages; rollouts without tokens (a failed request)
+    are left out of their group."""
+    batch, stats = Batch(step=step, temperature=config.sampling.temperature), Stats()
+    for group in groups:
+        usable = [r for r in group if r.turns]
+        stats.num_dropped += len(group) - len(usable)
+        advantages = compute_advantages([r.reward for r in usable], config.advantage)
+        for rollout, advantage in zip(usable, advantages, strict=True):
+            batch.samples += rollout_samples(
+                rollout, advantage, config.seq_len, config.mask_truncated_completions, stats
+            )
+    return batch, stats
+
+
+async def train_step(
+    config: OrchestratorConfig,
+    run_dir: RunDir,
+    envs: list[LoadedEnv],
+    sampler: ExampleSampler,
+    client,
+    policy: Policy,
+    state: ckpt.OrchestratorState,
+    monitor: Monitor,
+) -> None:
+    """Generate, score and write batch `state.step`, then log it."""
+    step, start = state.step, time.monotonic()
+    wait_s = await ensure_policy(config, run_dir, policy, step)
+    picks = sampler.take(config.batch_size // config.rollouts_per_example)
+    generate_start = time.monotonic()
+    groups = await generate(config, envs, picks, client)
+    generate_s = time.monotonic() - generate_start
+    batch, stats = build_batch(config, step, groups)
+    rollouts = [r for group in groups for r in group]
+    samples = samples_jsonl(rollouts, config.num_saved_samples)
+    write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
+    state.step = step + 1
+    state.num_rollouts += len(rollouts)
+    state.num_samples += len(batch.samples)
+    state.num_tokens += batch.num_tokens
+    step_s = time.monotonic() - start
+    metrics = step_metrics(config, envs, picks, groups, batch, stats)
+    metrics |= {"policy_step": policy.step, "time/step_s": step_s, "time/wait_weights_s": wait_s}
+    metrics |= {"time/generate_s": generate_s, "progress/num_tokens": state.num_tokens}
+    metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
+    logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
+    monitor.log(step, metrics)
+
+
+def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dict:
+    rollouts = [r for group in groups for r in group]
+    rewards = [r.reward for r in rollouts]
+    metrics: dict = {"reward": sum(rewards) / len(rewards)}
+    for name in sorted({k for r in rollouts for k in r.metrics}):
+        values = [r.metrics[name] for r in rollouts if name in r.metrics]
+        metrics[f"metrics/{name}"] = sum(values) / len(values)
+    for env_index, env in enumerate(envs):
+        env_rewards = [
+            r.reward
+            for (e, _), group in zip(picks, groups, strict=True)
+            if e == env_index
+            for r in group
+        ]
+        if env_rewards and len(envs) > 1:
+            metrics[f"reward/{env.id}"] = sum(env_rewards) / len(env_rewards)
+    num_samples = max(1, len(batch.samples))
+    completion_lens = [len(s.completion_ids) for s in batch.samples]
+    metrics |= {
+        "num_samples": len(batch.samples),
+        "num_tokens": batch.num_tokens,
+        "seq_len": batch.num_tokens / num_samples,
+        "completion_len": sum(completion_lens) / num_samples,
+        "truncated_fraction": stats.num_truncated / num_samples,
+        "num_split_rollouts": stats.num_split,
+        "num_dropped_rollouts": stats.num_dropped,
+        "num_errors": sum(r.error is not None for r in rollouts),
+        "mixed_reward_groups": sum(len({r.reward for r in g}) > 1 for g in groups) / len(groups),
+    }
+    return metrics
+
+
+async def run_evals(
+    config: OrchestratorConfig, eval_envs: list[LoadedEnv], client, monitor: Monitor, step: int
+) -> None:
+    """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
+    assert config.eval is not None
+    sampling = sampling_args(
+        config.sampling.max_tokens, config.sampling.temperature, config.sampling.top_p
+    )
+    metrics: dict = {}
+    for env, env_config in zip(eval_envs, config.eval.env, strict=True):
+        start = time.monotonic()
+        examples = env.eval_examples(env_config.num_examples)
+        groups = await asyncio.gather(
+            *(
+                env.run_group(
+                    example, env_config.rollouts_per_example, client, config.model.name, sampling
+                )
+                for example in examples
+            )
+        )
+        rewards = [r.reward for group in groups for r in group]
+        reward = sum(rewards) / max(1, len(rewards))
+        metrics[f"eval/{env.id}/reward"] = reward
+        metrics[f"eval/{env.id}/num_rollouts"] = len(rewards)
+        logger.info(
+            f"Eval {env.id} at step {step} | Reward: {reward:.4f} | "
+            f"Rollouts: {len(rewards)} | Time: {time.monotonic() - start:.2f}s"
+        )
+    monitor.log(step, metrics)
