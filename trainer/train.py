@@ -204,7 +204,10 @@ def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
         mb = mb.to(world.device)
         if world.distributed:  # reduce gradients once, after the last micro-batch
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-        logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids).logits[0]
+        # No cache and no attention mask: transformers then reads sample boundaries from the
+        # restarting position ids and masks attention block-diagonally.
+        out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+        logits = out.logits[0]
         loss, mb_sums = compute_loss(
             logits, mb, batch.temperature, trainer.token_loss, num_loss_tokens
         )

@@ -1,0 +1,138 @@
+"""The trainer runtime in-process on the tiny model: steps, weights, checkpoints, metrics."""
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from launcher.errors import ConfigError
+from launcher.rundir import RunDir
+from trainer.ckpt import prune_checkpoints
+from trainer.config import TrainerConfig
+from trainer.data import fake_batch
+from trainer.dist import World
+from trainer.train import run, setup_trainer, train_step
+from trainer.weights import prune_weights
+
+CPU = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+
+
+def fake_config(model_dir: Path, out: Path, **overrides) -> TrainerConfig:
+    data = {
+        "model": {"name": str(model_dir), "dtype": "float32"},
+        "output_dir": str(out),
+        "max_steps": 2,
+        "seq_len": 32,
+        "data": {"fake": {"batch_size": 2}},
+        "optim": {"lr": 1e-3},
+    }
+    return TrainerConfig.model_validate(data | overrides)
+
+
+def test_every_parameter_changes_after_one_step(tiny_model_dir, tmp_path):
+    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), CPU)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    batch = fake_batch(trainer.config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    metrics = train_step(trainer, batch)
+    for name, param in trainer.model.named_parameters():
+        assert not torch.equal(param, before[name]), f"{name} did not change"
+    assert metrics["grad_norm"] > 0 and metrics["tokens_per_s"] > 0
+    assert 0 <= metrics["clip_frac"] <= 1 and metrics["entropy"] > 0
+
+
+def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run(fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"interval": 1, "keep": 2}))
+    rd = RunDir(tmp_path)
+    assert rd.complete_checkpoints() == [2, 3]  # keep = 2
+    assert all(rd.weights_stable(s) for s in (1, 2, 3))  # async_level 1: steps >= 1 kept
+    assert not rd.weight_dir(0).exists()
+    model = AutoModelForCausalLM.from_pretrained(rd.weight_dir(3))
+    assert model.dtype == torch.float32
+    config = json.loads((rd.weight_dir(3) / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"]
+    assert AutoTokenizer.from_pretrained(rd.weight_dir(3)).chat_template
+    records = [json.loads(line) for line in rd.metrics.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for key in ("loss", "entropy", "mismatch_kl", "clip_frac", "grad_norm", "lr",
+                "tokens_per_s", "peak_memory_gib", "step_time_s"):  # fmt: skip
+        assert all(key in r for r in records), key
+    assert (rd.config_file("trainer")).exists()
+
+
+def test_bf16_weights_stay_bf16(tiny_model_dir, tmp_path):
+    from safetensors import safe_open
+
+    cfg = fake_config(tiny_model_dir, tmp_path, max_steps=1, ckpt={"enabled": False})
+    run(cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "bfloat16"})}))
+    with safe_open(RunDir(tmp_path).weight_dir(1) / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+
+
+def test_checkpoint_round_trip_restores_optimizer_and_step(tiny_model_dir, tmp_path):
+    run(fake_config(tiny_model_dir, tmp_path, max_steps=2))
+    resumed = setup_trainer(
+        fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"resume_step": -1}), CPU
+    )
+    assert resumed.start_step == 2
+    assert resumed.scheduler.last_epoch == 2
+    state = resumed.optimizer.state_dict()["state"]
+    assert state and all(int(s["step"]) == 2 for s in state.values())
+
+
+def test_fresh_start_refuses_a_dir_with_checkpoints(tiny_model_dir, tmp_path):
+    run(fake_config(tiny_model_dir, tmp_path, max_steps=1))
+    with pytest.raises(ConfigError, match="resume-step -1"):
+        setup_trainer(fake_config(tiny_model_dir, tmp_path), CPU)
+    with pytest.raises(ConfigError, match="no complete checkpoint for step 5"):
+        setup_trainer(fake_config(tiny_model_dir, tmp_path, ckpt={"resume_step": 5}), CPU)
+
+
+def test_prune_weights_keeps_what_the_orchestrator_may_need(tmp_path):
+    rd = RunDir(tmp_path)
+    for s in range(6):
+        rd.weight_dir(s).mkdir(parents=True)
+    prune_weights(rd, 5, async_level=2)
+    assert sorted(p.name for p in rd.weights.iterdir()) == ["step_2", "step_3", "step_4", "step_5"]
+
+
+def test_prune_checkpoints_spares_incomplete_ones(tmp_path):
+    rd = RunDir(tmp_path)
+    for s in (2, 4, 6, 8):
+        (rd.checkpoint_dir(s) / "trainer").mkdir(parents=True)
+        if s != 8:
+            (rd.checkpoint_dir(s) / "MANIFEST").write_text("{}")
+    prune_checkpoints(rd, keep=1)
+    assert rd.complete_checkpoints() == [6]
+    assert rd.checkpoint_dir(8).exists()  # being written: untouched
+
+
+class FakeWandb:
+    """Stands in for the `wandb` module at its network boundary."""
+
+    def __init__(self):
+        self.inits, self.logged = [], []
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        run_id = kwargs.get("id") or "run-123"
+        log = lambda data, step: self.logged.append((step, data))  # noqa: E731
+        return SimpleNamespace(id=run_id, log=log, finish=lambda: None)
+
+
+def test_wandb_logs_offline_and_resumes_same_run(tiny_model_dir, tmp_path, monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    wandb = {"project": "p"}
+    run(fake_config(tiny_model_dir, tmp_path, wandb=wandb))
+    assert fake.inits[0]["mode"] == "offline" and fake.inits[0]["id"] is None
+    assert [step for step, _ in fake.logged] == [1, 2]
+    assert "trainer/loss" in fake.logged[0][1]
+    run(fake_config(tiny_model_dir, tmp_path, max_steps=3, wandb=wandb, ckpt={"resume_step": -1}))
+    assert fake.inits[1]["id"] == "run-123" and fake.inits[1]["resume"] == "allow"
+    assert [step for step, _ in fake.logged] == [1, 2, 3]

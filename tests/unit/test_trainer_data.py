@@ -1,0 +1,100 @@
+"""Batch waiting, packing into micro-batches, and the learning-rate schedule."""
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from launcher.protocol import Batch, Sample, write_batch
+from trainer.config import OptimConfig
+from trainer.data import pack_samples, sample_arrays, split_for_ranks, wait_for_batch
+from trainer.optim import lr_factor
+
+
+def random_batch(step: int, num_samples: int = 6, vocab_size: int = 100, seed: int = 0) -> Batch:
+    rng = random.Random(seed * 1000 + step)
+    samples = []
+    for _ in range(num_samples):
+        num_prompt, num_completion = rng.randint(1, 8), rng.randint(1, 12)
+        samples.append(
+            Sample(
+                prompt_ids=[rng.randrange(vocab_size) for _ in range(num_prompt)],
+                completion_ids=[rng.randrange(vocab_size) for _ in range(num_completion)],
+                completion_mask=[int(rng.random() < 0.8) for _ in range(num_completion)],
+                completion_logprobs=[-rng.random() * 3 for _ in range(num_completion)],
+                advantage=rng.uniform(-1, 1),
+            )
+        )
+    return Batch(step=step, temperature=0.9, samples=samples)
+
+
+def test_sample_arrays_align_targets_with_logits():
+    s = Sample([7, 8], [1, 2, 3], [1, 0, 1], [-0.1, -0.2, -0.3], advantage=1.5)
+    a = sample_arrays(s)
+    assert a["input_ids"] == [7, 8, 1, 2, 3]
+    assert a["target_ids"][:4] == [8, 1, 2, 3]
+    # logits at position 1 predict completion token 0, at 3 predict completion token 2
+    assert a["loss_mask"] == [False, True, False, True, False]
+    assert a["inference_logprobs"] == [0.0, -0.1, 0.0, -0.3, 0.0]
+
+
+def test_zero_loss_weight_removes_sample():
+    s = Sample([7], [1, 2], [1, 1], [-0.1, -0.2], advantage=1.0, loss_weight=0.0)
+    assert not any(sample_arrays(s)["loss_mask"])
+
+
+def test_packing_respects_budget_and_keeps_every_sample():
+    batch = random_batch(0, num_samples=20)
+    groups = pack_samples(batch.samples, 24, step=0)
+    assert all(sum(len(s.prompt_ids) + len(s.completion_ids) for s in g) <= 24 for g in groups)
+    assert sorted(id(s) for g in groups for s in g) == sorted(id(s) for s in batch.samples)
+
+
+def test_sample_longer_than_budget_is_a_clear_error():
+    batch = Batch(step=3, temperature=1.0, samples=[Sample([1] * 10, [2] * 10, [1] * 10,
+                                                           [0.0] * 10, advantage=1.0)])  # fmt: skip
+    with pytest.raises(ValueError, match="batch 3, sample 0 has 20 tokens"):
+        pack_samples(batch.samples, 16, step=3)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ranks_get_equal_micro_batch_counts_and_all_tokens(world_size):
+    batch = random_batch(0, num_samples=7)
+    per_rank = [split_for_ranks(batch, 24, r, world_size) for r in range(world_size)]
+    assert len({len(mbs) for mbs in per_rank}) == 1
+    masked = sum(int(mb.loss_mask.sum()) for mbs in per_rank for mb in mbs)
+    assert masked == sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
+
+
+def test_packed_rows_do_not_attend_across_samples(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    batch = random_batch(0, num_samples=3, vocab_size=1000)
+    (packed,) = split_for_ranks(batch, 200, 0, 1)
+    with torch.no_grad():
+        out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
+        logits, offset = out.logits[0], 0
+        for sample in batch.samples:  # packing keeps the input order within a row
+            ids = torch.tensor([sample.prompt_ids + sample.completion_ids])
+            alone = model(input_ids=ids).logits[0]
+            torch.testing.assert_close(logits[offset : offset + ids.shape[1]], alone)
+            offset += ids.shape[1]
+
+
+def test_wait_for_batch_reads_and_times_out(tmp_path: Path):
+    folder = tmp_path / "rollouts" / "step_0"
+    with pytest.raises(TimeoutError, match=str(folder)):
+        wait_for_batch(folder, timeout_s=0.3, poll_s=0.05)
+    write_batch(random_batch(0), folder)
+    assert len(wait_for_batch(folder, timeout_s=1).samples) == 6
+
+
+def test_lr_schedules():
+    warm = OptimConfig(lr=1.0, warmup_steps=4, scheduler="linear", min_lr=0.2)
+    assert [lr_factor(warm, 8, s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(warm, 8, 4) == 1.0 and lr_factor(warm, 8, 8) == pytest.approx(0.2)
+    cos = OptimConfig(lr=1.0, scheduler="cosine")
+    assert lr_factor(cos, 10, 5) == pytest.approx(0.5)
+    assert lr_factor(OptimConfig(), 10, 7) == 1.0
