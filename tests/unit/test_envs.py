@@ -1,0 +1,76 @@
+"""The bundled environments load through verifiers by id, build seeded datasets in code and
+score answers; unknown ids fail before anything starts."""
+
+import asyncio
+
+import pytest
+
+from launcher.errors import ConfigError
+from orchestrator.envs import LoadedEnv, check_installed, module_name
+from orchestrator.main import main
+
+BUNDLED = ["rl-add-digits", "rl-repeat-word", "rl-guess-number"]
+
+
+def test_ids_map_to_modules_like_verifiers():
+    assert module_name("rl-add-digits") == "rl_add_digits"
+    assert module_name("harleycooper/dakota1890") == "dakota1890"
+    check_installed(BUNDLED + ["someone/rl-add-digits"])
+
+
+def test_missing_env_names_id_and_install_command():
+    with pytest.raises(ConfigError) as err:
+        check_installed(["rl-add-digits", "harleycooper/dakota1890"])
+    message = str(err.value)
+    assert "'harleycooper/dakota1890'" in message and "uv pip install dakota1890" in message
+    assert "rl-add-digits'" not in message
+
+
+def test_unknown_env_exits_2_before_writing_anything(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--env", '[{id = "no-such-env"}]', "--output-dir", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    assert "no-such-env" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def envs():
+    return {env_id: LoadedEnv(env_id, {}) for env_id in BUNDLED}
+
+
+def test_datasets_are_seeded_and_shaped(envs):
+    add = envs["rl-add-digits"]
+    assert add.num_examples == 80 and len(add.eval_examples(100)) == 20
+    first = add.example(0)
+    assert first["prompt"][-1]["content"].startswith("What is ")
+    assert first["prompt"][-1]["content"].endswith("? Answer with just the number.")
+    assert LoadedEnv("rl-add-digits", {"seed": 1}).example(0) != first
+    assert LoadedEnv("rl-add-digits", {}).example(0) == first
+
+
+def test_rewards():
+    import rl_add_digits
+    import rl_guess_number
+    import rl_repeat_word
+
+    say = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    assert rl_add_digits.correct_sum(say(" 7."), "7") == 1.0
+    assert rl_add_digits.correct_sum(say("8"), "7") == 0.0
+    assert rl_repeat_word.exact_word(say("Apple"), "apple") == 1.0
+    game = say("2") + [{"role": "user", "content": "Higher."}] + say("3")
+    assert rl_guess_number.guessed(game, "3") == 0.5
+    assert rl_guess_number.guessed(say("3"), "3") == 1.0
+    assert rl_guess_number.guessed(say("4"), "3") == 0.0
+
+
+def test_guess_env_answers_each_guess(envs):
+    env = envs["rl-guess-number"].env
+    state = {"answer": "3"}
+    reply = lambda text: asyncio.run(  # noqa: E731
+        env.env_response([{"role": "assistant", "content": text}], state)
+    )
+    assert reply("1")[0]["content"] == "Higher."
+    assert reply("5")[0]["content"] == "Lower."
+    assert "not a number" in reply("maybe")[0]["content"]
+    assert reply("3")[0]["content"] == "Correct!" and state["final_env_response"]

@@ -1,0 +1,137 @@
+"""Orchestrator pieces that need no server: advantages, the sampler, samples from rollouts,
+checkpoint state and the waits' timeouts."""
+
+import asyncio
+import time
+
+import pytest
+
+from launcher.rundir import RunDir
+from orchestrator import ckpt
+from orchestrator.advantage import compute_advantages
+from orchestrator.client import OrchestratorError, server_root, wait_for_policy, wait_for_server
+from orchestrator.config import AdvantageConfig
+from orchestrator.envs import Rollout, Turn
+from orchestrator.rollouts import Stats, rollout_samples
+from orchestrator.sampler import ExampleSampler, SamplerState
+
+
+# -- advantages ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("std_normalize", [False, True])
+def test_advantages_sum_to_zero_per_group(std_normalize):
+    rewards = [1.0, 0.0, 0.0, 0.5]
+    adv = compute_advantages(rewards, AdvantageConfig(std_normalize=std_normalize))
+    assert sum(adv) == pytest.approx(0.0, abs=1e-9)
+    assert adv[0] > adv[3] > adv[1] == adv[2]
+    if std_normalize:
+        assert max(adv) == pytest.approx((1.0 - 0.375) / 0.414578, rel=1e-4)
+    else:
+        assert adv == pytest.approx([0.625, -0.375, -0.375, 0.125])
+
+
+def test_equal_rewards_give_zero_advantages():
+    assert compute_advantages([1.0, 1.0], AdvantageConfig(std_normalize=True)) == [0.0, 0.0]
+
+
+# -- sampler -------------------------------------------------------------------------------------
+def test_sampler_resumes_the_same_sequence():
+    whole = ExampleSampler([5, 7], [1.0, 3.0], seed=3).take(40)
+    first = ExampleSampler([5, 7], [1.0, 3.0], seed=3)
+    head = first.take(17)
+    saved = SamplerState(**vars(first.state))
+    rest = ExampleSampler([5, 7], [1.0, 3.0], seed=3, state=saved).take(23)
+    assert head + rest == whole
+
+
+def test_sampler_mixes_by_weight_and_covers_each_epoch():
+    picks = ExampleSampler([10, 10], [1.0, 3.0], seed=0).take(400)
+    share = sum(env == 1 for env, _ in picks) / len(picks)
+    assert 0.68 < share < 0.82
+    env0 = [i for env, i in picks if env == 0]
+    assert sorted(env0[:10]) == list(range(10))  # one epoch = every example once
+    assert env0[:10] != env0[10:20]  # reshuffled per epoch
+    assert ExampleSampler([10, 10], [1.0, 3.0], seed=1).take(20) != picks[:20]
+
+
+# -- samples from rollouts -----------------------------------------------------------------------
+def rollout(turns, reward=1.0, truncated=False):
+    return Rollout(
+        example_id=0, prompt=[], completion=[], reward=reward, turns=turns, is_truncated=truncated
+    )
+
+
+def test_multi_turn_rollout_is_one_sample_with_env_tokens_masked():
+    t1 = Turn([1, 2, 3], [10, 11], [-0.1, -0.2])
+    t2 = Turn([1, 2, 3, 10, 11, 50, 51], [12], [-0.3])
+    [sample] = rollout_samples(rollout([t1, t2]), 0.5, 100, False, Stats())
+    assert sample.prompt_ids == [1, 2, 3]
+    assert sample.completion_ids == [10, 11, 50, 51, 12]
+    assert sample.completion_mask == [1, 1, 0, 0, 1]
+    assert sample.completion_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3]
+    assert (sample.advantage, sample.loss_weight) == (0.5, 1.0)
+
+
+def test_retokenized_history_splits_into_one_sample_per_turn():
+    t1 = Turn([1, 2, 3], [10, 11], [-0.1, -0.2])
+    t2 = Turn([1, 2, 3, 99, 50], [12], [-0.3])  # the server re-tokenized [10, 11] as [99]
+    stats = Stats()
+    samples = rollout_samples(rollout([t1, t2]), -1.0, 100, False, stats)
+    assert [(s.prompt_ids, s.completion_ids) for s in samples] == [
+        ([1, 2, 3], [10, 11]),
+        ([1, 2, 3, 99, 50], [12]),
+    ]
+    assert all(s.completion_mask == [1] * len(s.completion_ids) for s in samples)
+    assert stats.num_split == 1
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_seq_len_cuts_the_completion_and_marks_it_truncated(mask_truncated):
+    t1 = Turn([1, 2, 3], [10, 11, 12, 13], [-0.1] * 4)
+    stats = Stats()
+    [sample] = rollout_samples(rollout([t1]), 0.0, 5, mask_truncated, stats)
+    assert sample.completion_ids == [10, 11]
+    assert sample.loss_weight == (0.0 if mask_truncated else 1.0)
+    assert stats.num_truncated == 1
+
+
+def test_max_tokens_truncation_and_tokenless_rollouts():
+    stats = Stats()
+    [sample] = rollout_samples(rollout([Turn([1], [2], [-1.0], True)]), 0.0, 9, True, stats)
+    assert sample.loss_weight == 0.0
+    assert rollout_samples(rollout([]), 0.0, 9, True, stats) == []
+    assert stats.num_dropped == 1
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+def test_checkpoint_rule_and_round_trip(tmp_path):
+    assert [s for s in range(1, 8) if ckpt.should_save(s, 3, 7, True)] == [3, 6, 7]
+    assert [s for s in range(1, 8) if ckpt.should_save(s, None, 7, True)] == [7]
+    assert not ckpt.should_save(7, 1, 7, False)
+    run_dir = RunDir(tmp_path)
+    state = ckpt.OrchestratorState(
+        step=4, sampler=SamplerState(9, [4, 5]), env_ids=["a"], num_tokens=7, wandb_run_id="x"
+    )
+    assert not ckpt.save(run_dir, state)  # the trainer's part is missing
+    (run_dir.checkpoint_dir(4) / "trainer").mkdir()
+    (run_dir.checkpoint_dir(4) / "trainer" / "DONE").write_text("")
+    assert ckpt.save(run_dir, state) and run_dir.latest_checkpoint() == 4
+    assert ckpt.load(run_dir, 4) == state
+
+
+# -- waits end with a message, not a hang --------------------------------------------------------
+def test_unreachable_server_times_out_naming_the_url():
+    start = time.monotonic()
+    with pytest.raises(OrchestratorError, match=r"http://127\.0\.0\.1:9/v1|127\.0\.0\.1:9"):
+        asyncio.run(wait_for_server("http://127.0.0.1:9/v1", "m", 1.5))
+    assert time.monotonic() - start < 5
+    assert server_root("http://h:1/v1/") == "http://h:1"
+
+
+def test_missing_weights_time_out_naming_the_path(tmp_path):
+    run_dir = RunDir(tmp_path)
+    with pytest.raises(OrchestratorError, match=r"weights/step_3/STABLE"):
+        asyncio.run(wait_for_policy(run_dir, 3, 4, 0.5, run_dir.weights_stable))
+    for step in (3, 4):
+        run_dir.weight_dir(step).mkdir(parents=True)
+        run_dir.mark_weights_stable(step)
+    assert asyncio.run(wait_for_policy(run_dir, 3, 4, 0.5, run_dir.weights_stable)) == 4
