@@ -1,11 +1,25 @@
 """Inference config schema (pydantic and the standard library only)."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from launcher.config import BaseConfig, LogConfig, ModelConfig, PositiveInt
+
+# vLLM arguments that come from this config's own keys, so vllm_args must not set them.
+OWNED_VLLM_ARGS = {
+    "model": "model.name",
+    "served_model_name": "model.name",
+    "dtype": "model.dtype",
+    "max_model_len": "model.max_model_len",
+    "host": "server.host",
+    "port": "server.port",
+    "tensor_parallel_size": "parallel.tp",
+    "data_parallel_size": "parallel.dp",
+    "enforce_eager": "enforce_eager",
+    "seed": "seed",
+}
 
 
 class InferenceModelConfig(ModelConfig):
@@ -40,6 +54,16 @@ class CpuConfig(BaseConfig):
     """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` binds all cores."""
 
 
+class WeightsConfig(BaseConfig):
+    pause_mode: Literal["wait", "keep", "abort"] = "wait"
+    """What a weight swap does with requests in flight: `wait` lets them finish first (every
+    completion comes from one policy), `keep` freezes them and continues with the new weights,
+    `abort` cancels them."""
+
+    timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    """Seconds a weight swap may wait for in-flight requests, and then for the reload itself."""
+
+
 class InferenceConfig(BaseConfig):
     """Configuration of the `inference` process."""
 
@@ -54,6 +78,9 @@ class InferenceConfig(BaseConfig):
 
     cpu: CpuConfig = CpuConfig()
     """Settings used only when no GPU is visible."""
+
+    weights: WeightsConfig = WeightsConfig()
+    """How `/update_weights` and `/reload_weights` swap weights in place."""
 
     enforce_eager: bool | None = None
     """Disable CUDA graphs / compilation; None means eager on CPU (fast start) and graphs on GPU."""
@@ -73,11 +100,11 @@ class InferenceConfig(BaseConfig):
 
     @model_validator(mode="after")
     def validate_vllm_args(self) -> "InferenceConfig":
-        owned = {"model", "port", "host", "tensor_parallel_size", "data_parallel_size", "dtype"}
-        clash = sorted(owned & {k.replace("-", "_") for k in self.vllm_args})
+        clash = [k for k in self.vllm_args if k.replace("-", "_") in OWNED_VLLM_ARGS]
         if clash:
+            fixes = ", ".join(f"{k} -> {OWNED_VLLM_ARGS[k.replace('-', '_')]}" for k in clash)
             raise ValueError(
-                f"vllm_args sets {clash}, which this config owns: use model.name, model.dtype, "
-                "server.host, server.port, parallel.tp or parallel.dp instead"
+                f"vllm_args sets {clash}, which this config owns: use its own keys instead "
+                f"({fixes})"
             )
         return self

@@ -1,0 +1,240 @@
+"""The inference process: vLLM's OpenAI-compatible app served from this process (the engine core
+runs in child processes) plus the admin routes that swap policy weights in place.
+
+Order: check the model and the port (user errors exit 2 before vLLM starts), set CPU defaults,
+parse vLLM's arguments, write the resolved config, load the model, serve until SIGTERM/SIGINT,
+then make sure no engine process outlives this one.
+"""
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from inference.config import InferenceConfig
+from launcher.errors import ConfigError, exit_with
+from launcher.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from launcher.rundir import RunDir
+from launcher.toml_io import dump_config
+
+PROG = "inference"
+CHILD_GRACE_S = 10.0
+
+
+def say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def run(config: InferenceConfig) -> None:
+    """Check, start, serve until a signal, stop; user errors exit 2 with one message."""
+    start = time.monotonic()
+    try:
+        model_path = resolve_served_model(config.model.name)
+        check_port_free(config.server.host, config.server.port)
+        on_cpu = setup_device_env(config)
+        from inference.vllm_args import build_vllm_args
+
+        args = build_vllm_args(config, model_path, on_cpu)
+    except ConfigError as err:
+        exit_with(str(err), PROG)
+    write_resolved_config(config)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+    device = "cpu" if on_cpu else f"gpu (CUDA_VISIBLE_DEVICES={visible})"
+    say(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
+        f"http://{config.server.host}:{config.server.port}")  # fmt: skip
+    try:
+        import uvloop
+
+        uvloop.run(serve(args, config, model_path, start))
+    except KeyboardInterrupt:
+        say("interrupted during startup")
+    finally:
+        stop_children()
+        say("stopped")
+
+
+def resolve_served_model(name: str) -> str:
+    """Local folder for the bundled default or a path; a hub name must be cached or on the hub."""
+    from launcher.models import ModelNotFoundError, resolve_model
+
+    try:
+        resolved = resolve_model(name)
+    except ModelNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    if not Path(resolved).is_dir():
+        check_hub_model(resolved)
+    return resolved
+
+
+def check_hub_model(name: str) -> None:
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    try:
+        HfApi().model_info(name, timeout=10)
+    except GatedRepoError:
+        return  # exists; vLLM reports missing credentials itself
+    except RepositoryNotFoundError:
+        raise ConfigError(
+            f"model.name = {name!r} is not on the Hugging Face hub (nor a local folder): "
+            "check the spelling, or give an HF model folder"
+        ) from None
+    except Exception as err:
+        raise ConfigError(
+            f"model.name = {name!r} is not a local folder nor in the HF cache, and the hub is "
+            f"unreachable ({type(err).__name__}): give a local HF folder, or use the bundled "
+            "HuggingFaceTB/SmolLM2-135M-Instruct"
+        ) from None
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise ConfigError(
+                f"server.port {port} on {host} is not available ({err.strerror}): stop whatever "
+                "uses it or pick another port with --server.port"
+            ) from None
+
+
+def setup_device_env(config: InferenceConfig) -> bool:
+    """True when serving on CPU; then set vLLM's CPU defaults unless the environment has them."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu.kvcache_space_gib))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    return True
+
+
+def write_resolved_config(config: InferenceConfig) -> None:
+    path = RunDir(config.output_dir).config_file(PROG)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_config(config))
+
+
+async def serve(args, config: InferenceConfig, model_path: str, start: float) -> None:
+    """Load the engine, serve HTTP until a signal, shut the engine down."""
+    from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
+    from vllm.entrypoints.launchers.launcher import setup_server
+
+    def interrupt_startup(*_) -> None:
+        raise KeyboardInterrupt("terminated")
+
+    # Until uvicorn installs its handlers, SIGTERM must still unwind the engine cleanly.
+    signal.signal(signal.SIGTERM, interrupt_startup)
+    _, sock = setup_server(args, reuse_port=False)
+    try:
+        async with build_async_engine_client(args) as engine:
+            shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
+            say("shutting down: stopping the engine")
+        await shutdown_task
+    finally:
+        sock.close()
+
+
+async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str, start: float):
+    """vLLM's `build_and_serve` plus our admin routes and a readiness message."""
+    from vllm import envs
+    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+    from vllm.entrypoints.launchers.app import build_app
+    from vllm.entrypoints.launchers.launcher import serve_http
+
+    from inference.weights import WeightUpdater
+
+    supported_tasks = await engine.get_supported_tasks()
+    app = build_app(args, supported_tasks, engine.model_config)
+    updater = WeightUpdater(
+        engine, model_path, config.output_dir, config.weights.timeout_s, config.weights.pause_mode
+    )
+    add_admin_routes(app, updater)
+    await init_app_state(engine, app.state, args, supported_tasks)
+    asyncio.get_running_loop().create_task(announce_ready(app, config, start))
+    return await serve_http(
+        app,
+        sock=sock,
+        host=args.host,
+        port=args.port,
+        log_level=args.uvicorn_log_level,
+        access_log=not args.disable_uvicorn_access_log,
+        timeout_keep_alive=envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+        h11_max_incomplete_event_size=args.h11_max_incomplete_event_size,
+        h11_max_header_count=args.h11_max_header_count,
+    )
+
+
+async def announce_ready(app, config: InferenceConfig, start: float) -> None:
+    while not getattr(getattr(app.state, "server", None), "started", False):
+        await asyncio.sleep(0.1)
+    url = f"http://{config.server.host}:{config.server.port}"
+    say(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
+
+
+def add_admin_routes(app, updater) -> None:
+    """POST /update_weights {"weight_dir": ...} and POST /reload_weights, ahead of vLLM's
+    routes so that its dev-mode routes of the same name never shadow them."""
+    from fastapi import APIRouter
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel
+
+    from inference.weights import WeightDirError
+
+    class UpdateWeightsRequest(BaseModel):
+        weight_dir: str
+
+    async def answer(swap, what: str) -> JSONResponse:
+        try:
+            result = await swap
+        except WeightDirError as err:
+            say(f"refused {what}: {err}")
+            return JSONResponse({"detail": str(err)}, status_code=err.status)
+        say(f"now serving {result['weights']} (swapped in {result['load_s']} s)")
+        return JSONResponse(result)
+
+    router = APIRouter()
+
+    @router.post(UPDATE_WEIGHTS_ROUTE)
+    async def update_weights(request: UpdateWeightsRequest) -> JSONResponse:
+        return await answer(updater.update(request.weight_dir), request.weight_dir)
+
+    @router.post(RELOAD_WEIGHTS_ROUTE)
+    async def reload_weights() -> JSONResponse:
+        return await answer(updater.reload_base(), "the base weights")
+
+    app.include_router(router)
+    ours = app.router.routes[-len(router.routes) :]
+    app.router.routes[:] = ours + app.router.routes[: -len(router.routes)]
+
+
+def stop_children() -> None:
+    """Terminate any process this one started that is still alive (engine cores, workers)."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    if not children:
+        return
+    names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in children)
+    say(f"stopping leftover child processes: {names}")
+    for child in children:
+        with_suppressed(child.terminate)
+    _, alive = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
+    for child in alive:
+        with_suppressed(child.kill)
+
+
+def with_suppressed(action):
+    """`action()`, or None if the process is already gone."""
+    import psutil
+
+    try:
+        return action()
+    except psutil.Error:
+        return None

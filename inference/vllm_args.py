@@ -1,0 +1,106 @@
+"""The vLLM server arguments for an InferenceConfig: the keys this config owns plus the user's
+`vllm_args`, each checked against vLLM's own argument parser (typos are errors with a
+did-you-mean). Imports vLLM's argument parser, so call it only after the config has parsed."""
+
+import argparse
+import contextlib
+import difflib
+import io
+import json
+from typing import Any
+
+from inference.config import InferenceConfig
+from launcher.errors import ConfigError
+
+
+def vllm_parser() -> argparse.ArgumentParser:
+    """vLLM's OpenAI server parser (`vllm serve` minus the subcommand)."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser(prog="vllm"))
+
+
+def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[str]:
+    """Arguments derived from this project's config keys (the user's vllm_args come after)."""
+    argv = [
+        "--model", model_path,
+        "--served-model-name", config.model.name,
+        "--dtype", config.model.dtype,
+        "--host", config.server.host,
+        "--port", str(config.server.port),
+        "--tensor-parallel-size", str(config.parallel.tp),
+        "--seed", str(config.seed),
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+    if config.model.max_model_len is not None:
+        argv += ["--max-model-len", str(config.model.max_model_len)]
+    if config.parallel.dp is not None:
+        argv += ["--data-parallel-size", str(config.parallel.dp)]
+    eager = on_cpu if config.enforce_eager is None else config.enforce_eager
+    argv.append("--enforce-eager" if eager else "--no-enforce-eager")
+    return argv
+
+
+def option_for(key: str, parser: argparse.ArgumentParser) -> argparse.Action:
+    """The parser action for a vllm_args key (snake or kebab case), or a did-you-mean error."""
+    flag = "--" + key.replace("_", "-")
+    actions = parser._option_string_actions  # noqa: SLF001 - argparse has no public lookup
+    if flag in actions:
+        return actions[flag]
+    names = sorted({a.lstrip("-").replace("-", "_") for a in actions if a.startswith("--")})
+    close = difflib.get_close_matches(key.replace("-", "_"), names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise ConfigError(
+        f"vllm_args.{key} is not a vLLM engine or server argument{hint} "
+        "(see `python -m vllm.entrypoints.openai.api_server --help`)"
+    )
+
+
+def value_argv(flag: str, value: Any, action: argparse.Action) -> list[str]:
+    """TOML value -> argv words for one option."""
+    is_switch = action.nargs == 0
+    if isinstance(value, bool):
+        if is_switch:
+            negative = "--no-" + flag[2:]
+            if value:
+                return [flag]
+            return [negative] if negative in action.option_strings else []
+        return [flag, "true" if value else "false"]
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [flag, json.dumps(value)]
+    if isinstance(value, list):
+        if action.nargs in ("+", "*"):
+            return [flag, *(str(v) for v in value)]
+        return [flag, json.dumps(value)]
+    return [flag, str(value)]
+
+
+def user_argv(vllm_args: dict[str, Any], parser: argparse.ArgumentParser) -> list[str]:
+    argv: list[str] = []
+    for key, value in vllm_args.items():
+        action = option_for(key, parser)
+        argv += value_argv("--" + key.replace("_", "-"), value, action)
+    return argv
+
+
+def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> argparse.Namespace:
+    """Parse owned + user arguments with vLLM's parser; a rejected value is a ConfigError."""
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+
+    parser = vllm_parser()
+    argv = owned_argv(config, model_path, on_cpu) + user_argv(config.vllm_args, parser)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(argv)
+        validate_parsed_serve_args(args)
+    except SystemExit:
+        message = stderr.getvalue().strip().splitlines()
+        reason = message[-1] if message else "invalid arguments"
+        raise ConfigError(f"vLLM rejected the arguments {argv}: {reason}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"vLLM rejected the arguments {argv}: {err}") from None
+    return args

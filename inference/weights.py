@@ -1,0 +1,157 @@
+"""In-place weight swaps for a running vLLM engine (`/update_weights`, `/reload_weights`).
+
+A folder is checked before any weight is touched: it must lie inside the allowed root, hold an
+HF `config.json` and safetensors files whose tensor names and shapes match the base model. Only
+then is generation paused (in-flight requests finish first), the workers reload from the
+folder through vLLM's `reload_weights` RPC, the prefix cache is cleared and generation resumes.
+A failed reload restores the previous weights, so the server keeps serving a whole policy.
+"""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_FILE = "config.json"
+
+
+class WeightDirError(ValueError):
+    """A weight folder that cannot be loaded; `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from the safetensors headers in `folder` (no tensor data read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 - safe_open is not a dict
+                    shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except Exception as err:  # safetensors raises its own error types for corrupt files
+            raise WeightDirError(422, f"{file} is not a readable safetensors file: {err}") from None
+    return shapes
+
+
+def check_inside(path: Path, root: Path) -> Path:
+    """`path` resolved, if it lies inside `root` (resolved); else a 403 WeightDirError."""
+    resolved = path.expanduser().resolve()
+    if not resolved.is_relative_to(root):
+        raise WeightDirError(
+            403, f"weight_dir {str(path)!r} is outside the allowed root {str(root)!r}"
+        )
+    return resolved
+
+
+def check_weight_dir(path: Path, root: Path, expected: dict[str, tuple[int, ...]] | None) -> Path:
+    """Validate a weight folder without loading it; returns its resolved path."""
+    folder = check_inside(path, root)
+    if not folder.is_dir():
+        raise WeightDirError(404, f"weight_dir {str(folder)!r} does not exist or is not a folder")
+    try:
+        json.loads((folder / CONFIG_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise WeightDirError(422, f"{folder} has no valid {CONFIG_FILE}: {err}") from None
+    shapes = tensor_shapes(folder)
+    if not shapes:
+        raise WeightDirError(422, f"{folder} holds no *.safetensors files")
+    if expected:
+        check_same_tensors(folder, shapes, expected)
+    return folder
+
+
+def check_same_tensors(
+    folder: Path, shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]
+) -> None:
+    # A tied lm_head may be saved or left out, so it is optional on both sides.
+    optional = {"lm_head.weight"}
+    missing = sorted(set(expected) - set(shapes) - optional)
+    extra = sorted(set(shapes) - set(expected) - optional)
+    wrong = sorted(n for n in set(shapes) & set(expected) if shapes[n] != expected[n])
+    problems = []
+    if missing:
+        problems.append(f"missing tensors {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    if extra:
+        problems.append(f"unexpected tensors {extra[:3]}{' ...' if len(extra) > 3 else ''}")
+    if wrong:
+        name = wrong[0]
+        problems.append(f"{name} has shape {shapes[name]}, the served model {expected[name]}")
+    if problems:
+        raise WeightDirError(
+            422, f"{folder} does not match the served model: " + "; ".join(problems)
+        )
+
+
+@dataclass
+class WeightState:
+    base: str
+    """What the server started from (a local folder or a hub name)."""
+
+    current: str
+    """The weights serving now."""
+
+
+class WeightUpdater:
+    """Swaps the engine's weights in place, one swap at a time.
+
+    Consumes: folder paths from the admin routes. Waits for: in-flight requests to finish
+    (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
+
+    def __init__(self, engine, base: str, root: Path, timeout_s: float, pause_mode: str):
+        self.engine = engine
+        self.root = root.expanduser().resolve()
+        self.timeout_s = timeout_s
+        self.pause_mode = pause_mode
+        self.state = WeightState(base=base, current=base)
+        base_path = Path(base)
+        self.expected = tensor_shapes(base_path) if base_path.is_dir() else None
+        self.lock = asyncio.Lock()
+
+    async def update(self, weight_dir: str) -> dict:
+        folder = check_weight_dir(Path(weight_dir), self.root, self.expected)
+        return await self.swap(str(folder))
+
+    async def reload_base(self) -> dict:
+        return await self.swap(self.state.base)
+
+    async def swap(self, target: str) -> dict:
+        async with self.lock:
+            start = time.monotonic()
+            previous = self.state.current
+            try:
+                await self.wait_for("pausing generation", self.engine.pause_generation(
+                    mode=self.pause_mode, clear_cache=True
+                ))  # fmt: skip
+                await self.reload(target, previous)
+            finally:
+                await self.engine.resume_generation()
+            self.state.current = target
+            return {"status": "ok", "weights": target, "load_s": round(time.monotonic() - start, 3)}
+
+    async def reload(self, target: str, previous: str) -> None:
+        try:
+            await self.wait_for(f"reloading {target}", self.rpc_reload(target))
+        except Exception as err:
+            # Half-written parameters would serve a mix of two policies: go back to `previous`.
+            await self.wait_for(f"restoring {previous}", self.rpc_reload(previous))
+            raise WeightDirError(500, f"loading {target} failed ({err}); kept {previous}") from err
+        await self.engine.reset_prefix_cache()
+
+    async def rpc_reload(self, path: str) -> None:
+        await self.engine.collective_rpc(
+            "reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True}
+        )
+
+    async def wait_for(self, what: str, awaitable) -> None:
+        try:
+            await asyncio.wait_for(awaitable, timeout=self.timeout_s)
+        except TimeoutError:
+            raise WeightDirError(
+                504, f"timed out after {self.timeout_s:.0f} s {what} (weights.timeout_s)"
+            ) from None
