@@ -1,0 +1,182 @@
+"""The real `inference` server on CPU with the tiny model: OpenAI routes with token ids and
+logprobs, in-place weight swaps, refusals that leave the served weights alone, clean SIGTERM.
+
+One server for the whole module (vLLM takes about a minute to start on 2 cores)."""
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import psutil
+import pytest
+
+from inference.process import InferenceProcess, post_json
+from launcher.protocol import (
+    HEALTH_ROUTE,
+    MODELS_ROUTE,
+    RELOAD_WEIGHTS_ROUTE,
+    UPDATE_WEIGHTS_ROUTE,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PORTS = range(8150, 8170)
+PROMPT_IDS = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 6004, 2]
+
+
+def free_port() -> int:
+    for port in PORTS:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise RuntimeError(f"no free port in {PORTS}")
+
+
+def perturbed_copy(src: Path, dst: Path, scale: float, seed: int) -> Path:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(dst / "model.safetensors")
+    gen = torch.Generator().manual_seed(seed)
+    noisy = {k: v + scale * torch.randn(v.shape, generator=gen) for k, v in tensors.items()}
+    save_file(noisy, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
+    root = tmp_path_factory.mktemp("inference_run")
+    weights = root / "weights"
+    shutil.copytree(tiny_model_dir, weights / "step_0")
+    perturbed_copy(tiny_model_dir, weights / "step_1", scale=0.05, seed=1)
+    truncated = weights / "truncated"
+    shutil.copytree(tiny_model_dir, truncated)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    wrong_shape = weights / "wrong_shape"
+    wrong_shape.mkdir()
+    shutil.copy(tiny_model_dir / "config.json", wrong_shape)
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"model.embed_tokens.weight": torch.zeros(10, 64)}, wrong_shape / "m.safetensors")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, tiny_model_dir):
+    config = run_dir / "infer.toml"
+    config.write_text(
+        f'output_dir = "{run_dir}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
+        "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n"
+    )
+    port = free_port()
+    proc = InferenceProcess(["@", str(config), "--server.port", str(port)], run_dir / "inf.log")
+    proc.start()
+    try:
+        proc.wait_ready(timeout_s=600)
+        children = psutil.Process(proc.proc.pid).children(recursive=True)
+        assert children, "vLLM's engine core should run in a child process"
+        yield proc
+    finally:
+        code = proc.stop(grace_s=60)
+    log = proc.log_path.read_text()
+    assert "inference: ready" in log and "inference: stopped" in log, proc.log_tail()
+    assert code == 0, f"exit code {code} after SIGTERM:\n{proc.log_tail()}"
+    assert not [c for c in children if c.is_running() and c.status() != "zombie"]
+
+
+def chat(url: str, max_tokens: int = 6) -> dict:
+    status, body = post_json(
+        url + "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "What is 2+3?"}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "logprobs": True,
+            "return_token_ids": True,
+        },
+    )
+    assert status == 200, body
+    return body
+
+
+def prompt_logprobs(url: str) -> list[float]:
+    """Logprob of every prompt token after the first under the weights serving now."""
+    status, body = post_json(
+        url + "/v1/completions",
+        {"prompt": PROMPT_IDS, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 0},
+    )
+    assert status == 200, body
+    entries = body["choices"][0]["prompt_logprobs"][1:]
+    return [entry[str(tok)]["logprob"] for tok, entry in zip(PROMPT_IDS[1:], entries, strict=True)]
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_health_and_models(server, tiny_model_dir):
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + HEALTH_ROUTE, timeout=10) as response:
+        assert response.status == 200
+    with urllib.request.urlopen(server.url + MODELS_ROUTE, timeout=10) as response:
+        assert json.loads(response.read())["data"][0]["id"] == str(tiny_model_dir)
+
+
+def test_chat_returns_token_ids_and_logprobs(server):
+    body = chat(server.url)
+    choice = body["choices"][0]
+    assert body["prompt_token_ids"][:1] == [1]  # <|im_start|>, from the ChatML template
+    assert len(choice["token_ids"]) == body["usage"]["completion_tokens"] > 0
+    logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+    assert len(logprobs) == len(choice["token_ids"]) and all(lp <= 0 for lp in logprobs)
+
+
+def test_update_weights_swaps_in_place_and_back(server, run_dir):
+    base = prompt_logprobs(server.url)
+    status, body = post_json(
+        server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
+    )
+    assert status == 200 and body["weights"].endswith("step_1"), body
+    changed = prompt_logprobs(server.url)
+    assert max_diff(base, changed) > 1e-3
+
+    status, body = post_json(
+        server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_0")}
+    )
+    assert status == 200, body
+    assert max_diff(base, prompt_logprobs(server.url)) < 1e-4
+
+    post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
+    status, body = post_json(server.url + RELOAD_WEIGHTS_ROUTE, {})
+    assert status == 200, body
+    assert max_diff(base, prompt_logprobs(server.url)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("folder", "status", "words"),
+    [
+        ("weights/truncated", 422, "not a readable safetensors file"),
+        ("weights/wrong_shape", 422, "does not match the served model"),
+        ("weights/nothing_here", 404, "does not exist"),
+        ("weights", 422, "config.json"),
+    ],
+)
+def test_bad_folder_is_refused_and_weights_keep_serving(server, run_dir, folder, status, words):
+    post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
+    before = prompt_logprobs(server.url)
+    code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / folder)})
+    assert code == status and words in body["detail"], body
+    assert max_diff(before, prompt_logprobs(server.url)) < 1e-5
+
+
+def test_folder_outside_root_is_refused(server, run_dir, tiny_model_dir):
+    for outside in (str(tiny_model_dir), str(run_dir / "weights" / ".." / "..")):
+        code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": outside})
+        assert code == 403 and "outside the allowed root" in body["detail"], body
+    assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
