@@ -27,10 +27,13 @@ def test_missing_env_names_id_and_install_command():
 
 
 def test_unknown_env_exits_2_before_writing_anything(tmp_path, capsys):
+    config = tmp_path / "orch.toml"
+    config.write_text('[[env]]\nid = "no-such-env"\n')
     with pytest.raises(SystemExit) as exit_:
-        main(["--env", '[{id = "no-such-env"}]', "--output-dir", str(tmp_path / "run")])
+        main(["@", str(config), "--output-dir", str(tmp_path / "run")])
     assert exit_.value.code == 2
-    assert "no-such-env" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'no-such-env' (module `no_such_env`)" in err and "not installed" in err
     assert not (tmp_path / "run").exists()
 
 
