@@ -1,7 +1,6 @@
 """Checks `rl` runs before it starts anything, and the run-directory preparation for a start
 or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
 
-import importlib.util
 import shutil
 import socket
 from pathlib import Path
@@ -23,22 +22,13 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def env_module(env_id: str) -> str:
-    """The Python module verifiers imports for an environment id (`owner/name-x` -> `name_x`)."""
-    return env_id.split("/")[-1].replace("-", "_")
-
-
 def check_environments(plan: Plan) -> None:
+    from orchestrator.envs import check_installed
+
     orch = plan.config.orchestrator
-    ids = [env.id for env in orch.env] + [env.id for env in (orch.eval.env if orch.eval else [])]
-    for env_id in dict.fromkeys(ids):
-        if importlib.util.find_spec(env_module(env_id)) is None:
-            raise ConfigError(
-                f"environment {env_id!r} (orchestrator [[env]] id) is not installed: no module "
-                f"{env_module(env_id)!r}. Install it into this environment (e.g. "
-                f"`uv pip install {env_id.split('/')[-1]}` or `prime env install {env_id}`), or "
-                "use a bundled one: rl-add-digits, rl-repeat-word, rl-tool-calc"
-            )
+    check_installed([env.id for env in orch.env], "orchestrator [[env]]")
+    if orch.eval:
+        check_installed([env.id for env in orch.eval.env], "orchestrator [[eval.env]]")
 
 
 def _folder_bytes(path: Path) -> int:
