@@ -1,0 +1,272 @@
+"""The orchestrator against a real `inference` server (CPU, tiny model), with a stand-in
+trainer that only publishes weight folders: batches on disk decode to the prompts and
+completions, carry the server's logprobs, mask exactly the model's tokens (multi-turn too),
+have zero-sum group advantages; resume repeats an uninterrupted run's example order; a
+missing weight folder and an unreachable server end with a message inside their timeout."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from launcher.protocol import read_batch
+from launcher.rundir import RunDir
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+PORT = 8211
+STEP_LINE = (
+    r"^Step \d+ \| Time: [\d.]+s \| Reward: [\d.]+ \| Throughput: [\d.]+ tokens/s \| "
+    r"Seq\. Length: [\d.]+ tokens/sample$"
+)
+ENV_TEXT = ("Higher.", "Lower.", "not a number", "Correct!")
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir, tmp_path_factory):
+    """(model dir, runs root, base url) of an `inference` server on the tiny model."""
+    root = tmp_path_factory.mktemp("orch")
+    model = shutil.copytree(tiny_model_dir, root / "model")
+    log = (root / "inference.log").open("w")
+    cmd = [
+        sys.executable, "-m", "inference.main", "--model.name", str(model),
+        "--model.dtype", "float32", "--model.max-model-len", "1024",
+        "--server.port", str(PORT), "--cpu.kvcache-space-gib", "1", "--output-dir", str(root),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        wait_healthy(f"http://127.0.0.1:{PORT}", proc, root / "inference.log")
+        yield model, root, f"http://127.0.0.1:{PORT}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_healthy(root: str, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"inference exited:\n{log.read_text()[-3000:]}"
+        try:
+            if requests.get(root + "/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"inference not healthy within {timeout_s}s:\n{log.read_text()[-3000:]}")
+
+
+class StandInTrainer(threading.Thread):
+    """Publishes `weights/step_<n+1>` (a copy of the model + STABLE) once batch n exists, and
+    marks the trainer's checkpoint parts DONE, like a trainer that learns nothing."""
+
+    def __init__(self, run_dir: RunDir, model: Path):
+        super().__init__(daemon=True)
+        self.run_dir, self.model, self.stop = run_dir, model, threading.Event()
+
+    def publish(self, step: int) -> None:
+        if not self.run_dir.weights_stable(step):
+            shutil.copytree(self.model, self.run_dir.weight_dir(step), dirs_exist_ok=True)
+            self.run_dir.mark_weights_stable(step)
+        part = self.run_dir.checkpoint_dir(step) / "trainer"
+        part.mkdir(parents=True, exist_ok=True)
+        (part / "DONE").write_text("")
+        self.run_dir.write_manifest_if_complete(step, ["trainer", "orchestrator"])
+
+    def run(self) -> None:
+        self.publish(0)
+        step = 0
+        while not self.stop.is_set():
+            if self.run_dir.rollout_dir(step).is_dir():
+                self.publish(step + 1)
+                step += 1
+            else:
+                for s in range(step + 1):  # complete checkpoints the orchestrator saved late
+                    self.run_dir.write_manifest_if_complete(s, ["trainer", "orchestrator"])
+                time.sleep(0.1)
+
+
+def env_toml(out: Path, *entries: str) -> str:
+    """A config file with one [[env]] table per entry (`id = "...", weight = ...`)."""
+    path = out.parent / f"{out.name}.toml"
+    path.write_text("".join(f"[[env]]\n{entry.replace(', ', chr(10))}\n" for entry in entries))
+    return str(path)
+
+
+def orchestrator(out: Path, model: Path, base_url: str, *flags: str, timeout: float = 300):
+    cmd = [
+        sys.executable, "-m", "orchestrator.main", "--model.name", str(model),
+        "--client.base-url", base_url, "--output-dir", str(out), "--seq-len", "512",
+        "--sampling.max-tokens", "12", "--client.health-timeout-s", "60", *flags,
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def run_with_trainer(out: Path, model: Path, base_url: str, *flags: str):
+    run_dir = RunDir(out)
+    trainer = StandInTrainer(run_dir, model)
+    trainer.start()
+    try:
+        done = orchestrator(out, model, base_url, *flags)
+    finally:
+        trainer.stop.set()
+        trainer.join()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def rescore(base_url: str, model: Path, ids: list[int]) -> list[float]:
+    """The server's logprob of every token of `ids` given the tokens before it."""
+    answer = requests.post(
+        base_url + "/completions",
+        json={"model": str(model), "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0},
+        timeout=60,
+    )
+    answer.raise_for_status()
+    entries = answer.json()["choices"][0]["prompt_logprobs"]
+    return [next(iter(e.values()))["logprob"] if e else 0.0 for e in entries]
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_batches_on_disk(served, tmp_path):
+    from transformers import AutoTokenizer
+
+    model, root, base_url = served
+    out = root / "run_batches"
+    envs = env_toml(out, 'id = "rl-add-digits"', 'id = "rl-guess-number", weight = 2.0')
+    done = run_with_trainer(
+        out, model, base_url, "--max-steps", "3", "--async-level", "1", "--batch-size", "8",
+        "--rollouts-per-example", "4", "@", envs, "--num-saved-samples", "8",
+    )  # fmt: skip
+    lines = re.findall(STEP_LINE, done.stdout, re.M)
+    assert len(lines) == 3, done.stdout
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    run_dir = RunDir(out)
+    steps = [m for m in metrics(out) if "reward" in m]
+    assert [m["step"] for m in steps] == [0, 1, 2]
+    assert steps[2]["policy_step"] >= 1  # step 2 needed weights/step_1 or newer
+    num_env_tokens = 0
+    for step in range(3):
+        batch = read_batch(run_dir.rollout_dir(step))
+        records = [
+            json.loads(line)
+            for line in (run_dir.rollout_dir(step) / "samples.jsonl").read_text().splitlines()
+        ]
+        assert batch.step == step and len(records) == 8
+        if steps[step]["num_split_rollouts"] == 0:
+            check_groups(batch, records, tokenizer)
+        for sample in batch.samples:
+            num_env_tokens += check_sample(sample, tokenizer, base_url, model)
+    assert num_env_tokens > 0  # the multi-turn env put environment tokens in completions
+    assert (run_dir.checkpoint_dir(3) / "orchestrator" / "DONE").exists()
+    assert run_dir.checkpoint_complete(3)
+
+
+def check_groups(batch, records, tokenizer) -> None:
+    """One sample per rollout: ids decode to the saved prompt and completion; each group of
+    4 has advantages summing to zero."""
+    assert len(batch.samples) == len(records)
+    for sample, record in zip(batch.samples, records, strict=True):
+        prompt = tokenizer.apply_chat_template(record["prompt"], add_generation_prompt=True)
+        ids = prompt["input_ids"] if isinstance(prompt, dict) else prompt
+        assert sample.prompt_ids == list(ids)
+        assert sample.reward == pytest.approx(record["reward"])
+        first = record["completion"][0]["content"]
+        model_ids = tokens_where(sample, 1)
+        assert tokenizer.decode(model_ids).startswith(first.rstrip())
+    for start in range(0, len(batch.samples), 4):
+        group = batch.samples[start : start + 4]
+        assert sum(s.advantage for s in group) == pytest.approx(0.0, abs=1e-5)
+
+
+def tokens_where(sample, mask: int) -> list[int]:
+    pairs = zip(sample.completion_ids, sample.completion_mask, strict=True)
+    return [token for token, m in pairs if m == mask]
+
+
+def check_sample(sample, tokenizer, base_url, model) -> int:
+    """Logprobs match a re-score by the server where mask = 1; mask-0 tokens are environment
+    text; returns the number of mask-0 tokens."""
+    ids = sample.prompt_ids + sample.completion_ids
+    scored = rescore(base_url, model, ids)[len(sample.prompt_ids) :]
+    triples = zip(sample.completion_mask, sample.completion_logprobs, scored, strict=True)
+    for mask, ours, theirs in triples:
+        if mask:
+            assert ours == pytest.approx(theirs, abs=2e-3)
+        else:
+            assert ours == 0.0
+    env_ids = tokens_where(sample, 0)
+    if env_ids:
+        env_text = tokenizer.decode(env_ids)
+        assert "<|im_start|>user" in env_text and any(t in env_text for t in ENV_TEXT)
+    assert set(sample.completion_mask) <= {0, 1} and sample.completion_mask[-1] == 1
+    return len(env_ids)
+
+
+def prompts_by_step(out: Path) -> dict[int, list]:
+    run_dir = RunDir(out)
+    found = {}
+    for step in sorted(int(p.name.split("_")[1]) for p in run_dir.rollouts.glob("step_*")):
+        lines = (run_dir.rollout_dir(step) / "samples.jsonl").read_text().splitlines()
+        found[step] = [json.loads(line)["prompt"] for line in lines]
+    return found
+
+
+def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
+    model, root, base_url = served
+    envs = env_toml(root / "resume", 'id = "rl-add-digits"', 'id = "rl-repeat-word"')
+    common = ("--batch-size", "4", "--rollouts-per-example", "2", "--num-saved-samples", "4",
+              "--ckpt.interval", "2", "@", envs)  # fmt: skip
+    whole = root / "run_whole"
+    run_with_trainer(whole, model, base_url, "--max-steps", "4", *common)
+    parts = root / "run_parts"
+    run_with_trainer(parts, model, base_url, "--max-steps", "2", *common)
+    assert RunDir(parts).latest_checkpoint() == 2
+    first = prompts_by_step(parts)
+    shutil.rmtree(RunDir(parts).rollout_dir(1))  # as if the trainer consumed it
+    done = run_with_trainer(parts, model, base_url, "--max-steps", "4", "--ckpt.resume-step",
+                            "-1", *common)  # fmt: skip
+    assert "Step 0 " not in done.stdout and "Step 2 " in done.stdout
+    resumed = {**first, **prompts_by_step(parts)}
+    assert resumed == prompts_by_step(whole)
+    assert len({json.dumps(p) for p in resumed.values()}) == 4  # the steps differ
+    assert RunDir(parts).latest_checkpoint() == 4
+
+
+def test_missing_weights_end_with_a_message(served, tmp_path):
+    model, _, base_url = served
+    start = time.monotonic()
+    done = orchestrator(
+        tmp_path / "run", model, base_url, "--max-steps", "3", "--async-level", "1",
+        "--batch-size", "2", "--rollouts-per-example", "2", "--weights-timeout-s", "2",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "weights/step_1/STABLE" in done.stderr and "weights_timeout_s" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_unreachable_server_ends_with_a_message(tmp_path):
+    start = time.monotonic()
+    done = orchestrator(tmp_path / "run", tmp_path, "http://127.0.0.1:8299/v1",
+                        "--client.health-timeout-s", "2")  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "http://127.0.0.1:8299" in done.stderr and "Traceback" not in done.stderr
+    assert time.monotonic() - start < 60
