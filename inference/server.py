@@ -135,7 +135,7 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     try:
         async with build_async_engine_client(args) as engine:
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
-            say("shutting down: stopping the engine")
+            say("HTTP server stopped; shutting down the engine")
         await shutdown_task
     finally:
         sock.close()
@@ -215,18 +215,18 @@ def add_admin_routes(app, updater) -> None:
 
 
 def stop_children() -> None:
-    """Terminate any process this one started that is still alive (engine cores, workers)."""
+    """Terminate and reap every process this one started (engine core, workers, helpers)."""
     import psutil
 
     children = psutil.Process().children(recursive=True)
-    if not children:
-        return
-    names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in children)
-    say(f"stopping leftover child processes: {names}")
-    for child in children:
-        with_suppressed(child.terminate)
-    _, alive = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
+    alive = [c for c in children if with_suppressed(c.status) not in (None, psutil.STATUS_ZOMBIE)]
+    if alive:
+        names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
+        say(f"stopping leftover child processes: {names}")
     for child in alive:
+        with_suppressed(child.terminate)
+    _, stuck = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
+    for child in stuck:
         with_suppressed(child.kill)
 
 

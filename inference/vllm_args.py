@@ -91,16 +91,21 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
     from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
 
     parser = vllm_parser()
-    argv = owned_argv(config, model_path, on_cpu) + user_argv(config.vllm_args, parser)
+    extra = user_argv(config.vllm_args, parser)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            args = parser.parse_args(argv)
+            args = parser.parse_args(owned_argv(config, model_path, on_cpu) + extra)
         validate_parsed_serve_args(args)
     except SystemExit:
-        message = stderr.getvalue().strip().splitlines()
-        reason = message[-1] if message else "invalid arguments"
-        raise ConfigError(f"vLLM rejected the arguments {argv}: {reason}") from None
+        lines = stderr.getvalue().strip().splitlines()
+        reason = lines[-1].removeprefix(f"{parser.prog}: error: ") if lines else "invalid value"
+        raise ConfigError(rejected(extra, reason)) from None
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"vLLM rejected the arguments {argv}: {err}") from None
+        raise ConfigError(rejected(extra, str(err))) from None
     return args
+
+
+def rejected(extra: list[str], reason: str) -> str:
+    given = f" (vllm_args as flags: {' '.join(extra)})" if extra else ""
+    return f"vLLM rejected the server arguments: {reason}{given}; fix vllm_args in the config"

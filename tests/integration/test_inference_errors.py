@@ -1,0 +1,70 @@
+"""User errors at `inference` startup: one clear message, exit code 2, before vLLM loads."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+PORT = 8171
+
+
+def run_inference(*flags: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "inference.main", *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    message = [line for line in result.stderr.splitlines() if line.startswith("inference: error")]
+    assert len(message) == 1, result.stderr[-2000:]
+    for word in words:
+        assert word in message[0]
+
+
+def test_missing_model_folder(tmp_path):
+    result = run_inference("--model.name", str(tmp_path / "nope"), "--output-dir", str(tmp_path))
+    assert_user_error(result, "model.name", "does not exist")
+    assert not (tmp_path / "configs").exists()  # nothing written on a user error
+
+
+def test_unknown_hub_model(tmp_path):
+    # Offline: the hub is unreachable; online: the repository does not exist. Both are errors.
+    result = run_inference(
+        "--model.name", "no-such-org/no-such-model-xyz", "--output-dir", str(tmp_path)
+    )
+    assert_user_error(result, "model.name", "no-such-org/no-such-model-xyz")
+
+
+def test_port_in_use(tmp_path, tiny_model_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", PORT))
+        sock.listen()
+        result = run_inference(
+            "--model.name", str(tiny_model_dir), "--server.port", str(PORT),
+            "--output-dir", str(tmp_path),
+        )  # fmt: skip
+    assert_user_error(result, "server.port", str(PORT), "in use")
+
+
+@pytest.mark.slow
+def test_vllm_arg_typo_and_bad_value(tmp_path, tiny_model_dir):
+    # One process checks both: the typo is found first, so fix it and look at the value.
+    common = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 1)]
+    common += ["--output-dir", str(tmp_path)]
+    typo = run_inference(*common, "--vllm-args", "{gpu_memory_utilisation = 0.5}")
+    assert_user_error(typo, "vllm_args.gpu_memory_utilisation", "did you mean", "utilization")
+    bad = run_inference(*common, "--vllm-args", '{max_num_seqs = "many"}')
+    assert_user_error(bad, "vLLM rejected", "--max-num-seqs", "many")
+
+
+def test_owned_vllm_arg_is_a_config_error(tmp_path):
+    result = run_inference("--vllm-args", "{port = 9}", "--output-dir", str(tmp_path))
+    assert_user_error(result, "vllm_args", "server.port")
