@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from launcher.protocol import read_batch
-from launcher.rundir import RunDir
+from launcher.rundir import RunDir, steps_in
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,6 +79,8 @@ class StandInTrainer(threading.Thread):
         self.run_dir, self.model, self.stop = run_dir, model, threading.Event()
 
     def publish(self, step: int) -> None:
+        if self.run_dir.checkpoint_complete(step):
+            return
         if not self.run_dir.weights_stable(step):
             shutil.copytree(self.model, self.run_dir.weight_dir(step), dirs_exist_ok=True)
             self.run_dir.mark_weights_stable(step)
@@ -87,17 +89,17 @@ class StandInTrainer(threading.Thread):
         (part / "DONE").write_text("")
         self.run_dir.write_manifest_if_complete(step, ["trainer", "orchestrator"])
 
+    def sweep(self) -> None:
+        for step in steps_in(self.run_dir.rollouts):
+            self.publish(step + 1)
+        for step in steps_in(self.run_dir.checkpoints):
+            self.run_dir.write_manifest_if_complete(step, ["trainer", "orchestrator"])
+
     def run(self) -> None:
         self.publish(0)
-        step = 0
-        while not self.stop.is_set():
-            if self.run_dir.rollout_dir(step).is_dir():
-                self.publish(step + 1)
-                step += 1
-            else:
-                for s in range(step + 1):  # complete checkpoints the orchestrator saved late
-                    self.run_dir.write_manifest_if_complete(s, ["trainer", "orchestrator"])
-                time.sleep(0.1)
+        while not self.stop.wait(0.1):
+            self.sweep()
+        self.sweep()  # the last batch may have appeared just before the orchestrator ended
 
 
 def env_toml(out: Path, *entries: str) -> str:
