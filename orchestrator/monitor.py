@@ -18,6 +18,7 @@ SAMPLES_FILE = "samples.jsonl"
 
 
 def setup_logging(level: str) -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # one line per step, even into a log file
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.handlers[:] = [handler]

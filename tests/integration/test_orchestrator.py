@@ -102,10 +102,11 @@ class StandInTrainer(threading.Thread):
         self.sweep()  # the last batch may have appeared just before the orchestrator ended
 
 
-def env_toml(out: Path, *entries: str) -> str:
+def env_toml(out: Path, *entries: str, extra: str = "") -> str:
     """A config file with one [[env]] table per entry (`id = "...", weight = ...`)."""
     path = out.parent / f"{out.name}.toml"
-    path.write_text("".join(f"[[env]]\n{entry.replace(', ', chr(10))}\n" for entry in entries))
+    tables = "".join(f"[[env]]\n{entry.replace(', ', chr(10))}\n" for entry in entries)
+    path.write_text(tables + extra)
     return str(path)
 
 
@@ -152,7 +153,10 @@ def test_batches_on_disk(served, tmp_path):
 
     model, root, base_url = served
     out = root / "run_batches"
-    envs = env_toml(out, 'id = "rl-add-digits"', 'id = "rl-guess-number", weight = 2.0')
+    evals = '[eval]\ninterval = 2\n[[eval.env]]\nid = "rl-guess-number"\nnum_examples = 2\n'
+    envs = env_toml(
+        out, 'id = "rl-add-digits"', 'id = "rl-guess-number", weight = 2.0', extra=evals
+    )
     done = run_with_trainer(
         out, model, base_url, "--max-steps", "3", "--async-level", "1", "--batch-size", "8",
         "--rollouts-per-example", "4", "@", envs, "--num-saved-samples", "8",
@@ -164,6 +168,9 @@ def test_batches_on_disk(served, tmp_path):
     steps = [m for m in metrics(out) if "reward" in m]
     assert [m["step"] for m in steps] == [0, 1, 2]
     assert steps[2]["policy_step"] >= 1  # step 2 needed weights/step_1 or newer
+    evals = [m for m in metrics(out) if "eval/rl-guess-number/reward" in m]
+    assert [m["step"] for m in evals] == [0, 2, 3]  # base model, every 2 steps, the end
+    assert len(re.findall(r"^Eval rl-guess-number at step \d+ \| Reward: ", done.stdout, re.M)) == 3
     num_env_tokens = 0
     for step in range(3):
         batch = read_batch(run_dir.rollout_dir(step))
@@ -238,6 +245,7 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
               "--ckpt.interval", "2", "@", envs)  # fmt: skip
     whole = root / "run_whole"
     run_with_trainer(whole, model, base_url, "--max-steps", "4", *common)
+    common += ("--wandb.project", "orch-test", "--wandb.offline")  # W&B continues its run too
     parts = root / "run_parts"
     run_with_trainer(parts, model, base_url, "--max-steps", "2", *common)
     assert RunDir(parts).latest_checkpoint() == 2
@@ -250,6 +258,10 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     assert resumed == prompts_by_step(whole)
     assert len({json.dumps(p) for p in resumed.values()}) == 4  # the steps differ
     assert RunDir(parts).latest_checkpoint() == 4
+    run_ids = {json.loads((parts / f"checkpoints/step_{s}/orchestrator/state.json").read_text())[
+        "wandb_run_id"] for s in (2, 4)}  # fmt: skip
+    assert len(run_ids) == 1 and None not in run_ids
+    assert len(list((parts / "wandb").glob(f"offline-run-*-{run_ids.pop()}"))) == 2
 
 
 def test_missing_weights_end_with_a_message(served, tmp_path):
