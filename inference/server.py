@@ -50,7 +50,7 @@ def run(config: InferenceConfig) -> None:
 
         uvloop.run(serve(args, config, model_path, start))
     except KeyboardInterrupt:
-        say("interrupted during startup")
+        say("interrupted")
     finally:
         stop_children()
         say("stopped")
@@ -126,11 +126,10 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
     from vllm.entrypoints.launchers.launcher import setup_server
 
-    def interrupt_startup(*_) -> None:
-        raise KeyboardInterrupt("terminated")
-
-    # Until uvicorn installs its handlers, SIGTERM must still unwind the engine cleanly.
-    signal.signal(signal.SIGTERM, interrupt_startup)
+    # Until uvicorn installs its own handlers, a signal stops everything at once: vLLM's
+    # startup swallows KeyboardInterrupt in places (zmq_socket_ctx) and would go on loading.
+    signal.signal(signal.SIGTERM, stop_during_startup)
+    signal.signal(signal.SIGINT, stop_during_startup)
     _, sock = setup_server(args, reuse_port=False)
     try:
         async with build_async_engine_client(args) as engine:
@@ -214,20 +213,48 @@ def add_admin_routes(app, updater) -> None:
     app.router.routes[:] = ours + app.router.routes[: -len(router.routes)]
 
 
+def stop_during_startup(signum: int, _frame) -> None:
+    say(f"{signal.Signals(signum).name} during startup: stopping the engine processes")
+    stop_children()
+    say("stopped")
+    os._exit(128 + signum)
+
+
 def stop_children() -> None:
-    """Terminate and reap every process this one started (engine core, workers, helpers)."""
+    """Terminate every process this one started (engine core, workers), then kill what is left
+    after CHILD_GRACE_S. Descendants are re-listed while waiting, since an engine core may
+    still be spawning workers; multiprocessing's resource tracker is left alone: it exits by
+    itself, after cleaning up, once every process holding its pipe has gone."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
-    alive = [c for c in children if with_suppressed(c.status) not in (None, psutil.STATUS_ZOMBIE)]
-    if alive:
-        names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
-        say(f"stopping leftover child processes: {names}")
-    for child in alive:
-        with_suppressed(child.terminate)
-    _, stuck = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
-    for child in stuck:
-        with_suppressed(child.kill)
+    known: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + CHILD_GRACE_S
+    while True:
+        for child in psutil.Process().children(recursive=True):
+            if child.pid not in known and not is_tracker(child):
+                known[child.pid] = child
+                with_suppressed(child.terminate)
+        alive = [c for c in known.values() if is_alive(c)]
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
+            say(f"killing child processes that ignored SIGTERM: {names}")
+            for child in alive:
+                with_suppressed(child.kill)
+            psutil.wait_procs(alive, timeout=5)
+            return
+        psutil.wait_procs(alive, timeout=0.5)
+
+
+def is_alive(process) -> bool:
+    import psutil
+
+    return with_suppressed(process.status) not in (None, psutil.STATUS_ZOMBIE)
+
+
+def is_tracker(process) -> bool:
+    return "resource_tracker" in " ".join(with_suppressed(process.cmdline) or [])
 
 
 def with_suppressed(action):

@@ -106,8 +106,9 @@ def cached_build(target: Path, build: Callable[[Path], object]) -> Path:
     with file_lock(target.with_name(f".{target.name}.lock")):
         if (target / "config.json").is_file():
             return target
+        for stale in target.parent.glob(f".{target.name}.tmp*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a build that was killed
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         build(tmp)
         for path in tmp.iterdir():
             path.chmod(0o644)  # safetensors files come out owner-only

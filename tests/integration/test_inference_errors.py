@@ -68,3 +68,35 @@ def test_vllm_arg_typo_and_bad_value(tmp_path, tiny_model_dir):
 def test_owned_vllm_arg_is_a_config_error(tmp_path):
     result = run_inference("--vllm-args", "{port = 9}", "--output-dir", str(tmp_path))
     assert_user_error(result, "vllm_args", "server.port")
+
+
+@pytest.mark.slow
+def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
+    import signal
+    import time
+
+    import psutil
+
+    from inference.process import InferenceProcess
+
+    flags = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 2)]
+    server = InferenceProcess([*flags, "--output-dir", str(tmp_path)], tmp_path / "inf.log")
+    server.start()
+    try:
+        deadline = time.monotonic() + 300
+        engine = []
+        while not engine and time.monotonic() < deadline and server.proc.poll() is None:
+            time.sleep(0.5)
+            children = psutil.Process(server.proc.pid).children(recursive=True)
+            engine = [c for c in children if "EngineCore" in c.name()]
+        assert engine, f"no engine core process appeared:\n{server.log_tail()}"
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(timeout=60)
+        time.sleep(2)  # the resource tracker exits once its parent has gone
+        # Checked before stop(), whose SIGKILL to the process group would hide strays.
+        strays = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        server.stop()
+    assert code == 128 + signal.SIGTERM, server.log_tail()
+    assert "SIGTERM during startup" in server.log_path.read_text()
+    assert not strays, [(c.pid, c.name()) for c in strays]
