@@ -41,7 +41,10 @@ async def wait_for_server(base_url: str, model: str, timeout_s: float) -> None:
                     served = await _served_models(http, root)
                     if model in served:
                         return
-                    last = f"it serves {served}, not {model!r}"
+                    raise OrchestratorError(
+                        f"inference server at {root} serves {served}, not model.name "
+                        f"{model!r}: set --model.name to the served name"
+                    )
                 else:
                     last = f"{HEALTH_ROUTE} answered {health.status_code}"
             except httpx.HTTPError as err:

@@ -110,6 +110,12 @@ def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
         step = run_dir.resolve_resume_step(config.ckpt.resume_step)
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
+    if config.ckpt.resume_step is None and run_dir.complete_checkpoints():
+        raise ConfigError(
+            f"output_dir {run_dir.root} already holds checkpoints "
+            f"(steps {run_dir.complete_checkpoints()}): resume with --ckpt.resume-step -1, or "
+            "pick a new output_dir"
+        )
     if step is None or step == 0:
         if config.ckpt.resume_step == -1:
             logger.info(f"no complete checkpoint in {run_dir.checkpoints}: starting fresh")

@@ -284,3 +284,10 @@ def test_unreachable_server_ends_with_a_message(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "http://127.0.0.1:8299" in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - start < 60
+
+
+def test_wrong_model_name_fails_fast(served, tmp_path):
+    _, _, base_url = served
+    done = orchestrator(tmp_path / "run", Path("not/the-model"), base_url)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "not model.name 'not/the-model'" in done.stderr and "Traceback" not in done.stderr

@@ -135,3 +135,20 @@ def test_missing_weights_time_out_naming_the_path(tmp_path):
         run_dir.weight_dir(step).mkdir(parents=True)
         run_dir.mark_weights_stable(step)
     assert asyncio.run(wait_for_policy(run_dir, 3, 4, 0.5, run_dir.weights_stable)) == 4
+
+
+# -- W&B keys come from .env and never override the environment -----------------------------------
+def test_dotenv_sets_missing_keys_only(tmp_path, monkeypatch):
+    from orchestrator.monitor import load_dotenv, step_line
+
+    (tmp_path / ".env").write_text("# keys\nexport WANDB_API_KEY='abc'\nWANDB_ENTITY=me\n")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_ENTITY", "kept")
+    load_dotenv(tmp_path / ".env")
+    import os
+
+    assert os.environ["WANDB_API_KEY"] == "abc" and os.environ["WANDB_ENTITY"] == "kept"
+    assert step_line(12, 13.04, 0.116, 59700, 150) == (
+        "Step 12 | Time: 13.04s | Reward: 0.1160 | Throughput: 4578.2 tokens/s | "
+        "Seq. Length: 398.0 tokens/sample"
+    )
