@@ -94,6 +94,8 @@ def check_hub_model(name: str) -> None:
 
 def check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # Like uvicorn: a port whose old connections linger in TIME_WAIT is free to serve on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as err:
