@@ -10,6 +10,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class TrainerModelConfig(ModelConfig):
+    """The policy: which model, in which dtype, with which memory savers."""
+
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
 
@@ -18,6 +20,8 @@ class TrainerModelConfig(ModelConfig):
 
 
 class OptimConfig(BaseConfig):
+    """AdamW and its learning-rate schedule; one optimizer step per batch."""
+
     lr: PositiveFloat = 1e-6
     """Peak learning rate of AdamW."""
 
@@ -79,6 +83,8 @@ LossConfig = Annotated[RatioClipLossConfig | RatioMaskLossConfig, Field(discrimi
 
 
 class FakeDataConfig(BaseConfig):
+    """Synthetic batches of a fixed shape, for throughput tests without an orchestrator."""
+
     batch_size: PositiveInt = 8
     """Samples per synthetic batch."""
 
@@ -87,12 +93,16 @@ class FakeDataConfig(BaseConfig):
 
 
 class DataConfig(BaseConfig):
+    """Where training batches come from and how they are cut into forward passes."""
+
     fake: FakeDataConfig | None = None
     """Train on synthetic batches of this shape instead of orchestrator batches (throughput
-    tests, no orchestrator needed); None reads real batches."""
+    tests, no orchestrator needed; checkpoints then complete with the trainer's part alone);
+    None reads real batches."""
 
     micro_batch_tokens: PositiveInt | None = None
-    """Tokens packed into one forward pass; None uses `seq_len`."""
+    """Tokens packed into one forward pass (several samples per row, attention kept within each
+    sample); None uses `seq_len`."""
 
     wait_timeout_s: PositiveFloat = 1800.0
     """Seconds to wait for the orchestrator's next batch before giving up."""

@@ -136,3 +136,10 @@ def test_wandb_logs_offline_and_resumes_same_run(tiny_model_dir, tmp_path, monke
     run(fake_config(tiny_model_dir, tmp_path, max_steps=3, wandb=wandb, ckpt={"resume_step": -1}))
     assert fake.inits[1]["id"] == "run-123" and fake.inits[1]["resume"] == "allow"
     assert [step for step, _ in fake.logged] == [1, 2, 3]
+
+
+def test_missing_batch_times_out_naming_the_path(tiny_model_dir, tmp_path):
+    config = fake_config(tiny_model_dir, tmp_path, data={"wait_timeout_s": 0.5})
+    with pytest.raises(TimeoutError, match=r"rollouts/step_0"):
+        run(config)
+    assert RunDir(tmp_path).weights_stable(0)  # the base policy is published first

@@ -1,0 +1,95 @@
+"""Trainer throughput on synthetic batches (no orchestrator, no weight publishing).
+
+    .venv/bin/python benchmarks/trainer_throughput.py                  # default model, CPU
+    .venv/bin/python benchmarks/trainer_throughput.py --model PATH --dtypes float32 --steps 5
+
+Times `train_step` (pack, forward, backward, clip, AdamW) on batches of `--batch-size` samples
+of `--seq-len` tokens, after one warm-up step, and prints seconds per step and tokens per second
+for each dtype.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from launcher.config import DEFAULT_MODEL  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF folder")
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated dtypes")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per batch")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    return parser.parse_args()
+
+
+def bench(args: argparse.Namespace, dtype: str) -> list[float]:
+    """Seconds per timed step."""
+    import torch
+
+    from launcher.models import resolve_model
+    from launcher.rundir import RunDir
+    from trainer.config import TrainerConfig
+    from trainer.data import fake_batch
+    from trainer.dist import setup_world
+    from trainer.loss import build_loss
+    from trainer.model import load_model
+    from trainer.optim import build_optimizer
+    from trainer.train import Trainer, train_step
+
+    config = TrainerConfig.model_validate(
+        {
+            "model": {"name": args.model, "dtype": dtype},
+            "seq_len": args.seq_len,
+            "data": {"fake": {"batch_size": args.batch_size}},
+        }
+    )
+    world = setup_world()
+    source = resolve_model(args.model)
+    model = load_model(config.model, source, world)
+    optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
+    trainer = Trainer(
+        config, world, RunDir("unused"), model, optimizer, scheduler, build_loss(config.loss),
+        source, None, logger=None,
+    )  # fmt: skip
+    vocab_size = model.config.get_text_config().vocab_size
+    times = []
+    for step in range(args.steps + 1):
+        batch = fake_batch(config.data.fake, args.seq_len, vocab_size, step, 0)
+        start = time.perf_counter()
+        train_step(trainer, batch)
+        if world.device.type == "cuda":
+            torch.cuda.synchronize()
+        if step > 0:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    num_tokens = args.batch_size * args.seq_len
+    device = "cuda" if torch.cuda.is_available() else f"cpu ({args.threads} threads)"
+    print(f"model {args.model}, {args.batch_size} x {args.seq_len} tokens, {device}")
+    for dtype in args.dtypes.split(","):
+        times = bench(args, dtype)
+        median = statistics.median(times)
+        print(
+            f"{dtype:>9}: {median:.2f} s/step (min {min(times):.2f}, max {max(times):.2f}), "
+            f"{num_tokens / median:.0f} tokens/s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
