@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from inference.weights import check_weight_dir, tensor_shapes
 from launcher.errors import ConfigError
 from launcher.rundir import RunDir
 from trainer.ckpt import prune_checkpoints
@@ -52,6 +53,8 @@ def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path
     assert all(rd.weights_stable(s) for s in (1, 2, 3))  # async_level 1: steps >= 1 kept
     assert not rd.weight_dir(0).exists()
     model = AutoModelForCausalLM.from_pretrained(rd.weight_dir(3))
+    # what inference checks before it swaps weights in
+    check_weight_dir(rd.weight_dir(3), tmp_path.resolve(), tensor_shapes(Path(tiny_model_dir)))
     assert model.dtype == torch.float32
     config = json.loads((rd.weight_dir(3) / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"]
