@@ -36,13 +36,13 @@ class GuessNumberEnv(vf.MultiTurnEnv):
         guess = parse_guess(last_answer(messages))
         secret = int(state["answer"])
         if guess == secret:
-            state["final_env_response"] = [{"role": "user", "content": "Correct!"}]
+            state["final_env_response"] = [vf.UserMessage(content="Correct!")]
             return state["final_env_response"]
         if guess is None:
             reply = "That is not a number. Answer with just the number."
         else:
             reply = "Higher." if guess < secret else "Lower."
-        return [{"role": "user", "content": reply}]
+        return [vf.UserMessage(content=reply)]
 
 
 def guessed(completion, answer, **kwargs) -> float:

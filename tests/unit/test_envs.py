@@ -73,7 +73,7 @@ def test_guess_env_answers_each_guess(envs):
     reply = lambda text: asyncio.run(  # noqa: E731
         env.env_response([{"role": "assistant", "content": text}], state)
     )
-    assert reply("1")[0]["content"] == "Higher."
-    assert reply("5")[0]["content"] == "Lower."
-    assert "not a number" in reply("maybe")[0]["content"]
-    assert reply("3")[0]["content"] == "Correct!" and state["final_env_response"]
+    assert reply("1")[0].content == "Higher."
+    assert reply("5")[0].content == "Lower."
+    assert "not a number" in reply("maybe")[0].content
+    assert reply("3")[0].content == "Correct!" and state["final_env_response"]
