@@ -65,6 +65,10 @@ def setup_world() -> World:
     import torch.distributed as dist
 
     if not torch.cuda.is_available():
+        if "LOCAL_RANK" in os.environ:  # torchrun on CPU (tests of the sharded path): gloo
+            dist.init_process_group("gloo")
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            return World(rank, world_size, device=torch.device("cpu"), distributed=True)
         return World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
     if "LOCAL_RANK" in os.environ:
         local_rank = int(os.environ["LOCAL_RANK"])

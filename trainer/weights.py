@@ -28,7 +28,13 @@ def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] |
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
-    return state if world.is_main else None
+    if not world.is_main:
+        return None
+    # Gathered copies of tied parameters no longer share storage: keep only the source.
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in state and source in state:
+            del state[target]
+    return state
 
 
 def copy_support_files(source: Path | None, folder: Path, tokenizer_source: str) -> None:

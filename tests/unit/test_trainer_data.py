@@ -98,3 +98,20 @@ def test_lr_schedules():
     cos = OptimConfig(lr=1.0, scheduler="cosine")
     assert lr_factor(cos, 10, 5) == pytest.approx(0.5)
     assert lr_factor(OptimConfig(), 10, 7) == 1.0
+
+
+def test_several_gpus_reexec_under_torchrun(monkeypatch):
+    from trainer import dist
+
+    calls = []
+    monkeypatch.setattr(dist.os, "execv", lambda exe, cmd: calls.append(cmd))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")
+    dist.maybe_reexec_under_torchrun(["@", "t.toml"])
+    assert calls == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    dist.maybe_reexec_under_torchrun(["@", "t.toml"])
+    assert calls[0][-5:] == ["--nproc-per-node=2", "-m", "trainer.main", "@", "t.toml"]
+    monkeypatch.setenv("LOCAL_RANK", "0")  # already under torchrun
+    dist.maybe_reexec_under_torchrun(["@", "t.toml"])
+    assert len(calls) == 1
