@@ -43,15 +43,18 @@ class ServerConfig(BaseConfig):
     """TCP port of the OpenAI-compatible server."""
 
     startup_timeout_s: Annotated[float, Field(gt=0)] = 900.0
-    """Seconds the server may take to load the model and answer /health."""
+    """Seconds the server may take to load the model and answer /health; past it, the
+    server stops itself (exit 1) and the launcher gives up waiting."""
 
 
 class CpuConfig(BaseConfig):
     kvcache_space_gib: PositiveInt = 4
-    """KV-cache memory in GiB when serving on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    """KV-cache memory in GiB when serving on CPU (sets VLLM_CPU_KVCACHE_SPACE unless that
+    environment variable is already set)."""
 
     omp_threads_bind: str = "auto"
-    """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` binds all cores."""
+    """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` lets vLLM pick (sets
+    VLLM_CPU_OMP_THREADS_BIND unless that environment variable is already set)."""
 
 
 class WeightsConfig(BaseConfig):

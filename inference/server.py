@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from launcher.toml_io import dump_config
 
 PROG = "inference"
 CHILD_GRACE_S = 10.0
+READY = threading.Event()
 
 
 def say(message: str) -> None:
@@ -34,6 +36,7 @@ def run(config: InferenceConfig) -> None:
     try:
         model_path = resolve_served_model(config.model.name)
         check_port_free(config.server.host, config.server.port)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", config.log.level.upper())
         on_cpu = setup_device_env(config)
         from inference.vllm_args import build_vllm_args
 
@@ -45,6 +48,7 @@ def run(config: InferenceConfig) -> None:
     device = "cpu" if on_cpu else f"gpu (CUDA_VISIBLE_DEVICES={visible})"
     say(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
         f"http://{config.server.host}:{config.server.port}")  # fmt: skip
+    start_startup_watchdog(config.server.startup_timeout_s)
     try:
         import uvloop
 
@@ -54,6 +58,19 @@ def run(config: InferenceConfig) -> None:
     finally:
         stop_children()
         say("stopped")
+
+
+def start_startup_watchdog(timeout_s: float) -> None:
+    """Give up (exit 1, engine processes stopped) if not serving within `timeout_s`."""
+
+    def watch() -> None:
+        if not READY.wait(timeout_s):
+            say(f"not ready after {timeout_s:.0f} s (server.startup_timeout_s): giving up")
+            stop_children()
+            say("stopped")
+            os._exit(1)
+
+    threading.Thread(target=watch, name="startup-watchdog", daemon=True).start()
 
 
 def resolve_served_model(name: str) -> str:
@@ -175,6 +192,7 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
 async def announce_ready(app, config: InferenceConfig, start: float) -> None:
     while not getattr(getattr(app.state, "server", None), "started", False):
         await asyncio.sleep(0.1)
+    READY.set()
     url = f"http://{config.server.host}:{config.server.port}"
     say(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
 

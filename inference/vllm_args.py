@@ -32,6 +32,7 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         "--tensor-parallel-size", str(config.parallel.tp),
         "--seed", str(config.seed),
         "--disable-uvicorn-access-log",
+        "--uvicorn-log-level", config.log.level,
     ]  # fmt: skip
     if config.model.max_model_len is not None:
         argv += ["--max-model-len", str(config.model.max_model_len)]

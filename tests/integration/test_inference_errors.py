@@ -100,3 +100,13 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     assert code == 128 + signal.SIGTERM, server.log_tail()
     assert "SIGTERM during startup" in server.log_path.read_text()
     assert not strays, [(c.pid, c.name()) for c in strays]
+
+
+@pytest.mark.slow
+def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
+    result = run_inference(
+        "--model.name", str(tiny_model_dir), "--server.port", str(PORT + 3),
+        "--output-dir", str(tmp_path), "--server.startup-timeout-s", "3",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "not ready after 3 s (server.startup_timeout_s)" in result.stderr

@@ -5,6 +5,7 @@ One server for the whole module (vLLM takes about a minute to start on 2 cores).
 
 import json
 import shutil
+import signal
 import socket
 from pathlib import Path
 
@@ -77,15 +78,25 @@ def server(run_dir, tiny_model_dir):
     proc.start()
     try:
         proc.wait_ready(timeout_s=600)
-        children = psutil.Process(proc.proc.pid).children(recursive=True)
-        assert children, "vLLM's engine core should run in a child process"
+        engine = [c for c in psutil.Process(proc.proc.pid).children(recursive=True) if not
+                  is_tracker(c)]  # fmt: skip
+        assert engine, "vLLM's engine core should run in a child process"
         yield proc
+        proc.proc.send_signal(signal.SIGTERM)
+        code = proc.proc.wait(timeout=120)
+        # Checked before stop(), whose SIGKILL to the process group would hide strays.
+        strays = [c for c in engine if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     finally:
-        code = proc.stop(grace_s=60)
+        proc.stop(grace_s=60)
     log = proc.log_path.read_text()
     assert "inference: ready" in log and "inference: stopped" in log, proc.log_tail()
     assert code == 0, f"exit code {code} after SIGTERM:\n{proc.log_tail()}"
-    assert not [c for c in children if c.is_running() and c.status() != "zombie"]
+    assert not strays, f"{strays} outlived the server:\n{proc.log_tail()}"
+
+
+def is_tracker(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker exits on its own once its parent has gone."""
+    return "resource_tracker" in " ".join(process.cmdline())
 
 
 def chat(url: str, max_tokens: int = 6) -> dict:
