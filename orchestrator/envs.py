@@ -169,5 +169,5 @@ def sampling_args(max_tokens: int, temperature: float, top_p: float) -> dict:
         "temperature": temperature,
         "top_p": top_p,
         "logprobs": True,
-        "extra_body": {"return_token_ids": True, "skip_special_tokens": False},
+        "extra_body": {"return_token_ids": True},
     }

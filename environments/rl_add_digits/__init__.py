@@ -1,11 +1,11 @@
 """`rl-add-digits`: one-digit addition, e.g. "What is 3 + 4? Answer with just the number."
 
-Reward 1.0 when the answer is exactly the sum, else 0.0.
+Reward 1.0 when the last number in the answer is the sum ("7", "3 + 4 = 7."), else 0.0.
 """
 
 import verifiers as vf
 from datasets import Dataset
-from rl_envs import last_answer, seeded_split
+from rl_envs import last_answer, last_integer, seeded_split
 
 QUESTION = "What is {a} + {b}? Answer with just the number."
 
@@ -19,7 +19,7 @@ def build_rows() -> list[dict]:
 
 
 def correct_sum(completion, answer, **kwargs) -> float:
-    return 1.0 if last_answer(completion) == answer else 0.0
+    return 1.0 if last_integer(last_answer(completion)) == int(answer) else 0.0
 
 
 def load_environment(seed: int = 0, num_eval_examples: int = 20) -> vf.Environment:

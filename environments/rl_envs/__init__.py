@@ -2,7 +2,10 @@
 `rl_guess_number`): answer parsing and small seeded datasets built in code."""
 
 import random
+import re
 from typing import Any
+
+_INTEGER = re.compile(r"-?\d+")
 
 ENV_IDS = ("rl-add-digits", "rl-repeat-word", "rl-guess-number")
 
@@ -15,6 +18,12 @@ def last_answer(completion: Any) -> str:
         texts = [_content(m) for m in completion or [] if _role(m) == "assistant"]
         text = texts[-1] if texts else ""
     return text.strip().rstrip(".").strip()
+
+
+def last_integer(text: str) -> int | None:
+    """The last whole number written in `text` ("3 + 4 = 7." -> 7), or None."""
+    found = _INTEGER.findall(text)
+    return int(found[-1]) if found else None
 
 
 def _role(message: Any) -> str | None:

@@ -8,7 +8,7 @@ Environment turns (user messages) are not model tokens, so they are masked in tr
 
 import verifiers as vf
 from datasets import Dataset
-from rl_envs import last_answer, seeded_split
+from rl_envs import last_answer, last_integer, seeded_split
 
 QUESTION = (
     "I am thinking of a whole number from 1 to {high}. Guess it: answer with just the number. "
@@ -25,10 +25,8 @@ def build_rows(high: int, copies: int) -> list[dict]:
 
 
 def parse_guess(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    """The guess is the last number in the answer ("I guess 3." -> 3)."""
+    return last_integer(text)
 
 
 class GuessNumberEnv(vf.MultiTurnEnv):

@@ -1,6 +1,6 @@
 """`rl-repeat-word`: "Repeat this word exactly: apple. Answer with just the word."
 
-Reward 1.0 when the answer is the word (case-insensitive), else 0.0.
+Reward 1.0 when the answer is the word (case-insensitive), 0.5 when it contains the word.
 """
 
 import verifiers as vf
@@ -20,7 +20,10 @@ def build_rows() -> list[dict]:
 
 
 def exact_word(completion, answer, **kwargs) -> float:
-    return 1.0 if last_answer(completion).lower() == answer else 0.0
+    text = last_answer(completion).lower()
+    if text.strip("\"'") == answer:
+        return 1.0
+    return 0.5 if answer in text else 0.0
 
 
 def load_environment(seed: int = 0, num_eval_examples: int = 8) -> vf.Environment:

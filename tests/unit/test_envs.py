@@ -59,9 +59,13 @@ def test_rewards():
 
     say = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
     assert rl_add_digits.correct_sum(say(" 7."), "7") == 1.0
+    assert rl_add_digits.correct_sum(say("3 + 4 = 7."), "7") == 1.0
     assert rl_add_digits.correct_sum(say("8"), "7") == 0.0
+    assert rl_add_digits.correct_sum(say("seven"), "7") == 0.0
     assert rl_repeat_word.exact_word(say("Apple"), "apple") == 1.0
-    game = say("2") + [{"role": "user", "content": "Higher."}] + say("3")
+    assert rl_repeat_word.exact_word(say('The word is "apple".'), "apple") == 0.5
+    assert rl_repeat_word.exact_word(say("pear"), "apple") == 0.0
+    game = say("2") + [{"role": "user", "content": "Higher."}] + say("I guess 3.")
     assert rl_guess_number.guessed(game, "3") == 0.5
     assert rl_guess_number.guessed(say("3"), "3") == 1.0
     assert rl_guess_number.guessed(say("4"), "3") == 0.0
