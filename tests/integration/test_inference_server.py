@@ -191,3 +191,18 @@ def test_folder_outside_root_is_refused(server, run_dir, tiny_model_dir):
         code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": outside})
         assert code == 403 and "outside the allowed root" in body["detail"], body
     assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
+
+
+def test_update_waits_for_requests_in_flight(server, run_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        streams = [pool.submit(chat, server.url, 64) for _ in range(3)]
+        status, body = post_json(
+            server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
+        )
+        answers = [stream.result(timeout=300) for stream in streams]
+    assert status == 200, body
+    for answer in answers:  # none aborted or cut short by the swap
+        assert answer["choices"][0]["finish_reason"] in ("length", "stop")
+        assert len(answer["choices"][0]["token_ids"]) == answer["usage"]["completion_tokens"]
