@@ -13,6 +13,8 @@ STD_EPS = 1e-6
 
 def group_relative(rewards: list[float], std_normalize: bool) -> list[float]:
     """Advantages of one group of rollouts of the same example; they sum to zero."""
+    if not rewards:
+        return []
     values = np.asarray(rewards, dtype=np.float64)
     advantages = values - values.mean()
     if std_normalize:

@@ -22,6 +22,7 @@ from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import (
     DEFAULT_BASE_URL,
+    OrchestratorError,
     update_weights,
     wait_for_policy,
     wait_for_server,
@@ -224,6 +225,7 @@ async def train_step(
     generate_s = time.monotonic() - generate_start
     batch, stats = build_batch(config, step, groups)
     rollouts = [r for group in groups for r in group]
+    check_errors(step, rollouts, batch)
     samples = samples_jsonl(rollouts, config.num_saved_samples)
     write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
     state.step = step + 1
@@ -237,6 +239,18 @@ async def train_step(
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
     logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
     monitor.log(step, metrics)
+
+
+def check_errors(step: int, rollouts: list[Rollout], batch: Batch) -> None:
+    """Warn about failed rollouts; a batch with no sample at all ends the run."""
+    errors = [r.error for r in rollouts if r.error is not None]
+    if errors:
+        logger.warning(f"step {step}: {len(errors)}/{len(rollouts)} rollouts failed: {errors[0]}")
+    if not batch.samples:
+        raise OrchestratorError(
+            f"step {step}: no rollout produced tokens to train on"
+            + (f"; first error: {errors[0]}" if errors else "")
+        )
 
 
 def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dict:

@@ -152,3 +152,18 @@ def test_dotenv_sets_missing_keys_only(tmp_path, monkeypatch):
         "Step 12 | Time: 13.04s | Reward: 0.1160 | Throughput: 4578.2 tokens/s | "
         "Seq. Length: 398.0 tokens/sample"
     )
+
+
+def test_a_batch_without_tokens_ends_the_run():
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.loop import build_batch, check_errors
+
+    failed = Rollout(example_id=0, prompt=[], completion=[], reward=0.0, error="connect refused")
+    ok = rollout([Turn([1], [2], [-1.0])], reward=1.0)
+    batch, stats = build_batch(OrchestratorConfig(), 3, [[failed, ok]])
+    assert len(batch.samples) == 1 and batch.samples[0].advantage == 0.0
+    assert stats.num_dropped == 1
+    check_errors(3, [failed, ok], batch)  # only warns
+    empty, _ = build_batch(OrchestratorConfig(), 3, [[failed]])
+    with pytest.raises(OrchestratorError, match="step 3: no rollout .* connect refused"):
+        check_errors(3, [failed], empty)
