@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from launcher.errors import ConfigError
 from launcher.protocol import Batch, write_batch
 from launcher.rundir import STABLE, RunDir, remove_steps
 from launcher.toml_io import write_config
@@ -105,8 +106,6 @@ async def run_async(config: OrchestratorConfig) -> None:
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
     """The concrete step to resume from (None: fresh start); drops batches that step will
     regenerate (and, on a fresh start, every batch of an earlier attempt)."""
-    from launcher.errors import ConfigError
-
     try:
         step = run_dir.resolve_resume_step(config.ckpt.resume_step)
     except FileNotFoundError as err:
@@ -129,14 +128,15 @@ def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
     return step
 
 
-def setup_state(config: OrchestratorConfig, run_dir: RunDir, resume_step: int | None):
+def setup_state(
+    config: OrchestratorConfig, run_dir: RunDir, resume_step: int | None
+) -> ckpt.OrchestratorState:
+    """A fresh state, or the checkpoint's (which must be for the same environments)."""
     env_ids = [e.id for e in config.env]
     if resume_step is None:
         return ckpt.OrchestratorState(env_ids=env_ids)
     state = ckpt.load(run_dir, resume_step)
     if state.env_ids != env_ids:
-        from launcher.errors import ConfigError
-
         raise ConfigError(
             f"checkpoint {run_dir.checkpoint_dir(resume_step)} was written for environments "
             f"{state.env_ids}, but the config has {env_ids}: resume with the same [[env]] list"
