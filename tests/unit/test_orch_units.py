@@ -167,3 +167,19 @@ def test_a_batch_without_tokens_ends_the_run():
     empty, _ = build_batch(OrchestratorConfig(), 3, [[failed]])
     with pytest.raises(OrchestratorError, match="step 3: no rollout .* connect refused"):
         check_errors(3, [failed], empty)
+
+
+def test_verifiers_output_becomes_a_rollout():
+    from orchestrator.envs import _to_rollout
+
+    step = {
+        "tokens": {"prompt_ids": [1, 2], "completion_ids": [3], "completion_logprobs": [-0.5]},
+        "is_truncated": True,
+    }
+    output = {"example_id": 7, "prompt": [], "completion": [], "reward": 0.5,
+              "metrics": {"f": 1}, "trajectory": [step], "error": {"message": "boom"}}  # fmt: skip
+    got = _to_rollout(output)
+    assert got.turns == [Turn([1, 2], [3], [-0.5], True)]
+    assert (got.example_id, got.reward, got.metrics, got.error) == (7, 0.5, {"f": 1.0}, "boom")
+    with pytest.raises(RuntimeError, match="return_token_ids"):
+        _to_rollout({**output, "trajectory": [{"tokens": None}]})
