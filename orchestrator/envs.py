@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import ConfigError
+from orchestrator.client import OrchestratorError
 
 logger = logging.getLogger("orchestrator")
 
@@ -117,7 +118,7 @@ def _to_rollout(output: Any) -> Rollout:
     for step in output.get("trajectory") or []:
         tokens = step.get("tokens")
         if tokens is None:
-            raise RuntimeError(
+            raise OrchestratorError(
                 "the inference server returned no token ids or logprobs: it must be vLLM's "
                 "OpenAI server (it honours `return_token_ids` and `logprobs`)"
             )

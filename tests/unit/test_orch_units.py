@@ -181,5 +181,5 @@ def test_verifiers_output_becomes_a_rollout():
     got = _to_rollout(output)
     assert got.turns == [Turn([1, 2], [3], [-0.5], True)]
     assert (got.example_id, got.reward, got.metrics, got.error) == (7, 0.5, {"f": 1.0}, "boom")
-    with pytest.raises(RuntimeError, match="return_token_ids"):
+    with pytest.raises(OrchestratorError, match="return_token_ids"):
         _to_rollout({**output, "trajectory": [{"tokens": None}]})
