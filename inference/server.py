@@ -49,15 +49,17 @@ def run(config: InferenceConfig) -> None:
     say(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
         f"http://{config.server.host}:{config.server.port}")  # fmt: skip
     start_startup_watchdog(config.server.startup_timeout_s)
+    code = 0
     try:
         import uvloop
 
-        uvloop.run(serve(args, config, model_path, start))
+        code = uvloop.run(serve(args, config, model_path, start))
     except KeyboardInterrupt:
         say("interrupted")
     finally:
         stop_children()
         say("stopped")
+    sys.exit(code)
 
 
 def start_startup_watchdog(timeout_s: float) -> None:
@@ -140,8 +142,9 @@ def write_resolved_config(config: InferenceConfig) -> None:
     path.write_text(dump_config(config))
 
 
-async def serve(args, config: InferenceConfig, model_path: str, start: float) -> None:
-    """Load the engine, serve HTTP until a signal, shut the engine down."""
+async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:
+    """Load the engine, serve HTTP until a signal, shut the engine down; returns the exit
+    code: 0 after a signal, 1 when the engine died under the server."""
     from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
     from vllm.entrypoints.launchers.launcher import setup_server
 
@@ -153,10 +156,12 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     try:
         async with build_async_engine_client(args) as engine:
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
-            say("HTTP server stopped; shutting down the engine")
+            died = engine.errored
+            say("engine died; shutting down" if died else "shutting down the engine")
         await shutdown_task
     finally:
         sock.close()
+    return 1 if died else 0
 
 
 async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str, start: float):
