@@ -3,8 +3,10 @@
 scheduler, RNG states and step. A DONE marker is written last; the MANIFEST that makes the
 checkpoint count is written once every part (trainer, orchestrator) is DONE."""
 
+import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,9 @@ from trainer.dist import World
 
 PART = "trainer"
 DONE = "DONE"
+# Fault-injection hook for the fault-matrix tests: seconds to pause inside every save, after the
+# data and before the DONE marker, so a kill can land mid-save deterministically.
+SAVE_DELAY_ENV = "RL_FAULT_CKPT_SAVE_DELAY_S"
 
 
 def part_dir(run_dir: RunDir, step: int) -> Path:
@@ -62,6 +67,7 @@ def save_checkpoint(
     local = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
     torch.save(local, folder / f"rank_{world.rank}.pt")
     world.barrier()
+    time.sleep(float(os.environ.get(SAVE_DELAY_ENV) or 0))
     if world.is_main:
         (folder / DONE).write_text(f"{step}\n")
         run_dir.write_manifest_if_complete(step, parts)
