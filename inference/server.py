@@ -24,6 +24,7 @@ from launcher.toml_io import dump_config
 PROG = "inference"
 CHILD_GRACE_S = 10.0
 READY = threading.Event()
+STOP_REQUESTED = threading.Event()
 
 
 def say(message: str) -> None:
@@ -156,8 +157,9 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     try:
         async with build_async_engine_client(args) as engine:
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
-            died = engine.errored
-            say("engine died; shutting down" if died else "shutting down the engine")
+            died = not STOP_REQUESTED.is_set()
+            if died:
+                say(f"stopped serving unasked (engine dead: {engine.errored}); shutting down")
         await shutdown_task
     finally:
         sock.close()
@@ -180,7 +182,7 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     )
     add_admin_routes(app, updater)
     await init_app_state(engine, app.state, args, supported_tasks)
-    asyncio.get_running_loop().create_task(announce_ready(app, config, start))
+    asyncio.get_running_loop().create_task(announce_ready(app, engine, config, start))
     return await serve_http(
         app,
         sock=sock,
@@ -194,12 +196,34 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     )
 
 
-async def announce_ready(app, config: InferenceConfig, start: float) -> None:
+async def announce_ready(app, engine, config: InferenceConfig, start: float) -> None:
+    """Once uvicorn serves: say so, and take over SIGTERM/SIGINT from vLLM's handlers so that
+    a requested stop (exit 0) can be told apart from an engine that died (exit 1)."""
     while not getattr(getattr(app.state, "server", None), "started", False):
         await asyncio.sleep(0.1)
     READY.set()
     url = f"http://{config.server.host}:{config.server.port}"
     say(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, request_stop, signum, app, engine)
+
+
+def request_stop(signum: int, app, engine) -> None:
+    """vLLM's own order: stop the engine (aborting requests in flight), then the HTTP server."""
+    if STOP_REQUESTED.is_set():
+        return
+    STOP_REQUESTED.set()
+    say(f"{signal.Signals(signum).name}: shutting down")
+
+    async def stop() -> None:
+        timeout = engine.vllm_config.shutdown_timeout
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: engine.shutdown(timeout=timeout)
+        )
+        app.state.server.should_exit = True
+
+    asyncio.get_running_loop().create_task(stop())
 
 
 def add_admin_routes(app, updater) -> None:
