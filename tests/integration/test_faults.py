@@ -1,0 +1,121 @@
+"""Fault matrix on the real launcher: SIGKILL to each component at three moments, signals to
+`rl`, and each time: `rl` exits non-zero in bounded time naming the component, no process of the
+run survives, the latest complete checkpoint loads, and `--ckpt.resume-step -1` finishes."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.rundir import RunDir
+from tests.integration.helpers import (
+    free_port,
+    kill_sessions,
+    run_state,
+    session_members,
+    start_rl,
+    tiny_rl_toml,
+    wait_for,
+)
+from trainer.ckpt import SAVE_DELAY_ENV  # the trainer pauses inside a save (kill lands mid-save)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MAX_STEPS = 4
+EXIT_WITHIN_S = 90
+
+
+def trainer_saving(run: RunDir) -> bool:
+    part = run.checkpoint_dir(2) / "trainer"
+    return part.is_dir() and not (part / "DONE").exists()
+
+
+MOMENTS = {
+    "before_first_checkpoint": lambda run: run.metrics.exists() and run.latest_checkpoint() is None,
+    "during_checkpoint_save": trainer_saving,
+    "between_checkpoints": lambda run: run.latest_checkpoint() == 2 and not run.weights_stable(4),
+}
+
+
+def start(tmp_path: Path, *flags: str, log: str, delay_s: float = 0.0):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    if not config.exists():
+        text = tiny_rl_toml(Path(os.environ["TINY_MODEL"]), out, free_port(), MAX_STEPS)
+        config.write_text(text.replace("interval = 1", "interval = 2"))
+    os.environ[SAVE_DELAY_ENV] = str(delay_s)
+    try:
+        return start_rl(config, *flags, log=tmp_path / log), RunDir(out)
+    finally:
+        os.environ.pop(SAVE_DELAY_ENV)
+
+
+def sessions_of(rl_pid: int, run: RunDir) -> set[int]:
+    return {rl_pid, *run_state(run.root).get("pids", {}).values()}
+
+
+def assert_stops_cleanly(rl, run: RunDir, log: Path, words: list[str]) -> None:
+    sessions = sessions_of(rl.pid, run)
+    started = time.monotonic()
+    code = rl.wait(timeout=EXIT_WITHIN_S)
+    text = log.read_text()
+    assert code != 0, text
+    assert time.monotonic() - started < EXIT_WITHIN_S
+    assert all(word in text for word in words), text
+    wait_for(lambda: not session_members(sessions), 30, "every process of the run to exit")
+
+
+def resume_and_finish(tmp_path: Path, expected_from: int | None) -> None:
+    rl, run = start(tmp_path, "--ckpt.resume-step", "-1", log="resume.log")
+    try:
+        code = rl.wait(timeout=900)
+        text = (tmp_path / "resume.log").read_text()
+        assert code == 0, text
+        assert f"resuming from step {expected_from}" in text if expected_from else "fresh" in text
+    finally:
+        kill_sessions(sessions_of(rl.pid, run))
+    assert run.latest_checkpoint() == MAX_STEPS and run.weights_stable(MAX_STEPS)
+
+
+@pytest.fixture(autouse=True)
+def tiny_model_env(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("TINY_MODEL", str(tiny_model_dir))
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.parametrize("component", ["inference", "orchestrator", "trainer"])
+def test_sigkill_component(tmp_path, component, moment):
+    delay = 30.0 if moment == "during_checkpoint_save" else 0.0
+    rl, run = start(tmp_path, log="first.log", delay_s=delay)
+    try:
+        wait_for(lambda: MOMENTS[moment](run), 600, f"the moment {moment}", interval_s=0.1)
+        latest_before = run.latest_checkpoint()
+        os.kill(run_state(run.root)["pids"][component], signal.SIGKILL)
+        assert_stops_cleanly(rl, run, tmp_path / "first.log", [component, "stopped the other"])
+    finally:
+        kill_sessions(sessions_of(rl.pid, run))
+    assert run.latest_checkpoint() == latest_before
+    if moment == "during_checkpoint_save":
+        assert not run.checkpoint_complete(2)
+    resume_and_finish(tmp_path, latest_before)
+
+
+@pytest.mark.parametrize(
+    "signals",
+    [[signal.SIGINT], [signal.SIGTERM], [signal.SIGHUP], [signal.SIGINT] * 2],
+    ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGINT-twice"],
+)
+def test_signals_to_rl(tmp_path, signals):
+    rl, run = start(tmp_path, log="first.log")
+    try:
+        wait_for(lambda: run.metrics.exists(), 600, "the first step")
+        for sig in signals:
+            rl.send_signal(sig)
+            time.sleep(0.3)
+        assert_stops_cleanly(rl, run, tmp_path / "first.log", ["stopping all components"])
+        assert run_state(run.root)["status"] == "stopped"
+    finally:
+        kill_sessions(sessions_of(rl.pid, run))
+    resume_and_finish(tmp_path, run.latest_checkpoint())
