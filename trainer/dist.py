@@ -57,6 +57,16 @@ class World:
             dist.all_reduce(value)
         return value
 
+    def broadcast_object(self, value: Any) -> Any:
+        """Rank 0's `value` on every rank."""
+        if not self.distributed:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
 
 def setup_world() -> World:
     """Join torchrun's process group, or make a one-rank group on a single GPU, or run plain

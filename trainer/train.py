@@ -63,7 +63,7 @@ def run(config: TrainerConfig) -> None:
         teardown_world(world)
 
 
-def setup_run_dir(config: TrainerConfig) -> tuple[RunDir, int | None]:
+def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | None]:
     """The run directory and the step to resume from (None: fresh start); user errors raise
     ConfigError before anything is written."""
     run_dir = RunDir(config.output_dir)
@@ -71,6 +71,8 @@ def setup_run_dir(config: TrainerConfig) -> tuple[RunDir, int | None]:
         resume_step = run_dir.resolve_resume_step(config.ckpt.resume_step)
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
+    # A checkpoint may complete while ranks look: every rank takes rank 0's answer.
+    resume_step = world.broadcast_object(resume_step)
     if config.ckpt.resume_step is None and run_dir.complete_checkpoints():
         raise ConfigError(
             f"output_dir {run_dir.root} already holds checkpoints "
@@ -83,7 +85,7 @@ def setup_run_dir(config: TrainerConfig) -> tuple[RunDir, int | None]:
 def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     quiet_libraries()
     torch.manual_seed(config.seed)
-    run_dir, resume_step = setup_run_dir(config)
+    run_dir, resume_step = setup_run_dir(config, world)
     try:
         source = resolve_model(config.model.name)
     except ValueError as err:
