@@ -33,6 +33,9 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         "--seed", str(config.seed),
         "--disable-uvicorn-access-log",
         "--uvicorn-log-level", config.log.level,
+        # Logprobs after temperature scaling: what the trainer recomputes from logits / T, so
+        # the importance ratio is 1 on-policy at any temperature (vllm_args may override it).
+        "--logprobs-mode", "processed_logprobs",
     ]  # fmt: skip
     if config.model.max_model_len is not None:
         argv += ["--max-model-len", str(config.model.max_model_len)]
