@@ -69,6 +69,8 @@ def publish_weights(
         architectures = model.config.architectures
         model.save_pretrained(tmp, state_dict=state)
         fix_architectures(tmp / "config.json", architectures)
+        for path in tmp.iterdir():
+            path.chmod(0o644)  # safetensors files come out owner-only
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         run_dir.mark_weights_stable(step)
