@@ -17,6 +17,10 @@ from launcher.protocol import BATCH_META, Batch, Sample, read_batch
 from trainer.config import FakeDataConfig
 
 
+class BatchError(ValueError):
+    """A batch that breaks the contract (e.g. a sample longer than a micro-batch)."""
+
+
 def wait_for_batch(folder: Path, timeout_s: float, poll_s: float = 0.2) -> Batch:
     """Read the batch in `folder` once it exists; TimeoutError naming the path otherwise."""
     deadline = time.monotonic() + timeout_s
@@ -125,7 +129,7 @@ def pack_samples(samples: list[Sample], max_tokens: int, step: int) -> list[list
     room: list[int] = []
     for i in sorted(range(len(samples)), key=lambda i: -lengths[i]):
         if lengths[i] > max_tokens:
-            raise ValueError(
+            raise BatchError(
                 f"batch {step}, sample {i} has {lengths[i]} tokens, more than "
                 f"data.micro_batch_tokens / seq_len ({max_tokens}): the orchestrator must "
                 "truncate to seq_len, or raise seq_len"

@@ -12,13 +12,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
     maybe_reexec_under_torchrun(argv)
+    from trainer.data import BatchError
     from trainer.train import run
 
     try:
         run(config)
     except ConfigError as err:
         exit_with(str(err), "trainer")
-    except TimeoutError as err:
+    except (TimeoutError, BatchError) as err:
         print(f"trainer: error: {err}", file=sys.stderr)
         sys.exit(1)
 
