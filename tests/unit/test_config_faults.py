@@ -51,9 +51,13 @@ def snapshot(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-def run_rl(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess:
+def run_rl(tmp_path: Path, argv: list[str], free_port: bool = True) -> subprocess.CompletedProcess:
     code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
+    with socket.socket() as sock:  # a free port, so a server running elsewhere cannot interfere
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
     argv = [*argv, "--output-dir", str(tmp_path / "run")]
+    argv += ["--inference.server.port", port] if free_port else []
     return subprocess.run(
         [sys.executable, "-c", code, *argv],
         capture_output=True,
@@ -83,7 +87,7 @@ def test_port_in_use(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        result = run_rl(tmp_path, ["--inference.server.port", str(port)])
+        result = run_rl(tmp_path, ["--inference.server.port", str(port)], free_port=False)
     assert result.returncode == 2 and f"port {port}" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 
