@@ -21,7 +21,9 @@ from tests.integration.helpers import (
 )
 from trainer.ckpt import SAVE_DELAY_ENV  # the trainer pauses inside a save (kill lands mid-save)
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
+# The default test run keeps one case of each kind; `pytest -m slow` runs the whole matrix.
+IN_DEFAULT_RUN = {("trainer", "during_checkpoint_save"), ("inference", "between_checkpoints")}
 
 MAX_STEPS = 4
 EXIT_WITHIN_S = 90
@@ -84,8 +86,16 @@ def tiny_model_env(tiny_model_dir, monkeypatch):
     monkeypatch.setenv("TINY_MODEL", str(tiny_model_dir))
 
 
-@pytest.mark.parametrize("moment", list(MOMENTS))
-@pytest.mark.parametrize("component", ["inference", "orchestrator", "trainer"])
+def matrix() -> list:
+    cases = []
+    for component in ("inference", "orchestrator", "trainer"):
+        for moment in MOMENTS:
+            slow = () if (component, moment) in IN_DEFAULT_RUN else (pytest.mark.slow,)
+            cases.append(pytest.param(component, moment, marks=slow, id=f"{component}-{moment}"))
+    return cases
+
+
+@pytest.mark.parametrize(("component", "moment"), matrix())
 def test_sigkill_component(tmp_path, component, moment):
     delay = 30.0 if moment == "during_checkpoint_save" else 0.0
     rl, run = start(tmp_path, log="first.log", delay_s=delay)
@@ -104,8 +114,12 @@ def test_sigkill_component(tmp_path, component, moment):
 
 @pytest.mark.parametrize(
     "signals",
-    [[signal.SIGINT], [signal.SIGTERM], [signal.SIGHUP], [signal.SIGINT] * 2],
-    ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGINT-twice"],
+    [
+        pytest.param([signal.SIGINT], id="SIGINT", marks=pytest.mark.slow),
+        pytest.param([signal.SIGTERM], id="SIGTERM", marks=pytest.mark.slow),
+        pytest.param([signal.SIGHUP], id="SIGHUP", marks=pytest.mark.slow),
+        pytest.param([signal.SIGINT] * 2, id="SIGINT-twice"),
+    ],
 )
 def test_signals_to_rl(tmp_path, signals):
     rl, run = start(tmp_path, log="first.log")

@@ -54,7 +54,6 @@ def test_port_in_use(tmp_path, tiny_model_dir):
     assert_user_error(result, "server.port", str(PORT), "in use")
 
 
-@pytest.mark.slow
 def test_vllm_arg_typo_and_bad_value(tmp_path, tiny_model_dir):
     # One process checks both: the typo is found first, so fix it and look at the value.
     common = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 1)]
@@ -70,7 +69,6 @@ def test_owned_vllm_arg_is_a_config_error(tmp_path):
     assert_user_error(result, "vllm_args", "server.port")
 
 
-@pytest.mark.slow
 def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     import signal
     import time
@@ -102,7 +100,6 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     assert not strays, [(c.pid, c.name()) for c in strays]
 
 
-@pytest.mark.slow
 def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
     result = run_inference(
         "--model.name", str(tiny_model_dir), "--server.port", str(PORT + 3),

@@ -20,7 +20,7 @@ from launcher.protocol import (
     UPDATE_WEIGHTS_ROUTE,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 PORTS = range(8150, 8170)
 PROMPT_IDS = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 6004, 2]

@@ -21,7 +21,7 @@ import requests
 from launcher.protocol import read_batch
 from launcher.rundir import RunDir, steps_in
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 PORT = 8211

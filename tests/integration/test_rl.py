@@ -17,7 +17,7 @@ from tests.integration.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 
 def run_sessions(out: Path, rl_pid: int) -> set[int]:
