@@ -99,16 +99,16 @@ def cmd_status(args: list[str]) -> int:
     state = json.loads(run.run_json.read_text()) if run.run_json.exists() else {}
     launcher_pid = state.get("launcher_pid")
     alive = launcher_pid is not None and _pid_alive(launcher_pid)
-    print(f"run:        {run.root}")
-    print(f"status:     {state.get('status', 'unknown')}{' (launcher running)' if alive else ''}")
+    print(f"run:          {run.root}")
+    print(f"status:       {state.get('status', 'unknown')}{' (launcher running)' if alive else ''}")
     steps = _last_steps(run)
     for name in COMPONENTS:
         pid = state.get("pids", {}).get(name)
         up = "running" if pid and _pid_alive(pid) else "not running"
         step = f", last logged step {steps[name]}" if name in steps else ""
-        print(f"{name + ':':<12}{up}{f' (pid {pid})' if pid else ''}{step}")
-    print(f"checkpoint: {run.latest_checkpoint()} (complete: {run.complete_checkpoints()})")
-    print(f"disk use:   {_disk_use(run.root):.2f} GiB")
+        print(f"{name + ':':<14}{up}{f' (pid {pid})' if pid else ''}{step}")
+    print(f"checkpoint:   {run.latest_checkpoint()} (complete: {run.complete_checkpoints()})")
+    print(f"disk use:     {_disk_use(run.root):.2f} GiB")
     return 0
 
 

@@ -37,7 +37,7 @@ def test_status_reports_steps_and_checkpoints(tmp_path):
     result = rl("status", str(run.root))
     assert result.returncode == 0, result.stderr
     assert "failed" in result.stdout and "last logged step 3" in result.stdout
-    assert "checkpoint: 2 (complete: [2])" in result.stdout
+    assert "checkpoint:   2 (complete: [2])" in result.stdout
 
 
 def test_logs_and_stop_need_a_run_directory(tmp_path):
