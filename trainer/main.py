@@ -1,5 +1,6 @@
 """`trainer @ FILE.toml`: parse the config, then import the heavy runtime and run."""
 
+import errno
 import sys
 
 from launcher.entry import parse_config
@@ -22,6 +23,26 @@ def main(argv: list[str] | None = None) -> None:
     except (TimeoutError, BatchError) as err:
         print(f"trainer: error: {err}", file=sys.stderr)
         sys.exit(1)
+    except BaseException as err:  # DCP wraps write errors in a BaseException subclass
+        if not is_disk_full(err):
+            raise
+        print(
+            f"trainer: error: the disk of {config.output_dir} is full ({err.__class__.__name__}); "
+            "the checkpoint being written is incomplete and will never be resumed from. Free "
+            "space (or lower --ckpt.keep) and resume with --ckpt.resume-step -1",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def is_disk_full(err: BaseException | None) -> bool:
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 if __name__ == "__main__":

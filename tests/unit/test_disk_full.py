@@ -45,3 +45,16 @@ def test_enospc_mid_save_keeps_previous_checkpoint(tiny_model_dir, tmp_path, mon
     ckpt.load_checkpoint(run, 1, fresh.model, fresh.optimizer, fresh.scheduler, CPU)
     for name, value in fresh.model.state_dict().items():
         torch.testing.assert_close(value, saved[name], msg=name)
+
+
+def test_disk_full_is_recognised_through_wrappers():
+    from trainer.main import is_disk_full
+
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as inner:
+            raise RuntimeError("checkpoint write failed") from inner
+    except RuntimeError as outer:
+        assert is_disk_full(outer)
+    assert not is_disk_full(RuntimeError("something else"))
