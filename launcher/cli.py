@@ -165,7 +165,26 @@ class ArgParser:
         for path, value, flag in overrides:
             _set_path(out.data, path, value)
             out.sources[path] = Source(f"flag {flag}", ".".join(path))
+            self._flag_beats_section_files(out, path)
         return out
+
+    def _flag_beats_section_files(self, out: ParsedArgs, path: tuple[str, ...]) -> None:
+        """A top-level flag (`rl --max-steps 50`) overrides the same key that a section's file
+        set (`max_steps = 30` in train.toml): flags outrank files. Two files, or two flags, that
+        disagree stay an error."""
+        if not self.sections or path[0] in self.sections:
+            return
+        for section in self.sections:
+            full = (section, *path)
+            source = out.sources.get(full)
+            if source is None or source.label.startswith("flag "):
+                continue
+            parent = out.data.get(section)
+            for key in path[:-1]:
+                parent = parent.get(key) if isinstance(parent, dict) else None
+            if isinstance(parent, dict):
+                parent.pop(path[-1], None)
+                out.sources.pop(full)
 
     def _load(self, name: str, where: str) -> dict:
         if not name or name.startswith("--"):

@@ -92,6 +92,14 @@ def test_one_sided_shared_value_fills_the_other_side(tmp_path):
     assert config.orchestrator.max_steps == 9 and config.orchestrator.ckpt.keep == 1
 
 
+def test_top_level_flag_outranks_section_files(tmp_path):
+    t = write(tmp_path, "t.toml", "max_steps = 30\n[ckpt]\ninterval = 10\n")
+    argv = ["--trainer", "@", t, "--max-steps", "50", "--ckpt.interval", "5"]
+    config = parse(RLConfig, argv)
+    assert config.trainer.max_steps == config.orchestrator.max_steps == 50
+    assert config.trainer.ckpt.interval == config.orchestrator.ckpt.interval == 5
+
+
 def test_falsy_values_are_values():
     config = parse(RLConfig, ["--seed", "0", "--async-level", "0", "--ckpt.enabled", "false"])
     assert config.trainer.async_level == 0 == config.orchestrator.async_level
