@@ -1,11 +1,11 @@
 """Pipeline efficiency of the CPU default run for async_level 0, 1 and 2.
 
 For each level, runs `rl` on the quick-start configs for `--steps` steps, then reads
-metrics.jsonl: per-step generation, waiting for weights, weight update, training and checkpoint
-save, the steady-state step time (trainer steps after the first), and the overlap ratio
-max(generation, training) / step time. With async on, step time should approach the larger of
-generation and training rather than their sum (on 2 shared CPU cores the two also compete for the
-same cores, which caps the gain).
+metrics.jsonl: per-step generation, waiting for and loading weights (the load alone is in
+weights_and_checkpoints.py), training, weight publish and checkpoint save, the steady-state
+step time (trainer steps after the first), and the overlap max(generation, training) / step
+time. With async on, step time should approach the larger of generation and training rather
+than their sum (on 2 shared CPU cores the two also compete for the same cores).
 
     python benchmarks/pipeline.py [--steps 8] [--levels 0,1,2] [extra rl flags...]
 """
@@ -45,7 +45,6 @@ def summarize(records: dict[str, list[dict]]) -> dict[str, float]:
     out = {
         "generate_s": mean([r["time/generate_s"] for r in orch]),
         "wait_weights_s": mean([r["time/wait_weights_s"] for r in orch]),
-        "update_weights_s": mean([r.get("time/update_weights_s", float("nan")) for r in orch]),
         "train_s": mean([r["step_time_s"] for r in steady]),
         "trainer_data_wait_s": mean([r["data_wait_s"] for r in steady]),
         "publish_s": mean([r["publish_s"] for r in steady]),
@@ -83,8 +82,7 @@ def main() -> None:
         rows += [
             (f"async_level={level}: step time", f"{r['step_s']:.2f} s", "steady state"),
             ("  generation", f"{r['generate_s']:.2f} s", "orchestrator"),
-            ("  waiting for weights (+update)", f"{r['wait_weights_s']:.2f} s", "orchestrator"),
-            ("  weight update", f"{r['update_weights_s']:.2f} s", "inference reload"),
+            ("  waiting for + loading weights", f"{r['wait_weights_s']:.2f} s", "orchestrator"),
             ("  training", f"{r['train_s']:.2f} s", "trainer step"),
             ("  trainer waiting for data", f"{r['trainer_data_wait_s']:.2f} s", "trainer"),
             ("  weight publish", f"{r['publish_s']:.2f} s", "trainer save"),
