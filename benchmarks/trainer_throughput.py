@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.config import DEFAULT_MODEL  # noqa: E402
+from rlcore.config import DEFAULT_MODEL  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,8 +41,8 @@ def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float
     """Wall-clock and process CPU seconds per timed step."""
     import torch
 
-    from launcher.models import resolve_model
-    from launcher.rundir import RunDir
+    from rlcore.models import resolve_model
+    from rlcore.rundir import RunDir
     from trainer.config import TrainerConfig
     from trainer.data import fake_batch
     from trainer.dist import setup_world

@@ -50,8 +50,8 @@ def post(url: str, body: dict) -> None:
 
 
 def setup_trainer_side(dtype: str):
-    from launcher.config import DEFAULT_MODEL
-    from launcher.models import resolve_model
+    from rlcore.config import DEFAULT_MODEL
+    from rlcore.models import resolve_model
     from trainer.config import OptimConfig, TrainerModelConfig
     from trainer.dist import setup_world
     from trainer.model import load_model
@@ -69,7 +69,7 @@ def setup_trainer_side(dtype: str):
 
 def bench_handoff(args, root: Path, source, world, model) -> dict:
     from inference.process import InferenceProcess
-    from launcher.rundir import RunDir
+    from rlcore.rundir import RunDir
     from trainer.weights import publish_weights
 
     run = RunDir(root)
@@ -97,7 +97,7 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
 
 
 def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> dict:
-    from launcher.rundir import RunDir
+    from rlcore.rundir import RunDir
     from trainer.ckpt import load_checkpoint, part_dir, save_checkpoint
 
     run = RunDir(root)

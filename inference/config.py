@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config import BaseConfig, LogConfig, ModelConfig, PositiveInt
+from rlcore.config import BaseConfig, LogConfig, ModelConfig, PositiveInt
 
 # vLLM arguments that come from this config's own keys, so vllm_args must not set them.
 OWNED_VLLM_ARGS = {

@@ -1,7 +1,7 @@
 """`inference @ FILE.toml`: parse the config, then import the heavy runtime and run."""
 
 from inference.config import InferenceConfig
-from launcher.entry import parse_config
+from rlcore.entry import parse_config
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launcher.protocol import HEALTH_ROUTE
+from rlcore.protocol import HEALTH_ROUTE
 
 
 class InferenceProcess:

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from inference.config import InferenceConfig
-from launcher.errors import ConfigError, exit_with
-from launcher.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
-from launcher.rundir import RunDir
-from launcher.toml_io import dump_config
+from rlcore.errors import ConfigError, exit_with
+from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.rundir import RunDir
+from rlcore.toml_io import dump_config
 
 PROG = "inference"
 CHILD_GRACE_S = 10.0
@@ -78,7 +78,7 @@ def start_startup_watchdog(timeout_s: float) -> None:
 
 def resolve_served_model(name: str) -> str:
     """Local folder for the bundled default or a path; a hub name must be cached or on the hub."""
-    from launcher.models import ModelNotFoundError, resolve_model
+    from rlcore.models import ModelNotFoundError, resolve_model
 
     try:
         resolved = resolve_model(name)

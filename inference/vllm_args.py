@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from inference.config import InferenceConfig
-from launcher.errors import ConfigError
+from rlcore.errors import ConfigError
 
 
 def vllm_parser() -> argparse.ArgumentParser:

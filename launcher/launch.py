@@ -4,12 +4,12 @@ import signal
 import sys
 import time
 
-from launcher.errors import USER_ERROR_EXIT_CODE, ConfigError
 from launcher.plan import Plan, describe
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import Stop, Supervisor, ignore_signals, install_signal_handlers, tail
-from launcher.toml_io import write_config
+from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from rlcore.toml_io import write_config
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 

@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.errors import USER_ERROR_EXIT_CODE
 from launcher.rl_config import COMPONENTS
-from launcher.rundir import RunDir
+from rlcore.errors import USER_ERROR_EXIT_CODE
+from rlcore.rundir import RunDir
 
 INIT_TEMPLATE = """\
 # rl.toml: start with `rl @ rl.toml`; any key can be overridden on the command line, e.g.

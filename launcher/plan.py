@@ -5,9 +5,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from launcher.errors import ConfigError
 from launcher.rl_config import COMPONENTS, RLConfig
-from launcher.rundir import RunDir
+from rlcore.errors import ConfigError
+from rlcore.rundir import RunDir
 
 
 def detect_gpus() -> list[int]:

@@ -5,9 +5,9 @@ import shutil
 import socket
 from pathlib import Path
 
-from launcher.errors import ConfigError
 from launcher.plan import Plan
-from launcher.rundir import remove_steps
+from rlcore.errors import ConfigError
+from rlcore.rundir import remove_steps
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -98,8 +98,8 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
 def model_folder(name: str) -> Path | None:
     """The model's local folder when there is one (for size estimates), without loading it; a
     path that does not exist is an error."""
-    from launcher.config import DEFAULT_MODEL
-    from launcher.models import BUNDLED_DIR_NAME, cache_dir, looks_like_path
+    from rlcore.config import DEFAULT_MODEL
+    from rlcore.models import BUNDLED_DIR_NAME, cache_dir, looks_like_path
 
     path = Path(name).expanduser()
     if path.is_dir():

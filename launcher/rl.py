@@ -8,10 +8,10 @@ rl init [ENV_ID] | rl status [DIR] | rl logs [DIR] [COMPONENT] [-f] | rl stop [D
 import sys
 import time
 
-from launcher.entry import parse_config
-from launcher.errors import ConfigError, exit_with
 from launcher.rl_config import RLConfig
-from launcher.toml_io import dump_config
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError, exit_with
+from rlcore.toml_io import dump_config
 
 USAGE = (
     "rl [@ rl.toml] [--trainer @ train.toml] [--orchestrator @ orch.toml] "

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from inference.config import InferenceConfig
-from launcher.config import NONE_STRINGS, BaseConfig
 from orchestrator.config import OrchestratorConfig
+from rlcore.config import NONE_STRINGS, BaseConfig
 from trainer.config import TrainerConfig
 
 COMPONENTS = ("trainer", "orchestrator", "inference")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.plan import Plan
-from launcher.protocol import HEALTH_ROUTE
-from launcher.rundir import atomic_write_text
+from rlcore.protocol import HEALTH_ROUTE
+from rlcore.rundir import atomic_write_text
 
 STEP_LINE = re.compile(r"^Step (\d+) \|.*$", re.MULTILINE)
 REWARD = re.compile(r"Reward: ([-\d.]+)")

@@ -5,8 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from launcher.rundir import RunDir, atomic_write_text
 from orchestrator.sampler import SamplerState
+from rlcore.rundir import RunDir, atomic_write_text
 
 PART = "orchestrator"
 PARTS = ("trainer", "orchestrator")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from launcher.protocol import HEALTH_ROUTE, MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
-from launcher.rundir import STABLE, RunDir
+from rlcore.protocol import HEALTH_ROUTE, MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.rundir import STABLE, RunDir
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"

@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.errors import ConfigError
 from orchestrator.client import OrchestratorError
+from rlcore.errors import ConfigError
 
 logger = logging.getLogger("orchestrator")
 

@@ -4,7 +4,7 @@ For step n = 0 .. max_steps-1:
   waits for   a policy no older than n - async_level (`weights/step_<m>/STABLE`, m >= n -
               async_level; the newest one ready), and asks inference to serve it if it changed;
   consumes    examples from the environments, mixed by weight in a seeded, resumable order;
-  produces    `rollouts/step_<n>` (launcher.protocol batch + samples.jsonl), one metrics line,
+  produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl), one metrics line,
               every `ckpt.interval` steps its part of `checkpoints/step_<n+1>`, evals;
   unblocked by the trainer publishing weights. Generating batch n+1 while the trainer trains on
   batch n needs no threads: the loop only waits for step n - async_level.
@@ -15,10 +15,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from launcher.errors import ConfigError
-from launcher.protocol import Batch, write_batch
-from launcher.rundir import STABLE, RunDir, remove_steps
-from launcher.toml_io import write_config
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import (
@@ -33,6 +29,10 @@ from orchestrator.envs import LoadedEnv, Rollout, check_installed, make_client, 
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl, step_line
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
+from rlcore.errors import ConfigError
+from rlcore.protocol import Batch, write_batch
+from rlcore.rundir import STABLE, RunDir, remove_steps
+from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
 

@@ -2,9 +2,9 @@
 
 import sys
 
-from launcher.entry import parse_config
-from launcher.errors import ConfigError, exit_with
 from orchestrator.config import OrchestratorConfig
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError, exit_with
 
 
 def main(argv: list[str] | None = None) -> None:

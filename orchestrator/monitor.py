@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir import RunDir
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import Rollout
+from rlcore.rundir import RunDir
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "orchestrator"

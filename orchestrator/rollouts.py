@@ -9,8 +9,8 @@ its own sample (exactly what the model saw, nothing trained twice).
 
 from dataclasses import dataclass
 
-from launcher.protocol import Sample
 from orchestrator.envs import Rollout, Turn
+from rlcore.protocol import Sample
 
 
 @dataclass

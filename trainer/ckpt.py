@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from launcher.rundir import MANIFEST, RunDir
+from rlcore.rundir import MANIFEST, RunDir
 from trainer.dist import World
 
 PART = "trainer"

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
+from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 

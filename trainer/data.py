@@ -1,6 +1,6 @@
 """Batches in, micro-batches out.
 
-Consumes `rollouts/step_<n>` (written by the orchestrator, see launcher.protocol), waits for it
+Consumes `rollouts/step_<n>` (written by the orchestrator, see rlcore.protocol), waits for it
 with a timeout, and packs its samples into micro-batches of at most `micro_batch_tokens` tokens.
 Samples packed into one row get position ids that restart at 0, which transformers turns into a
 block-diagonal causal mask: no token attends across samples.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from launcher.protocol import BATCH_META, Batch, Sample, read_batch
+from rlcore.protocol import BATCH_META, Batch, Sample, read_batch
 from trainer.config import FakeDataConfig
 
 

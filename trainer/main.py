@@ -3,8 +3,8 @@
 import errno
 import sys
 
-from launcher.entry import parse_config
-from launcher.errors import ConfigError, exit_with
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError, exit_with
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
 

@@ -3,8 +3,8 @@
 import os
 from typing import Any
 
-from launcher.config import WandbConfig
-from launcher.rundir import RunDir
+from rlcore.config import WandbConfig
+from rlcore.rundir import RunDir
 
 COMPONENT = "trainer"
 

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
-from launcher.models import resolve_model
-from launcher.protocol import Batch
-from launcher.rundir import RunDir
-from launcher.toml_io import write_config
+from rlcore.errors import ConfigError
+from rlcore.models import resolve_model
+from rlcore.protocol import Batch
+from rlcore.rundir import RunDir
+from rlcore.toml_io import write_config
 from trainer.ckpt import load_checkpoint, prune_checkpoints, save_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch

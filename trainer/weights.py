@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from launcher.rundir import RunDir, remove_steps
+from rlcore.rundir import RunDir, remove_steps
 from trainer.dist import World
 
 # Files of the source model folder that are not copied: weights and what we write ourselves.

@@ -3,7 +3,7 @@
 import pytest
 
 from inference.process import InferenceProcess, post_json
-from launcher.config import DEFAULT_MODEL
+from rlcore.config import DEFAULT_MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from inference.process import InferenceProcess, post_json
-from launcher.protocol import (
+from rlcore.protocol import (
     HEALTH_ROUTE,
     MODELS_ROUTE,
     RELOAD_WEIGHTS_ROUTE,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from launcher.protocol import read_batch
-from launcher.rundir import RunDir, steps_in
+from rlcore.protocol import read_batch
+from rlcore.rundir import RunDir, steps_in
 
 pytestmark = pytest.mark.integration
 

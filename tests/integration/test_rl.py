@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.rundir import RunDir
+from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     free_port,
     kill_sessions,

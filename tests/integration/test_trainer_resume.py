@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from launcher.protocol import Batch, Sample, write_batch
-from launcher.rundir import MANIFEST, RunDir
+from rlcore.protocol import Batch, Sample, write_batch
+from rlcore.rundir import MANIFEST, RunDir
 
 pytestmark = pytest.mark.integration
 

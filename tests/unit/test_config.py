@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from inference.config import InferenceConfig
-from launcher.entry import parse_config
 from launcher.rl_config import RLConfig
-from launcher.toml_io import dump_config
 from orchestrator.config import OrchestratorConfig
+from rlcore.entry import parse_config
+from rlcore.toml_io import dump_config
 from trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import errno
 import pytest
 import torch
 
-from launcher.rundir import RunDir
+from rlcore.rundir import RunDir
 from tests.unit.test_trainer import fake_config
 from trainer import ckpt
 from trainer.data import fake_batch

@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from launcher.errors import ConfigError
 from orchestrator.envs import LoadedEnv, check_installed, module_name
 from orchestrator.main import main
+from rlcore.errors import ConfigError
 
 BUNDLED = ["rl-add-digits", "rl-repeat-word", "rl-guess-number"]
 

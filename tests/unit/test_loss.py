@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from launcher.protocol import Sample
+from rlcore.protocol import Sample
 from trainer.config import RatioClipLossConfig, RatioMaskLossConfig
 from trainer.data import make_micro_batch
 from trainer.loss import LOSS_BUILDERS, build_loss, compute_loss, token_logprobs

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.rundir import RunDir
+from rlcore.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 

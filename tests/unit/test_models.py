@@ -1,4 +1,4 @@
-"""launcher.models: name resolution, cached atomic builds, the tiny model."""
+"""rlcore.models: name resolution, cached atomic builds, the tiny model."""
 
 import json
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import models
-from launcher.config import DEFAULT_MODEL
+from rlcore import models
+from rlcore.config import DEFAULT_MODEL
 
 
 def test_local_folder_resolves_to_absolute_path(tmp_path, monkeypatch):
@@ -91,5 +91,5 @@ def test_tiny_model_is_deterministic_per_seed(tmp_path, tiny_model_dir):
 
 
 def test_importing_models_does_not_import_torch():
-    code = "import launcher.models, sys; assert 'torch' not in sys.modules"
+    code = "import rlcore.models, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

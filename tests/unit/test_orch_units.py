@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from launcher.rundir import RunDir
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import OrchestratorError, server_root, wait_for_policy, wait_for_server
@@ -14,6 +13,7 @@ from orchestrator.config import AdvantageConfig
 from orchestrator.envs import Rollout, Turn
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler, SamplerState
+from rlcore.rundir import RunDir
 
 
 # -- advantages ----------------------------------------------------------------------------------

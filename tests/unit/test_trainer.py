@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from inference.weights import check_weight_dir, tensor_shapes
-from launcher.errors import ConfigError
-from launcher.rundir import RunDir
+from rlcore.errors import ConfigError
+from rlcore.rundir import RunDir
 from trainer.ckpt import prune_checkpoints
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launcher.protocol import Batch, Sample, write_batch
+from rlcore.protocol import Batch, Sample, write_batch
 from trainer.config import OptimConfig
 from trainer.data import pack_samples, sample_arrays, split_for_ranks, wait_for_batch
 from trainer.optim import lr_factor

