@@ -98,7 +98,7 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
 
 def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> dict:
     from rlcore.rundir import RunDir
-    from trainer.ckpt import load_checkpoint, part_dir, save_checkpoint
+    from trainer.ckpt import PART, load_checkpoint, save_checkpoint
 
     run = RunDir(root)
     saves, loads, copies = [], [], []
@@ -109,8 +109,8 @@ def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> di
         started = time.perf_counter()
         load_checkpoint(run, step, model, optimizer, scheduler, world)
         loads.append(time.perf_counter() - started)
-        copies.append(plain_copy_s(part_dir(run, step), root / f"ckpt_copy_{step}"))
-    return {"bytes": folder_bytes(part_dir(run, 1)), "save_s": statistics.median(saves),
+        copies.append(plain_copy_s(run.part_dir(step, PART), root / f"ckpt_copy_{step}"))
+    return {"bytes": folder_bytes(run.part_dir(1, PART)), "save_s": statistics.median(saves),
             "load_s": statistics.median(loads), "copy_s": statistics.median(copies)}  # fmt: skip
 
 

@@ -5,7 +5,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from rlcore.config import BaseConfig, LogConfig, ModelConfig, PositiveInt
+from rlcore.config import (
+    BaseConfig,
+    FilesystemTransferConfig,
+    LogConfig,
+    ModelConfig,
+    PositiveInt,
+    WeightTransferConfig,
+)
 
 # vLLM arguments that come from this config's own keys, so vllm_args must not set them.
 OWNED_VLLM_ARGS = {
@@ -100,6 +107,9 @@ class InferenceConfig(BaseConfig):
 
     log: LogConfig = LogConfig()
     """Console and log-file verbosity."""
+
+    weight_transfer: WeightTransferConfig = FilesystemTransferConfig()
+    """How new policies arrive from the trainer; all processes must agree."""
 
     @model_validator(mode="after")
     def validate_vllm_args(self) -> "InferenceConfig":

@@ -19,7 +19,7 @@ from inference.config import InferenceConfig
 from rlcore.errors import ConfigError, exit_with
 from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
-from rlcore.toml_io import dump_config
+from rlcore.toml_io import write_config
 
 PROG = "inference"
 CHILD_GRACE_S = 10.0
@@ -138,9 +138,7 @@ def setup_device_env(config: InferenceConfig) -> bool:
 
 
 def write_resolved_config(config: InferenceConfig) -> None:
-    path = RunDir(config.output_dir).config_file(PROG)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_config(config))
+    write_config(config, RunDir(config.output_dir).config_file(PROG))
 
 
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:
@@ -173,14 +171,14 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     from vllm.entrypoints.launchers.app import build_app
     from vllm.entrypoints.launchers.launcher import serve_http
 
-    from inference.weights import WeightUpdater
+    from inference.weights import build_loader
 
     supported_tasks = await engine.get_supported_tasks()
     app = build_app(args, supported_tasks, engine.model_config)
-    updater = WeightUpdater(
-        engine, model_path, config.output_dir, config.weights.timeout_s, config.weights.pause_mode
+    loader = build_loader(
+        config.weight_transfer, engine, model_path, config.output_dir, config.weights
     )
-    add_admin_routes(app, updater)
+    add_admin_routes(app, loader)
     await init_app_state(engine, app.state, args, supported_tasks)
     asyncio.get_running_loop().create_task(announce_ready(app, engine, config, start))
     return await serve_http(
@@ -226,17 +224,14 @@ def request_stop(signum: int, app, engine) -> None:
     asyncio.get_running_loop().create_task(stop())
 
 
-def add_admin_routes(app, updater) -> None:
-    """POST /update_weights {"weight_dir": ...} and POST /reload_weights, ahead of vLLM's
-    routes so that its dev-mode routes of the same name never shadow them."""
-    from fastapi import APIRouter
+def add_admin_routes(app, loader) -> None:
+    """POST /update_weights (a transport's load request, e.g. {"weight_dir": ...}) and POST
+    /reload_weights, ahead of vLLM's routes so that its dev-mode routes of the same name never
+    shadow them."""
+    from fastapi import APIRouter, Body
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel
 
     from inference.weights import WeightDirError
-
-    class UpdateWeightsRequest(BaseModel):
-        weight_dir: str
 
     async def answer(swap, what: str) -> JSONResponse:
         try:
@@ -250,12 +245,12 @@ def add_admin_routes(app, updater) -> None:
     router = APIRouter()
 
     @router.post(UPDATE_WEIGHTS_ROUTE)
-    async def update_weights(request: UpdateWeightsRequest) -> JSONResponse:
-        return await answer(updater.update(request.weight_dir), request.weight_dir)
+    async def update_weights(request: dict = Body(...)) -> JSONResponse:  # noqa: B008
+        return await answer(loader.load(request), str(request))
 
     @router.post(RELOAD_WEIGHTS_ROUTE)
     async def reload_weights() -> JSONResponse:
-        return await answer(updater.reload_base(), "the base weights")
+        return await answer(loader.reload_base(), "the base weights")
 
     app.include_router(router)
     ours = app.router.routes[-len(router.routes) :]

@@ -12,6 +12,9 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from rlcore.weight_transfer import WeightLoader
 
 CONFIG_FILE = "config.json"
 
@@ -97,8 +100,9 @@ class WeightState:
     """The weights serving now."""
 
 
-class WeightUpdater:
-    """Swaps the engine's weights in place, one swap at a time.
+class WeightUpdater(WeightLoader):
+    """The filesystem transport's loader: swaps the engine's weights in place from a folder,
+    one swap at a time.
 
     Consumes: folder paths from the admin routes. Waits for: in-flight requests to finish
     (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
@@ -113,7 +117,10 @@ class WeightUpdater:
         self.expected = tensor_shapes(base_path) if base_path.is_dir() else None
         self.lock = asyncio.Lock()
 
-    async def update(self, weight_dir: str) -> dict:
+    async def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        weight_dir = request.get("weight_dir")
+        if not isinstance(weight_dir, str):
+            raise WeightDirError(422, f'expected a JSON body {{"weight_dir": PATH}}, got {request}')
         folder = check_weight_dir(Path(weight_dir), self.root, self.expected)
         return await self.swap(str(folder))
 
@@ -155,3 +162,12 @@ class WeightUpdater:
             raise WeightDirError(
                 504, f"timed out after {self.timeout_s:.0f} s {what} (weights.timeout_s)"
             ) from None
+
+
+TRANSPORTS = {"filesystem": WeightUpdater}
+
+
+def build_loader(config, engine, base: str, root: Path, weights) -> WeightLoader:
+    """The loader of the configured transport (`config`: WeightTransferConfig, `weights`: the
+    inference WeightsConfig with the swap's timeout and pause mode)."""
+    return TRANSPORTS[config.type](engine, base, root, weights.timeout_s, weights.pause_mode)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from launcher.plan import Plan
 from rlcore.errors import ConfigError
-from rlcore.rundir import remove_steps
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -23,12 +22,12 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def check_environments(plan: Plan) -> None:
-    from orchestrator.envs import check_installed
+    from orchestrator.envs import check_envs
 
     orch = plan.config.orchestrator
-    check_installed([env.id for env in orch.env], "orchestrator [[env]]")
+    check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
-        check_installed([env.id for env in orch.eval.env], "orchestrator [[eval.env]]")
+        check_envs(orch.eval.env, "orchestrator [[eval.env]]")
 
 
 def _folder_bytes(path: Path) -> int:
@@ -67,32 +66,16 @@ def check_disk(plan: Plan, model_dir: Path | None) -> None:
 
 
 def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
-    """Resolve the resume step once and clear what the new attempt must not see.
-
-    Returns the concrete resume step (None for a fresh start). Never deletes checkpoints unless
-    `clean` is set."""
+    """Resolve the resume step once for every process and clear what the new attempt must not
+    see (rlcore.rundir owns the rules). Never deletes checkpoints unless `clean` is set."""
     run = plan.run
-    ckpt = plan.config.trainer.ckpt
+    resume_step = plan.config.trainer.ckpt.resume_step
     if clean and run.root.exists():
-        if ckpt.resume_step is not None:
+        if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         for child in run.root.iterdir():
             shutil.rmtree(child) if child.is_dir() else child.unlink()
-    complete = run.complete_checkpoints()
-    if ckpt.resume_step is None and complete:
-        raise ConfigError(
-            f"{run.root} holds checkpoints (steps {complete}) from an earlier run: resume it with "
-            f"--ckpt.resume-step -1, start elsewhere with --output-dir, or delete everything in "
-            "it with --clean"
-        )
-    try:
-        step = run.resolve_resume_step(ckpt.resume_step)
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
-    start = step or 0
-    remove_steps(run.rollouts, lambda n: n < start)
-    remove_steps(run.weights, lambda n: n <= start and step is not None)
-    return step
+    return run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
 
 
 def model_folder(name: str) -> Path | None:

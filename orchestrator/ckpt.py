@@ -3,15 +3,12 @@
 
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from orchestrator.sampler import SamplerState
 from rlcore.rundir import RunDir, atomic_write_text
 
 PART = "orchestrator"
-PARTS = ("trainer", "orchestrator")
 STATE_FILE = "state.json"
-DONE = "DONE"
 
 
 @dataclass
@@ -27,27 +24,15 @@ class OrchestratorState:
     wandb_run_id: str | None = None
 
 
-def should_save(step: int, interval: int | None, max_steps: int, enabled: bool) -> bool:
-    """Same rule as the trainer: every `interval` steps and after the last step."""
-    if not enabled:
-        return False
-    return step == max_steps or (interval is not None and step % interval == 0)
-
-
-def part_dir(run_dir: RunDir, step: int) -> Path:
-    return run_dir.checkpoint_dir(step) / PART
-
-
 def save(run_dir: RunDir, state: OrchestratorState) -> bool:
     """Write the state and its DONE marker; True when the whole checkpoint is now complete."""
-    folder = part_dir(run_dir, state.step)
+    folder = run_dir.part_dir(state.step, PART)
     atomic_write_text(folder / STATE_FILE, json.dumps(asdict(state), indent=2) + "\n")
-    atomic_write_text(folder / DONE, "")
-    return run_dir.write_manifest_if_complete(state.step, PARTS)
+    return run_dir.mark_part_done(state.step, PART)
 
 
 def load(run_dir: RunDir, step: int) -> OrchestratorState:
-    path = part_dir(run_dir, step) / STATE_FILE
+    path = run_dir.part_dir(step, PART) / STATE_FILE
     raw = json.loads(path.read_text())
     raw["sampler"] = SamplerState(**raw["sampler"])
     return OrchestratorState(**raw)

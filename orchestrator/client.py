@@ -1,21 +1,18 @@
-"""Talking to the inference server over HTTP and waiting for the trainer's weights.
+"""Talking to the inference server over HTTP.
 
 Every wait has a timeout and names what it waited for (OrchestratorError)."""
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
 import httpx
 
 from rlcore.protocol import HEALTH_ROUTE, MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
-from rlcore.rundir import STABLE, RunDir
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-POLL_S = 0.2
 
 
 class OrchestratorError(Exception):
@@ -63,38 +60,19 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
     return [m["id"] for m in answer.json().get("data", [])]
 
 
-async def update_weights(base_url: str, weight_dir: Path, timeout_s: float) -> bool:
-    """Ask inference to serve the HF folder `weight_dir`; False if the server has no such
-    route (a plain vLLM server started by hand keeps its own weights)."""
+async def update_weights(base_url: str, request: dict[str, Any], timeout_s: float) -> bool:
+    """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
+    False if the server has no such route (a plain vLLM server keeps its own weights)."""
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
-            answer = await http.post(url, json={"weight_dir": str(weight_dir.resolve())})
+            answer = await http.post(url, json=request)
     except httpx.HTTPError as err:
-        raise OrchestratorError(f"POST {url} for {weight_dir} failed: {err}") from None
+        raise OrchestratorError(f"POST {url} {request} failed: {err}") from None
     if answer.status_code in (404, 405):
         return False
     if answer.status_code != 200:
         raise OrchestratorError(
-            f"POST {url} for {weight_dir} answered {answer.status_code}: {answer.text[:500]}"
+            f"POST {url} {request} answered {answer.status_code}: {answer.text[:500]}"
         )
     return True
-
-
-async def wait_for_policy(
-    run_dir: RunDir, oldest: int, newest: int, timeout_s: float, usable: Callable[[int], bool]
-) -> int:
-    """Wait until some `weights/step_<m>/STABLE` with oldest <= m <= newest exists and is
-    `usable`; the newest such m."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        ready = [m for m in range(newest, oldest - 1, -1) if usable(m)]
-        if ready:
-            return ready[0]
-        if time.monotonic() >= deadline:
-            raise OrchestratorError(
-                f"weights {run_dir.weight_dir(oldest) / STABLE} did not appear within "
-                f"{timeout_s:g}s (weights_timeout_s): is the trainer running with "
-                f"output_dir {run_dir.root}?"
-            )
-        await asyncio.sleep(POLL_S)

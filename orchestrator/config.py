@@ -1,6 +1,6 @@
 """Orchestrator config schema (pydantic and the standard library only)."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -20,7 +20,14 @@ class SamplingConfig(BaseConfig):
     """Nucleus sampling threshold; 1.0 disables it."""
 
 
+EnvType = Literal["verifiers"]
+
+
 class EnvConfig(BaseConfig):
+    type: EnvType = "verifiers"
+    """Environment type: `verifiers` is a classic verifiers environment, loaded with
+    `load_environment(id, **args)`."""
+
     id: str
     """Verifiers environment id, e.g. `rl-add-digits` or `owner/name` (resolved to the
     installed module `name`)."""
@@ -33,6 +40,9 @@ class EnvConfig(BaseConfig):
 
 
 class EvalEnvConfig(BaseConfig):
+    type: EnvType = "verifiers"
+    """Environment type, as in `[[env]]`."""
+
     id: str
     """Verifiers environment id to evaluate on."""
 

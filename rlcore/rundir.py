@@ -1,12 +1,13 @@
-"""The run-directory layout (DESIGN.md, Run directory), defined once for every process.
+"""The run directory (`output_dir`), defined once for every process: its layout, the lifecycle
+of an attempt (resume resolution, refusing a used directory, dropping what a new attempt must not
+see), the checkpoint-step rule and the checkpoint markers. See docs/architecture.md.
 
 configs/<component>.toml   logs/<component>.log   metrics.jsonl   run.json
 rollouts/step_<n>/         weights/step_<n>/ + STABLE
-checkpoints/step_<n>/{trainer/,orchestrator/,MANIFEST}
+checkpoints/step_<n>/{trainer/,orchestrator/,MANIFEST}   each part gets DONE when complete
 """
 
 import json
-import os
 import re
 import shutil
 import time
@@ -14,8 +15,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rlcore.errors import ConfigError
+from rlcore.files import atomic_write_text
+
 STABLE = "STABLE"
 MANIFEST = "MANIFEST"
+DONE = "DONE"
+CHECKPOINT_PARTS = ("trainer", "orchestrator")
+"""The parts of a checkpoint; MANIFEST is written once all of a step's parts are DONE."""
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -108,11 +115,25 @@ class RunDir:
             return self.latest_checkpoint()
         if resume_step > 0 and not self.checkpoint_complete(resume_step):
             have = self.complete_checkpoints()
-            raise FileNotFoundError(
+            raise ConfigError(
                 f"no complete checkpoint for step {resume_step} in {self.checkpoints} "
                 f"(complete: {have or 'none'}); use --ckpt.resume-step -1 for the latest"
             )
         return resume_step
+
+    def part_dir(self, step: int, part: str) -> Path:
+        """`checkpoints/step_<n>/<part>/`, one of CHECKPOINT_PARTS."""
+        assert part in CHECKPOINT_PARTS, part
+        return self.checkpoint_dir(step) / part
+
+    def part_done(self, step: int, part: str) -> bool:
+        return (self.part_dir(step, part) / DONE).exists()
+
+    def mark_part_done(self, step: int, part: str, parts: Iterable[str] = CHECKPOINT_PARTS) -> bool:
+        """Mark one part complete, then write MANIFEST if every part in `parts` is; True when the
+        checkpoint now counts."""
+        atomic_write_text(self.part_dir(step, part) / DONE, f"{step}\n")
+        return self.write_manifest_if_complete(step, parts)
 
     def write_manifest_if_complete(self, step: int, parts: Iterable[str]) -> bool:
         """Write MANIFEST once every part has its own DONE marker; True if written now or before."""
@@ -120,10 +141,42 @@ class RunDir:
         if (folder / MANIFEST).exists():
             return True
         parts = list(parts)
-        if not all((folder / part / "DONE").exists() for part in parts):
+        if not all(self.part_done(step, part) for part in parts):
             return False
         atomic_write_text(folder / MANIFEST, json.dumps({"step": step, "parts": parts}) + "\n")
         return True
+
+    # -- the lifecycle of an attempt -----------------------------------------------------------
+    def check_attempt(self, resume_step: int | None) -> int | None:
+        """The concrete step a new attempt resumes from (None: a fresh start), without touching
+        anything. A fresh start in a directory that holds complete checkpoints is refused: they
+        are never overwritten silently."""
+        complete = self.complete_checkpoints()
+        if resume_step is None and complete:
+            raise ConfigError(
+                f"output_dir {self.root} holds checkpoints (steps {complete}) from an earlier "
+                "run: resume it with --ckpt.resume-step -1, start elsewhere with --output-dir, "
+                "or (with rl) delete everything in it with --clean"
+            )
+        return self.resolve_resume_step(resume_step) or None
+
+    def drop_stale(self, start: int, produces: Iterable[str]) -> None:
+        """Delete what an attempt starting after `start` steps regenerates: batches >= start
+        (`rollouts`) and policies > start (`weights`). Each process drops only what it produces
+        itself, so a peer that started first never loses its output."""
+        for kind in produces:
+            if kind == "rollouts":
+                remove_steps(self.rollouts, lambda n: n < start)
+            elif kind == "weights":
+                remove_steps(self.weights, lambda n: n <= start)
+            else:
+                raise AssertionError(f"unknown run-directory output {kind!r}")
+
+    def prepare_attempt(self, resume_step: int | None, produces: Iterable[str]) -> int | None:
+        """`check_attempt`, then `drop_stale` for the outputs this process produces."""
+        step = self.check_attempt(resume_step)
+        self.drop_stale(step or 0, produces)
+        return step
 
     # -- metrics -------------------------------------------------------------------------------
     def append_metrics(self, component: str, step: int, metrics: dict[str, Any]) -> None:
@@ -133,11 +186,11 @@ class RunDir:
             f.write(line + "\n")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
+def is_checkpoint_step(step: int, interval: int | None, max_steps: int, enabled: bool) -> bool:
+    """The checkpoint rule both sides follow: every `interval` steps and after the last one."""
+    if not enabled:
+        return False
+    return step == max_steps or (interval is not None and step % interval == 0)
 
 
 def remove_steps(folder: Path, keep: Any) -> None:

@@ -9,6 +9,7 @@ import tomli_w
 from pydantic import BaseModel
 
 from rlcore.errors import ConfigError
+from rlcore.files import atomic_write_text
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
@@ -61,7 +62,4 @@ def dump_config(config: BaseModel) -> str:
 
 def write_config(config: BaseModel, path: Path) -> None:
     """Write the resolved config atomically (tmp + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_config(config))
-    tmp.replace(path)
+    atomic_write_text(path, dump_config(config))

@@ -7,7 +7,6 @@ import os
 import random
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,18 +15,13 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from rlcore.rundir import MANIFEST, RunDir
+from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.dist import World
 
 PART = "trainer"
-DONE = "DONE"
 # Fault-injection hook for the fault-matrix tests: seconds to pause inside every save, after the
 # data and before the DONE marker, so a kill can land mid-save deterministically.
 SAVE_DELAY_ENV = "RL_FAULT_CKPT_SAVE_DELAY_S"
-
-
-def part_dir(run_dir: RunDir, step: int) -> Path:
-    return run_dir.checkpoint_dir(step) / PART
 
 
 def rng_state() -> dict[str, Any]:
@@ -57,7 +51,7 @@ def save_checkpoint(
     parts: tuple[str, ...],
 ) -> None:
     """Save the state after `step` steps (all ranks call); `extra` is stored on every rank."""
-    folder = part_dir(run_dir, step)
+    folder = run_dir.part_dir(step, PART)
     if world.is_main:
         shutil.rmtree(folder, ignore_errors=True)  # an earlier interrupted save of this step
         folder.mkdir(parents=True)
@@ -69,8 +63,7 @@ def save_checkpoint(
     world.barrier()
     time.sleep(float(os.environ.get(SAVE_DELAY_ENV) or 0))
     if world.is_main:
-        (folder / DONE).write_text(f"{step}\n")
-        run_dir.write_manifest_if_complete(step, parts)
+        run_dir.mark_part_done(step, PART, parts)
 
 
 def load_checkpoint(
@@ -82,8 +75,8 @@ def load_checkpoint(
     world: World,
 ) -> dict[str, Any]:
     """Restore everything saved at `step`; returns the rank's saved dict (step, extras)."""
-    folder = part_dir(run_dir, step)
-    if not (folder / DONE).exists():
+    folder = run_dir.part_dir(step, PART)
+    if not run_dir.part_done(step, PART):
         raise FileNotFoundError(f"trainer checkpoint {folder} is incomplete (no {DONE} marker)")
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}

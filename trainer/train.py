@@ -12,7 +12,6 @@ import shutil
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,8 +20,9 @@ from torch import nn
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import Batch
-from rlcore.rundir import RunDir
+from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.toml_io import write_config
+from rlcore.weight_transfer import WeightSender
 from trainer.ckpt import load_checkpoint, prune_checkpoints, save_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
@@ -31,7 +31,7 @@ from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss
 from trainer.metrics import MetricsLogger
 from trainer.model import load_model, source_dir
 from trainer.optim import build_optimizer
-from trainer.weights import prune_weights, publish_weights, remove_weights_after
+from trainer.weights import build_sender
 
 
 @dataclass
@@ -45,8 +45,7 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     token_loss: TokenLoss
-    source: str
-    source_folder: Path | None
+    sender: WeightSender
     logger: MetricsLogger | None
     start_step: int = 0
 
@@ -57,6 +56,7 @@ def run(config: TrainerConfig) -> None:
         trainer = setup_trainer(config, world)
         for step in range(trainer.start_step + 1, config.max_steps + 1):
             train_and_publish(trainer, step)
+        trainer.sender.close()
         if trainer.logger:
             trainer.logger.finish()
     finally:
@@ -67,19 +67,12 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     """The run directory and the step to resume from (None: fresh start); user errors raise
     ConfigError before anything is written."""
     run_dir = RunDir(config.output_dir)
-    try:
-        resume_step = run_dir.resolve_resume_step(config.ckpt.resume_step)
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
     # A checkpoint may complete while ranks look: every rank takes rank 0's answer.
-    resume_step = world.broadcast_object(resume_step)
-    if config.ckpt.resume_step is None and run_dir.complete_checkpoints():
-        raise ConfigError(
-            f"output_dir {run_dir.root} already holds checkpoints "
-            f"(steps {run_dir.complete_checkpoints()}): resume with --ckpt.resume-step -1, or "
-            "pick a new output_dir"
-        )
-    return run_dir, resume_step or None
+    resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
+    if world.is_main:
+        run_dir.drop_stale(resume_step or 0, produces=("weights",))
+    world.barrier()
+    return run_dir, resume_step
 
 
 def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
@@ -94,9 +87,13 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         write_config(config, run_dir.config_file("trainer"))
     model = load_model(config.model, source, world)
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
+    sender = build_sender(
+        config.weight_transfer, run_dir, model, world, source_dir(source), source,
+        config.async_level,
+    )  # fmt: skip
     trainer = Trainer(
-        config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss),
-        source, source_dir(source), logger=None,
+        config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss), sender,
+        logger=None,
     )  # fmt: skip
     saved: dict[str, Any] = {}
     if resume_step is not None:
@@ -106,7 +103,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     if world.is_main:
         trainer.logger = MetricsLogger(run_dir, config.wandb, config.model_dump(mode="json"))
         trainer.logger.start_wandb(saved.get("wandb_run_id"))
-    setup_weights(trainer)
+    sender.publish_initial(trainer.start_step)
     return trainer
 
 
@@ -116,22 +113,6 @@ def quiet_libraries() -> None:
 
     hf_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-
-
-def setup_weights(trainer: Trainer) -> None:
-    """Drop weights of an abandoned attempt; make sure the starting policy is published."""
-    run_dir, step = trainer.run_dir, trainer.start_step
-    if trainer.world.is_main:
-        remove_weights_after(run_dir, step)
-    trainer.world.barrier()
-    if step == 0 or not run_dir.weights_stable(step):
-        publish(trainer, step)
-
-
-def publish(trainer: Trainer, step: int) -> None:
-    publish_weights(
-        trainer.run_dir, step, trainer.model, trainer.world, trainer.source_folder, trainer.source
-    )
 
 
 def next_batch(trainer: Trainer, step: int) -> Batch:
@@ -155,14 +136,15 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
 
     # -- publish the new policy; forget what nobody can need
     publish_start = time.perf_counter()
-    publish(trainer, step)
+    trainer.sender.publish(step)
+    trainer.sender.prune(step)
     if world.is_main:
-        prune_weights(run_dir, step, config.async_level)
         shutil.rmtree(run_dir.rollout_dir(step - 1), ignore_errors=True)  # consumed
     metrics |= {"data_wait_s": data_wait_s, "publish_s": time.perf_counter() - publish_start}
 
     # -- checkpoint
-    if is_checkpoint_step(config, step):
+    ckpt = config.ckpt
+    if is_checkpoint_step(step, ckpt.interval, config.max_steps, ckpt.enabled):
         save_start = time.perf_counter()
         parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
         extra = {"wandb_run_id": trainer.logger.wandb_run.id} if has_wandb(trainer) else {}
@@ -178,13 +160,6 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
 
 def has_wandb(trainer: Trainer) -> bool:
     return trainer.logger is not None and trainer.logger.wandb_run is not None
-
-
-def is_checkpoint_step(config: TrainerConfig, step: int) -> bool:
-    if not config.ckpt.enabled:
-        return False
-    interval = config.ckpt.interval
-    return step == config.max_steps or (interval is not None and step % interval == 0)
 
 
 def count_loss_tokens(batch: Batch) -> int:

@@ -1,18 +1,22 @@
-"""Publish the policy as `weights/step_<n>`: an HF safetensors folder (config, tokenizer,
-generation config) in the trained dtype, loadable by vLLM and transformers.
+"""The trainer's side of the weight-transfer seam (rlcore.weight_transfer).
 
-Produces weights/step_<n>/ (tmp folder + rename, then STABLE) for inference and the
-orchestrator; deletes weight folders that no one can need any more.
+The filesystem transport publishes the policy as `weights/step_<n>`: an HF safetensors folder
+(config, tokenizer, generation config) loadable by vLLM and transformers, written as a tmp
+folder + rename, then STABLE; it deletes weight folders that no one can need any more.
 """
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from rlcore.config import WeightTransferConfig
+from rlcore.files import atomic_folder
 from rlcore.rundir import RunDir, remove_steps
+from rlcore.weight_transfer import WeightSender
 from trainer.dist import World
 
 # Files of the source model folder that are not copied: weights and what we write ourselves.
@@ -61,18 +65,11 @@ def publish_weights(
     """Write weights/step_<step> atomically and mark it STABLE (all ranks call)."""
     state = full_state_dict(model, world)
     if world.is_main:
-        final = run_dir.weight_dir(step)
-        tmp = final.with_name(f".{final.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        copy_support_files(source, tmp, source_name)
-        architectures = model.config.architectures
-        model.save_pretrained(tmp, state_dict=state)
-        fix_architectures(tmp / "config.json", architectures)
-        for path in tmp.iterdir():
-            path.chmod(0o644)  # safetensors files come out owner-only
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        with atomic_folder(run_dir.weight_dir(step)) as tmp:
+            copy_support_files(source, tmp, source_name)
+            architectures = model.config.architectures
+            model.save_pretrained(tmp, state_dict=state)
+            fix_architectures(tmp / "config.json", architectures)
         run_dir.mark_weights_stable(step)
     world.barrier()
 
@@ -93,6 +90,36 @@ def prune_weights(run_dir: RunDir, step: int, async_level: int) -> None:
     remove_steps(run_dir.weights, lambda s: s >= oldest_needed)
 
 
-def remove_weights_after(run_dir: RunDir, step: int) -> None:
-    """On resume: weights newer than the resumed step came from the abandoned attempt."""
-    remove_steps(run_dir.weights, lambda s: s <= step)
+@dataclass
+class FilesystemSender(WeightSender):
+    """`weights/step_<n>/` folders in the run directory (all ranks call `publish`)."""
+
+    run_dir: RunDir
+    model: nn.Module
+    world: World
+    source: Path | None
+    """The model's local folder: tokenizer, chat template and generation config come from it."""
+    source_name: str
+    async_level: int
+
+    def publish(self, step: int) -> None:
+        publish_weights(self.run_dir, step, self.model, self.world, self.source, self.source_name)
+
+    def prune(self, step: int) -> None:
+        if self.world.is_main:
+            prune_weights(self.run_dir, step, self.async_level)
+
+    def publish_initial(self, step: int) -> None:
+        # The base model is always written fresh; a resumed step's folder is kept and reused.
+        if step == 0 or not self.run_dir.weights_stable(step):
+            self.publish(step)
+
+
+TRANSPORTS = {"filesystem": FilesystemSender}
+
+
+def build_sender(
+    config: WeightTransferConfig, run_dir: RunDir, model: nn.Module, world: World,
+    source: Path | None, source_name: str, async_level: int,
+) -> WeightSender:  # fmt: skip
+    return TRANSPORTS[config.type](run_dir, model, world, source, source_name, async_level)

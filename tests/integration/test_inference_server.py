@@ -193,6 +193,12 @@ def test_folder_outside_root_is_refused(server, run_dir, tiny_model_dir):
     assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
 
 
+def test_malformed_load_request_is_refused(server):
+    code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"folder": "weights/step_1"})
+    assert code == 422 and '{"weight_dir": PATH}' in body["detail"], body
+    assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
+
+
 def test_update_waits_for_requests_in_flight(server, run_dir):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.envs import LoadedEnv, check_installed, module_name
+from orchestrator.envs.classic import VerifiersEnv, check_installed, module_name
 from orchestrator.main import main
 from rlcore.errors import ConfigError
 
@@ -39,7 +39,7 @@ def test_unknown_env_exits_2_before_writing_anything(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def envs():
-    return {env_id: LoadedEnv(env_id, {}) for env_id in BUNDLED}
+    return {env_id: VerifiersEnv(env_id, {}) for env_id in BUNDLED}
 
 
 def test_datasets_are_seeded_and_shaped(envs):
@@ -48,8 +48,8 @@ def test_datasets_are_seeded_and_shaped(envs):
     first = add.example(0)
     assert first["prompt"][-1]["content"].startswith("What is ")
     assert first["prompt"][-1]["content"].endswith("? Answer with just the number.")
-    assert LoadedEnv("rl-add-digits", {"seed": 1}).example(0) != first
-    assert LoadedEnv("rl-add-digits", {}).example(0) == first
+    assert VerifiersEnv("rl-add-digits", {"seed": 1}).example(0) != first
+    assert VerifiersEnv("rl-add-digits", {}).example(0) == first
 
 
 def test_rewards():

@@ -8,11 +8,13 @@ import pytest
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
-from orchestrator.client import OrchestratorError, server_root, wait_for_policy, wait_for_server
+from orchestrator.client import OrchestratorError, server_root, wait_for_server
 from orchestrator.config import AdvantageConfig
 from orchestrator.envs import Rollout, Turn
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler, SamplerState
+from orchestrator.weights import build_receiver
+from rlcore.config import FilesystemTransferConfig
 from rlcore.rundir import RunDir
 
 
@@ -103,10 +105,7 @@ def test_max_tokens_truncation_and_tokenless_rollouts():
 
 
 # -- checkpoints ---------------------------------------------------------------------------------
-def test_checkpoint_rule_and_round_trip(tmp_path):
-    assert [s for s in range(1, 8) if ckpt.should_save(s, 3, 7, True)] == [3, 6, 7]
-    assert [s for s in range(1, 8) if ckpt.should_save(s, None, 7, True)] == [7]
-    assert not ckpt.should_save(7, 1, 7, False)
+def test_checkpoint_round_trip(tmp_path):
     run_dir = RunDir(tmp_path)
     state = ckpt.OrchestratorState(
         step=4, sampler=SamplerState(9, [4, 5]), env_ids=["a"], num_tokens=7, wandb_run_id="x"
@@ -129,12 +128,25 @@ def test_unreachable_server_times_out_naming_the_url():
 
 def test_missing_weights_time_out_naming_the_path(tmp_path):
     run_dir = RunDir(tmp_path)
+    receiver = build_receiver(FilesystemTransferConfig(), run_dir, trusted_upto=0)
     with pytest.raises(OrchestratorError, match=r"weights/step_3/STABLE"):
-        asyncio.run(wait_for_policy(run_dir, 3, 4, 0.5, run_dir.weights_stable))
+        asyncio.run(receiver.wait(3, 4, 0.5))
     for step in (3, 4):
         run_dir.weight_dir(step).mkdir(parents=True)
         run_dir.mark_weights_stable(step)
-    assert asyncio.run(wait_for_policy(run_dir, 3, 4, 0.5, run_dir.weights_stable)) == 4
+    assert asyncio.run(receiver.wait(3, 4, 0.5)) == 4
+    assert receiver.load_request(4) == {"weight_dir": str(run_dir.weight_dir(4).resolve())}
+
+
+def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path):
+    run_dir = RunDir(tmp_path)
+    for step in (2, 3):
+        run_dir.weight_dir(step).mkdir(parents=True)
+        run_dir.mark_weights_stable(step)
+    receiver = build_receiver(FilesystemTransferConfig(), run_dir, trusted_upto=2)
+    receiver.attempt_start = time.time() + 60  # both folders predate this attempt
+    assert receiver.ready(2) and not receiver.ready(3)
+    assert asyncio.run(receiver.wait(2, 3, 0.3)) == 2
 
 
 # -- W&B keys come from .env and never override the environment -----------------------------------
@@ -170,7 +182,7 @@ def test_a_batch_without_tokens_ends_the_run():
 
 
 def test_verifiers_output_becomes_a_rollout():
-    from orchestrator.envs import _to_rollout
+    from orchestrator.envs.classic import _to_rollout
 
     step = {
         "tokens": {"prompt_ids": [1, 2], "completion_ids": [3], "completion_logprobs": [-0.5]},

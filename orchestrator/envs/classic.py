@@ -1,44 +1,17 @@
-"""The one place that talks to verifiers (0.3.x classic API: `load_environment`, `run_group`,
-`state["trajectory"]` with token ids and logprobs from vLLM's `return_token_ids`).
-
-Everything else in the orchestrator sees only `Rollout` / `Turn` and `LoadedEnv`, so a later
-verifiers API (0.4's `verifiers.v1` tasksets) can be added as a second adapter beside this one.
+"""The classic verifiers adapter (`type = "verifiers"`, the default): verifiers 0.3.x's
+`load_environment`, `run_group` and `state["trajectory"]` with token ids and logprobs from
+vLLM's `return_token_ids`. The only module that imports verifiers' environment API.
 """
 
-import asyncio
 import importlib.util
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.client import OrchestratorError
+from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from rlcore.errors import ConfigError
 
 logger = logging.getLogger("orchestrator")
-
-
-@dataclass
-class Turn:
-    """One model call: the tokens it saw, the tokens it produced and their logprobs."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    completion_logprobs: list[float]
-    is_truncated: bool = False
-
-
-@dataclass
-class Rollout:
-    """One scored rollout, independent of the verifiers version that produced it."""
-
-    example_id: int
-    prompt: Any
-    completion: Any
-    reward: float
-    metrics: dict[str, float] = field(default_factory=dict)
-    turns: list[Turn] = field(default_factory=list)
-    is_truncated: bool = False
-    error: str | None = None
 
 
 def module_name(env_id: str) -> str:
@@ -67,8 +40,12 @@ def check_installed(env_ids: list[str], where: str = "env") -> None:
     )
 
 
-class LoadedEnv:
-    """A verifiers environment loaded with `load_environment(id, **args)`."""
+class VerifiersEnv(EnvAdapter):
+    """A classic verifiers environment loaded with `load_environment(id, **args)`."""
+
+    @classmethod
+    def check(cls, env_ids: list[str], where: str) -> None:
+        check_installed(env_ids, where)
 
     def __init__(self, env_id: str, args: dict[str, Any]):
         import verifiers as vf
@@ -142,33 +119,3 @@ def _to_rollout(output: Any) -> Rollout:
         is_truncated=bool(output.get("is_truncated")),
         error=None if error is None else str(error.get("message", error)),
     )
-
-
-def make_client(base_url: str, timeout_s: float, max_concurrent: int) -> Any:
-    """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests
-    in flight across all rollouts."""
-    from openai import AsyncOpenAI
-    from verifiers.clients import OpenAIChatCompletionsClient
-
-    class LimitedClient(OpenAIChatCompletionsClient):
-        semaphore = asyncio.Semaphore(max_concurrent)
-
-        async def get_native_response(self, *args, **kwargs):
-            async with self.semaphore:
-                return await super().get_native_response(*args, **kwargs)
-
-    openai_client = AsyncOpenAI(
-        base_url=base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0
-    )
-    return LimitedClient(openai_client)
-
-
-def sampling_args(max_tokens: int, temperature: float, top_p: float) -> dict:
-    """Sampling arguments that also ask vLLM for token ids and per-token logprobs."""
-    return {
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
-        "logprobs": True,
-        "extra_body": {"return_token_ids": True},
-    }

@@ -1,0 +1,52 @@
+"""Environments by `type`: the adapters the orchestrator can load (see base.py)."""
+
+import asyncio
+from typing import Any
+
+from orchestrator.envs.base import EnvAdapter, Rollout, Turn
+from orchestrator.envs.classic import VerifiersEnv
+
+ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv}
+
+__all__ = ["ENV_TYPES", "EnvAdapter", "Rollout", "Turn", "check_envs", "load_env"]
+
+
+def check_envs(envs: list, where: str) -> None:
+    """Check every `[[env]]`-like config (`type`, `id`) before anything starts."""
+    for env_type in dict.fromkeys(e.type for e in envs):
+        ENV_TYPES[env_type].check([e.id for e in envs if e.type == env_type], where)
+
+
+def load_env(config) -> EnvAdapter:
+    """The adapter for one `[[env]]` or `[[eval.env]]` table."""
+    return ENV_TYPES[config.type](config.id, config.args)
+
+
+def make_client(base_url: str, timeout_s: float, max_concurrent: int) -> Any:
+    """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests
+    in flight across all rollouts."""
+    from openai import AsyncOpenAI
+    from verifiers.clients import OpenAIChatCompletionsClient
+
+    class LimitedClient(OpenAIChatCompletionsClient):
+        semaphore = asyncio.Semaphore(max_concurrent)
+
+        async def get_native_response(self, *args, **kwargs):
+            async with self.semaphore:
+                return await super().get_native_response(*args, **kwargs)
+
+    openai_client = AsyncOpenAI(
+        base_url=base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0
+    )
+    return LimitedClient(openai_client)
+
+
+def sampling_args(max_tokens: int, temperature: float, top_p: float) -> dict:
+    """Sampling arguments that also ask vLLM for token ids and per-token logprobs."""
+    return {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "logprobs": True,
+        "extra_body": {"return_token_ids": True},
+    }

@@ -1,0 +1,67 @@
+"""The environment seam: what the orchestrator loop needs from an environment, whatever
+library or protocol runs it. An adapter turns one `[[env]]` table into examples and scored
+`Rollout`s; the loop, advantages and batches see nothing else.
+
+To add an environment type: subclass `EnvAdapter` in a module of this package and register it
+in `ENV_TYPES` (`orchestrator/envs/__init__.py`) under the name `[[env]] type` selects.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """One model call: the tokens it saw, the tokens it produced and their logprobs."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    is_truncated: bool = False
+
+
+@dataclass
+class Rollout:
+    """One scored rollout, independent of the verifiers version that produced it."""
+
+    example_id: int
+    prompt: Any
+    completion: Any
+    reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    is_truncated: bool = False
+    error: str | None = None
+
+
+class EnvAdapter(ABC):
+    """One loaded environment. Built from `[[env]]`'s `id` and `args`; `check` runs before
+    anything starts and must be cheap (no heavy imports)."""
+
+    id: str
+
+    @classmethod
+    @abstractmethod
+    def check(cls, env_ids: list[str], where: str) -> None:
+        """Raise ConfigError naming every id that cannot be loaded (`where`: the config key)."""
+
+    @property
+    @abstractmethod
+    def num_examples(self) -> int:
+        """Training examples available; the sampler draws indices below it."""
+
+    @abstractmethod
+    def example(self, index: int) -> dict:
+        """Training example `index`."""
+
+    @abstractmethod
+    def eval_examples(self, num_examples: int) -> list[dict]:
+        """The first `num_examples` evaluation examples."""
+
+    @abstractmethod
+    async def run_group(
+        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
+    ) -> list[Rollout]:
+        """Run `num_rollouts` rollouts of one example against `client` (make_client) and
+        score them as a group. A rollout that failed has `error` set and is not trained on."""

@@ -1,0 +1,64 @@
+"""The orchestrator's side of the weight-transfer seam (rlcore.weight_transfer): which policies
+the trainer has published, and the request that makes inference load one.
+
+Consumes: `weights/step_<n>/STABLE` (filesystem transport). Waits for: the trainer, up to a
+timeout. Produces: POST /update_weights bodies.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.client import OrchestratorError
+from rlcore.config import WeightTransferConfig
+from rlcore.rundir import STABLE, RunDir
+from rlcore.weight_transfer import WeightReceiver
+
+POLL_S = 0.2
+
+
+@dataclass
+class FilesystemReceiver(WeightReceiver):
+    """`weights/step_<m>/` folders marked STABLE by this attempt's trainer."""
+
+    run_dir: RunDir
+    trusted_upto: int = 0
+    """Weight folders up to this step (the resume point) are valid even if published before
+    this attempt; newer ones published before it started belong to an abandoned attempt."""
+
+    attempt_start: float = field(default_factory=time.time)
+
+    def ready(self, step: int) -> bool:
+        if not self.run_dir.weights_stable(step):
+            return False
+        if step <= self.trusted_upto:
+            return True
+        stable = self.run_dir.weight_dir(step) / STABLE
+        return stable.stat().st_mtime >= self.attempt_start - 1.0
+
+    async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready = [m for m in range(newest, oldest - 1, -1) if self.ready(m)]
+            if ready:
+                return ready[0]
+            if time.monotonic() >= deadline:
+                raise OrchestratorError(
+                    f"weights {self.run_dir.weight_dir(oldest) / STABLE} did not appear within "
+                    f"{timeout_s:g}s (weights_timeout_s): is the trainer running with "
+                    f"output_dir {self.run_dir.root}?"
+                )
+            await asyncio.sleep(POLL_S)
+
+    def load_request(self, step: int) -> dict[str, Any]:
+        return {"weight_dir": str(self.run_dir.weight_dir(step).resolve())}
+
+
+TRANSPORTS = {"filesystem": FilesystemReceiver}
+
+
+def build_receiver(
+    config: WeightTransferConfig, run_dir: RunDir, trusted_upto: int
+) -> WeightReceiver:
+    return TRANSPORTS[config.type](run_dir, trusted_upto)

@@ -1,0 +1,64 @@
+"""The weight-transfer seam: how a new policy travels from the trainer to inference.
+
+One `type`-tagged config (`weight_transfer`, shared by all three processes) and one small
+interface per side:
+
+  trainer       WeightSender.publish(step)       after every optimizer step (and step 0)
+  orchestrator  WeightReceiver.wait(...)         the newest policy a batch may be generated from
+                WeightReceiver.load_request(n)   the JSON body of POST /update_weights
+  inference     WeightLoader.load(body)          swap the served weights in place
+
+To add a transport: a config class in `rlcore/config.py` (a member of `WeightTransferConfig`),
+and one implementation per side registered in the `TRANSPORTS` dict of `trainer/weights.py`,
+`orchestrator/weights.py` and `inference/weights.py`. Nothing else changes.
+
+Light module: pydantic and the standard library only.
+"""
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class WeightSender(ABC):
+    """Trainer side. Every rank calls `publish`; the transport decides who writes."""
+
+    @abstractmethod
+    def publish(self, step: int) -> None:
+        """Make the policy after `step` optimizer steps available to the other side."""
+
+    def publish_initial(self, step: int) -> None:
+        """Make the starting policy (the base model, or a resumed step's) available; a
+        transport whose copy survived the restart may skip it."""
+        self.publish(step)
+
+    def prune(self, step: int) -> None:  # noqa: B027 - optional hook
+        """Forget policies no batch still to come can be generated from (after `step`)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Finish whatever is in flight; called once at the end of training."""
+
+
+class WeightReceiver(ABC):
+    """Orchestrator side: which policies exist, and how inference is told to load one."""
+
+    @abstractmethod
+    async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
+        """The newest ready policy step m with oldest <= m <= newest, waiting up to
+        `timeout_s`; raises OrchestratorError naming what it waited for on timeout."""
+
+    @abstractmethod
+    def load_request(self, step: int) -> dict[str, Any]:
+        """The JSON body of POST /update_weights that makes inference serve policy `step`."""
+
+
+class WeightLoader(ABC):
+    """Inference side: swaps the engine's weights in place, one swap at a time."""
+
+    @abstractmethod
+    async def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Serve the policy `request` (a load_request body) names; returns a status dict with
+        `weights` (what serves now) and `load_s`."""
+
+    @abstractmethod
+    async def reload_base(self) -> dict[str, Any]:
+        """Serve the weights the server started with."""

@@ -1,0 +1,74 @@
+"""The run-directory lifecycle every process shares: resume resolution, refusing a used
+directory, dropping stale outputs, the checkpoint rule and markers."""
+
+import pytest
+
+from rlcore.errors import ConfigError
+from rlcore.rundir import MANIFEST, RunDir, is_checkpoint_step, steps_in
+
+
+def make_steps(folder, steps):
+    for step in steps:
+        (folder / f"step_{step}").mkdir(parents=True)
+
+
+def complete(run: RunDir, step: int) -> None:
+    for part in ("trainer", "orchestrator"):
+        run.part_dir(step, part).mkdir(parents=True, exist_ok=True)
+        run.mark_part_done(step, part)
+
+
+def test_checkpoint_rule():
+    assert [s for s in range(1, 8) if is_checkpoint_step(s, 3, 7, True)] == [3, 6, 7]
+    assert [s for s in range(1, 8) if is_checkpoint_step(s, None, 7, True)] == [7]
+    assert not is_checkpoint_step(7, 1, 7, False)
+
+
+def test_manifest_only_when_every_part_is_done(tmp_path):
+    run = RunDir(tmp_path)
+    run.part_dir(2, "trainer").mkdir(parents=True)
+    assert not run.mark_part_done(2, "trainer")
+    assert not (run.checkpoint_dir(2) / MANIFEST).exists() and run.latest_checkpoint() is None
+    run.part_dir(2, "orchestrator").mkdir(parents=True)
+    assert run.mark_part_done(2, "orchestrator")
+    assert run.latest_checkpoint() == 2
+    # a trainer-only run (fake data) completes with its own part
+    run.part_dir(3, "trainer").mkdir(parents=True)
+    assert run.mark_part_done(3, "trainer", parts=("trainer",))
+    assert run.complete_checkpoints() == [2, 3]
+
+
+def test_fresh_start_refuses_a_directory_with_checkpoints(tmp_path):
+    run = RunDir(tmp_path)
+    complete(run, 4)
+    with pytest.raises(ConfigError, match=r"holds checkpoints \(steps \[4\]\).*--ckpt.resume-step"):
+        run.check_attempt(None)
+    assert run.check_attempt(-1) == 4 and run.check_attempt(4) == 4
+    with pytest.raises(ConfigError, match=r"no complete checkpoint for step 3.*complete: \[4\]"):
+        run.check_attempt(3)
+
+
+def test_resume_latest_with_no_checkpoint_is_a_fresh_start(tmp_path):
+    assert RunDir(tmp_path).check_attempt(-1) is None
+    assert RunDir(tmp_path).check_attempt(0) is None
+
+
+def test_each_process_drops_only_what_it_produces(tmp_path):
+    run = RunDir(tmp_path)
+    complete(run, 2)
+    make_steps(run.rollouts, [0, 1, 2, 3])
+    make_steps(run.weights, [0, 1, 2, 3])
+    assert run.prepare_attempt(-1, produces=("rollouts",)) == 2
+    assert steps_in(run.rollouts) == [0, 1] and steps_in(run.weights) == [0, 1, 2, 3]
+    run.drop_stale(2, produces=("weights",))
+    assert steps_in(run.weights) == [0, 1, 2]
+    assert run.complete_checkpoints() == [2]  # checkpoints are never touched
+
+
+def test_atomic_write_sets_mode_before_the_file_appears(tmp_path):
+    from rlcore.rundir import atomic_write_text
+
+    target = tmp_path / "a" / "token"
+    atomic_write_text(target, "secret\n", mode=0o600)
+    assert target.read_text() == "secret\n" and (target.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["token"]
