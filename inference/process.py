@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rlcore.health import probe_health
 from rlcore.protocol import HEALTH_ROUTE
 
 
@@ -111,11 +112,7 @@ def arg_value(args: list[str], flag: str, default: str) -> str:
 
 
 def health_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + HEALTH_ROUTE, timeout=5) as response:
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
+    return probe_health(url) is None
 
 
 def post_json(url: str, payload: dict, timeout_s: float = 600.0) -> tuple[int, dict]:

@@ -7,9 +7,9 @@ then make sure no engine process outlives this one.
 """
 
 import asyncio
+import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -17,23 +17,23 @@ from pathlib import Path
 
 from inference.config import InferenceConfig
 from rlcore.errors import ConfigError, exit_with
+from rlcore.health import port_problem
+from rlcore.logs import setup_logging
 from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
 
 PROG = "inference"
 CHILD_GRACE_S = 10.0
+logger = logging.getLogger(PROG)
 READY = threading.Event()
 STOP_REQUESTED = threading.Event()
-
-
-def say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
 def run(config: InferenceConfig) -> None:
     """Check, start, serve until a signal, stop; user errors exit 2 with one message."""
     start = time.monotonic()
+    setup_logging(PROG, config.log.level, stream=sys.stderr)
     try:
         model_path = resolve_served_model(config.model.name)
         check_port_free(config.server.host, config.server.port)
@@ -47,7 +47,7 @@ def run(config: InferenceConfig) -> None:
     write_resolved_config(config)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     device = "cpu" if on_cpu else f"gpu (CUDA_VISIBLE_DEVICES={visible})"
-    say(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
+    logger.info(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
         f"http://{config.server.host}:{config.server.port}")  # fmt: skip
     start_startup_watchdog(config.server.startup_timeout_s)
     code = 0
@@ -56,10 +56,10 @@ def run(config: InferenceConfig) -> None:
 
         code = uvloop.run(serve(args, config, model_path, start))
     except KeyboardInterrupt:
-        say("interrupted")
+        logger.info("interrupted")
     finally:
         stop_children()
-        say("stopped")
+        logger.info("stopped")
     sys.exit(code)
 
 
@@ -68,9 +68,9 @@ def start_startup_watchdog(timeout_s: float) -> None:
 
     def watch() -> None:
         if not READY.wait(timeout_s):
-            say(f"not ready after {timeout_s:.0f} s (server.startup_timeout_s): giving up")
+            logger.info(f"not ready after {timeout_s:.0f} s (server.startup_timeout_s): giving up")
             stop_children()
-            say("stopped")
+            logger.info("stopped")
             os._exit(1)
 
     threading.Thread(target=watch, name="startup-watchdog", daemon=True).start()
@@ -113,16 +113,12 @@ def check_hub_model(name: str) -> None:
 
 
 def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        # Like uvicorn: a port whose old connections linger in TIME_WAIT is free to serve on.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            raise ConfigError(
-                f"server.port {port} on {host} is not available ({err.strerror}): stop whatever "
-                "uses it or pick another port with --server.port"
-            ) from None
+    problem = port_problem(host, port)
+    if problem is not None:
+        raise ConfigError(
+            f"server.port {port} on {host} is not available ({problem}): stop whatever uses it "
+            "or pick another port with --server.port"
+        )
 
 
 def setup_device_env(config: InferenceConfig) -> bool:
@@ -157,7 +153,9 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
             died = not STOP_REQUESTED.is_set()
             if died:
-                say(f"stopped serving unasked (engine dead: {engine.errored}); shutting down")
+                logger.info(
+                    f"stopped serving unasked (engine dead: {engine.errored}); shutting down"
+                )
         await shutdown_task
     finally:
         sock.close()
@@ -201,7 +199,7 @@ async def announce_ready(app, engine, config: InferenceConfig, start: float) -> 
         await asyncio.sleep(0.1)
     READY.set()
     url = f"http://{config.server.host}:{config.server.port}"
-    say(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
+    logger.info(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, request_stop, signum, app, engine)
@@ -212,7 +210,7 @@ def request_stop(signum: int, app, engine) -> None:
     if STOP_REQUESTED.is_set():
         return
     STOP_REQUESTED.set()
-    say(f"{signal.Signals(signum).name}: shutting down")
+    logger.info(f"{signal.Signals(signum).name}: shutting down")
 
     async def stop() -> None:
         timeout = engine.vllm_config.shutdown_timeout
@@ -237,9 +235,9 @@ def add_admin_routes(app, loader) -> None:
         try:
             result = await swap
         except WeightDirError as err:
-            say(f"refused {what}: {err}")
+            logger.info(f"refused {what}: {err}")
             return JSONResponse({"detail": str(err)}, status_code=err.status)
-        say(f"now serving {result['weights']} (swapped in {result['load_s']} s)")
+        logger.info(f"now serving {result['weights']} (swapped in {result['load_s']} s)")
         return JSONResponse(result)
 
     router = APIRouter()
@@ -258,9 +256,9 @@ def add_admin_routes(app, loader) -> None:
 
 
 def stop_during_startup(signum: int, _frame) -> None:
-    say(f"{signal.Signals(signum).name} during startup: stopping the engine processes")
+    logger.info(f"{signal.Signals(signum).name} during startup: stopping the engine processes")
     stop_children()
-    say("stopped")
+    logger.info("stopped")
     os._exit(128 + signum)
 
 
@@ -283,7 +281,7 @@ def stop_children() -> None:
             return
         if time.monotonic() > deadline:
             names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
-            say(f"killing child processes that ignored SIGTERM: {names}")
+            logger.info(f"killing child processes that ignored SIGTERM: {names}")
             for child in alive:
                 with_suppressed(child.kill)
             psutil.wait_procs(alive, timeout=5)

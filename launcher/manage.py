@@ -9,6 +9,7 @@ from pathlib import Path
 
 from launcher.rl_config import COMPONENTS
 from rlcore.errors import USER_ERROR_EXIT_CODE
+from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
 
 INIT_TEMPLATE = """\
@@ -77,15 +78,8 @@ def _run_dir(args: list[str]) -> RunDir | None:
 
 
 def _last_steps(run: RunDir) -> dict[str, int]:
-    steps: dict[str, int] = {}
-    if run.metrics.exists():
-        for line in run.metrics.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            steps[record.get("component", "?")] = record.get("step", 0)
-    return steps
+    records, _ = read_records(run.metrics)
+    return {record.get("component", "?"): record.get("step", 0) for record in records}
 
 
 def _disk_use(root: Path) -> float:

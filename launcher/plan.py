@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from launcher.rl_config import COMPONENTS, RLConfig
 from rlcore.errors import ConfigError
+from rlcore.health import server_url
 from rlcore.rundir import RunDir
 
 
@@ -80,8 +81,7 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
 def derive(config: RLConfig) -> RLConfig:
     """Fill settings one component derives from another (base URL, data parallelism)."""
     server = config.inference.server
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
-    url = f"http://{host}:{server.port}/v1"
+    url = server_url(server.host, server.port) + "/v1"
     client = config.orchestrator.client
     if client.base_url is None:
         client.base_url = url

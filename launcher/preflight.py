@@ -2,23 +2,20 @@
 or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
 
 import shutil
-import socket
 from pathlib import Path
 
 from launcher.plan import Plan
 from rlcore.errors import ConfigError
+from rlcore.health import port_problem
 
 
 def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise ConfigError(
-                f"port {port} on {host} is in use (another inference server or run?): stop it "
-                f"or pick another port with --inference.server.port"
-            ) from None
+    problem = port_problem(host, port)
+    if problem is not None:
+        raise ConfigError(
+            f"port {port} on {host} is in use ({problem}; another inference server or run?): "
+            "stop it or pick another port with --inference.server.port"
+        )
 
 
 def check_environments(plan: Plan) -> None:

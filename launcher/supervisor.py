@@ -7,21 +7,19 @@ Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or the stall timer
 import ctypes
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.plan import Plan
+from rlcore.files import atomic_write_text
+from rlcore.health import probe_health, server_url
+from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
-from rlcore.rundir import atomic_write_text
 
-STEP_LINE = re.compile(r"^Step (\d+) \|.*$", re.MULTILINE)
-REWARD = re.compile(r"Reward: ([-\d.]+)")
 PR_SET_PDEATHSIG = 1
 
 
@@ -39,7 +37,6 @@ class Child:
     name: str
     proc: subprocess.Popen
     log: Path
-    log_size: int = 0
     last_progress: float = 0.0
     seen_size: int = -1
     stall_reported: bool = False
@@ -59,6 +56,8 @@ class Supervisor:
         self.children: dict[str, Child] = {}
         self.last_step_line = ""
         self.stopping = False
+        # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
+        self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
     # -- start -------------------------------------------------------------------------------
     def start(self, name: str) -> Child:
@@ -77,27 +76,22 @@ class Supervisor:
                 env=env,
                 preexec_fn=_die_with_parent,
             )
-        child = Child(name, proc, log, log.stat().st_size, time.monotonic())
+        child = Child(name, proc, log, last_progress=time.monotonic())
         self.children[name] = child
         self.write_state("starting")
         return child
 
     def wait_healthy(self, timeout_s: float) -> None:
         server = self.plan.config.inference.server
-        host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
-        url = f"http://{host}:{server.port}{HEALTH_ROUTE}"
+        url = server_url(server.host, server.port)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.children["inference"].proc.poll() is not None:
                 return  # reported by the supervision loop
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
+            if probe_health(url) is None:
+                return
             time.sleep(1.0)
-        raise TimeoutError(f"inference did not answer {url} within {timeout_s:.0f} s")
+        raise TimeoutError(f"inference did not answer {url}{HEALTH_ROUTE} within {timeout_s:.0f} s")
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:
@@ -116,17 +110,10 @@ class Supervisor:
         return None
 
     def update_view(self) -> None:
-        orch = self.children.get("orchestrator")
-        if orch is None:
-            return
-        with orch.log.open("rb") as f:
-            f.seek(orch.log_size)
-            chunk = f.read().decode(errors="replace")
-        if not chunk:
-            return
-        orch.log_size += len(chunk.encode())
-        for match in STEP_LINE.finditer(chunk):
-            self.show_step(match.group(0), int(match.group(1)))
+        records, self.metrics_offset = read_records(self.run.metrics, self.metrics_offset)
+        for record in records:
+            if is_training_step(record):
+                self.show_step(record_step_line(record), int(record["step"]))
 
     def show_step(self, line: str, step: int) -> None:
         total = self.plan.config.orchestrator.max_steps

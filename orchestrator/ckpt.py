@@ -5,7 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.sampler import SamplerState
-from rlcore.rundir import RunDir, atomic_write_text
+from rlcore.files import atomic_write_text
+from rlcore.rundir import RunDir
 
 PART = "orchestrator"
 STATE_FILE = "state.json"

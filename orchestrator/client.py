@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from rlcore.protocol import HEALTH_ROUTE, MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.health import probe_health
+from rlcore.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -32,20 +33,21 @@ async def wait_for_server(base_url: str, model: str, timeout_s: float) -> None:
     last = "no answer yet"
     async with httpx.AsyncClient(timeout=5.0) as http:
         while time.monotonic() < deadline:
-            try:
-                health = await http.get(root + HEALTH_ROUTE)
-                if health.status_code == 200:
+            problem = await asyncio.to_thread(probe_health, root)
+            if problem is None:
+                try:
                     served = await _served_models(http, root)
-                    if model in served:
-                        return
-                    raise OrchestratorError(
-                        f"inference server at {root} serves {served}, not model.name "
-                        f"{model!r}: set --model.name to the served name"
-                    )
-                else:
-                    last = f"{HEALTH_ROUTE} answered {health.status_code}"
-            except httpx.HTTPError as err:
-                last = f"{type(err).__name__}: {err}"
+                except httpx.HTTPError as err:
+                    last = f"{MODELS_ROUTE}: {type(err).__name__}: {err}"
+                    await asyncio.sleep(1.0)
+                    continue
+                if model in served:
+                    return
+                raise OrchestratorError(
+                    f"inference server at {root} serves {served}, not model.name "
+                    f"{model!r}: set --model.name to the served name"
+                )
+            last = problem
             await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     raise OrchestratorError(
         f"inference server at {root} was not ready with model {model!r} within "

@@ -25,11 +25,12 @@ from orchestrator.client import (
 )
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import EnvAdapter, Rollout, check_envs, load_env, make_client, sampling_args
-from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl, step_line
+from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.weights import build_receiver
 from rlcore.errors import ConfigError
+from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
 from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.toml_io import write_config

@@ -5,15 +5,15 @@ import sys
 from orchestrator.config import OrchestratorConfig
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.logs import setup_logging
 
 
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(OrchestratorConfig, "orchestrator", argv)
     from orchestrator.client import OrchestratorError
     from orchestrator.loop import run
-    from orchestrator.monitor import setup_logging
 
-    setup_logging(config.log.level)
+    setup_logging("orchestrator", config.log.level)
     try:
         run(config)
     except ConfigError as err:

@@ -4,7 +4,6 @@ few readable samples per step."""
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +14,6 @@ from rlcore.rundir import RunDir
 logger = logging.getLogger("orchestrator")
 COMPONENT = "orchestrator"
 SAMPLES_FILE = "samples.jsonl"
-
-
-def setup_logging(level: str) -> None:
-    sys.stdout.reconfigure(line_buffering=True)  # one line per step, even into a log file
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
-    # verifiers logs every load and rollout at INFO; keep its warnings only.
-    logging.getLogger("verifiers").setLevel(max(logging.WARNING, logger.level))
-
-
-def step_line(step: int, time_s: float, reward: float, num_tokens: int, num_samples: int) -> str:
-    throughput = num_tokens / time_s if time_s > 0 else 0.0
-    seq_len = num_tokens / num_samples if num_samples else 0.0
-    return (
-        f"Step {step} | Time: {time_s:.2f}s | Reward: {reward:.4f} | "
-        f"Throughput: {throughput:.1f} tokens/s | Seq. Length: {seq_len:.1f} tokens/sample"
-    )
 
 
 def load_dotenv(path: Path = Path(".env")) -> None:

@@ -5,10 +5,13 @@ CUDA_VISIBLE_DEVICES the entrypoint replaces itself with `torchrun --nproc-per-n
 starts one copy of `trainer.main` per GPU with the same argv.
 """
 
+import logging
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger("trainer")
 
 
 def visible_gpu_ids() -> list[str]:
@@ -25,7 +28,7 @@ def maybe_reexec_under_torchrun(argv: list[str]) -> None:
         return
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc-per-node={num_gpus}", "-m", "trainer.main", *argv]
-    print(f"trainer: {num_gpus} GPUs listed, re-executing under torchrun", flush=True)
+    logger.info(f"{num_gpus} GPUs listed, re-executing under torchrun")
     os.execv(sys.executable, cmd)
 
 

@@ -5,6 +5,7 @@ import sys
 
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.logs import setup_logging
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
 
@@ -12,6 +13,7 @@ from trainer.dist import maybe_reexec_under_torchrun
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
+    setup_logging("trainer", config.log.level)
     maybe_reexec_under_torchrun(argv)
     from trainer.data import BatchError
     from trainer.train import run

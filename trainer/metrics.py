@@ -1,10 +1,13 @@
 """Per-step metrics: one console line, one metrics.jsonl record, and W&B when configured."""
 
+import logging
 import os
 from typing import Any
 
 from rlcore.config import WandbConfig
 from rlcore.rundir import RunDir
+
+logger = logging.getLogger("trainer")
 
 COMPONENT = "trainer"
 
@@ -44,7 +47,7 @@ class MetricsLogger:
         self.run_dir.append_metrics(COMPONENT, step, metrics)
         if self.wandb_run is not None:
             self.wandb_run.log({f"{COMPONENT}/{k}": v for k, v in metrics.items()}, step=step)
-        print(format_line(step, metrics), flush=True)
+        logger.info(format_line(step, metrics))
 
     def finish(self) -> None:
         if self.wandb_run is not None:
@@ -57,4 +60,4 @@ def format_line(step: int, metrics: dict[str, float]) -> str:
     parts.append(f"{metrics.get('tokens_per_s', 0):.0f} tok/s")
     parts.append(f"{metrics.get('step_time_s', 0):.2f} s")
     parts.append(f"mem {metrics.get('peak_memory_gib', 0):.2f} GiB")
-    return f"trainer step {step} | " + " | ".join(parts)
+    return f"step {step} | " + " | ".join(parts)

@@ -7,6 +7,7 @@ metrics.jsonl records, configs/trainer.toml.
 Unblocked by: the orchestrator writing the next batch (or data.fake, which needs nobody).
 """
 
+import logging
 import resource
 import shutil
 import time
@@ -32,6 +33,8 @@ from trainer.metrics import MetricsLogger
 from trainer.model import load_model, source_dir
 from trainer.optim import build_optimizer
 from trainer.weights import build_sender
+
+logger = logging.getLogger("trainer")
 
 
 @dataclass
@@ -99,7 +102,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     if resume_step is not None:
         saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
         trainer.start_step = resume_step
-        print(f"trainer: resumed from checkpoint step {resume_step}", flush=True)
+        logger.info(f"resumed from checkpoint step {resume_step}")
     if world.is_main:
         trainer.logger = MetricsLogger(run_dir, config.wandb, config.model_dump(mode="json"))
         trainer.logger.start_wandb(saved.get("wandb_run_id"))

@@ -151,7 +151,8 @@ def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path):
 
 # -- W&B keys come from .env and never override the environment -----------------------------------
 def test_dotenv_sets_missing_keys_only(tmp_path, monkeypatch):
-    from orchestrator.monitor import load_dotenv, step_line
+    from orchestrator.monitor import load_dotenv
+    from rlcore.metrics import step_line
 
     (tmp_path / ".env").write_text("# keys\nexport WANDB_API_KEY='abc'\nWANDB_ENTITY=me\n")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -72,3 +72,21 @@ def test_atomic_write_sets_mode_before_the_file_appears(tmp_path):
     atomic_write_text(target, "secret\n", mode=0o600)
     assert target.read_text() == "secret\n" and (target.stat().st_mode & 0o777) == 0o600
     assert [p.name for p in target.parent.iterdir()] == ["token"]
+
+
+def test_metrics_records_are_read_incrementally_and_torn_lines_wait(tmp_path):
+    from rlcore.metrics import is_training_step, read_records, record_step_line
+
+    run = RunDir(tmp_path)
+    run.append_metrics("trainer", 1, {"loss": 0.5})
+    run.append_metrics("orchestrator", 0, {"reward": 0.25, "num_tokens": 100, "num_samples": 4})
+    with run.metrics.open("a") as f:
+        f.write('{"component": "orchestrator", "step": 1, "rew')  # still being written
+    records, offset = read_records(run.metrics)
+    assert [r["component"] for r in records] == ["trainer", "orchestrator"]
+    assert [is_training_step(r) for r in records] == [False, True]
+    assert record_step_line(records[1]).startswith("Step 0 | Time: 0.00s | Reward: 0.2500")
+    with run.metrics.open("a") as f:
+        f.write('ard": 0.5}\n')
+    more, _ = read_records(run.metrics, offset)
+    assert [r["step"] for r in more] == [1]
