@@ -15,7 +15,7 @@ SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def set_resume_step(plan: Plan, step: int | None) -> None:
-    """Both sides get the same concrete step (DESIGN: resolved once by the launcher)."""
+    """Both sides get the same concrete step, resolved once by the launcher."""
     for ckpt in (plan.config.trainer.ckpt, plan.config.orchestrator.ckpt):
         ckpt.resume_step = step
     plan.config.ckpt = {**plan.config.ckpt, "resume_step": step}

@@ -13,7 +13,7 @@ from trainer.config import TrainerConfig
 
 COMPONENTS = ("trainer", "orchestrator", "inference")
 
-# Top-level keys that fill the sub-configs where those are silent (DESIGN.md, Configs 4).
+# Top-level keys that fill the sub-configs where those are silent (docs/architecture.md).
 SHARED_KEYS = (
     ("model", "name"),
     ("max_steps",),

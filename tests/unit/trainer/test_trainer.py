@@ -12,29 +12,13 @@ from inference.weights import check_weight_dir, tensor_shapes
 from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir
 from trainer.ckpt import prune_checkpoints
-from trainer.config import TrainerConfig
 from trainer.data import fake_batch
-from trainer.dist import World
 from trainer.train import run, setup_trainer, train_step
 from trainer.weights import prune_weights
 
-CPU = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
 
-
-def fake_config(model_dir: Path, out: Path, **overrides) -> TrainerConfig:
-    data = {
-        "model": {"name": str(model_dir), "dtype": "float32"},
-        "output_dir": str(out),
-        "max_steps": 2,
-        "seq_len": 32,
-        "data": {"fake": {"batch_size": 2}},
-        "optim": {"lr": 1e-3},
-    }
-    return TrainerConfig.model_validate(data | overrides)
-
-
-def test_every_parameter_changes_after_one_step(tiny_model_dir, tmp_path):
-    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), CPU)
+def test_every_parameter_changes_after_one_step(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     batch = fake_batch(trainer.config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
     metrics = train_step(trainer, batch)
@@ -44,7 +28,7 @@ def test_every_parameter_changes_after_one_step(tiny_model_dir, tmp_path):
     assert 0 <= metrics["clip_frac"] <= 1 and metrics["entropy"] > 0
 
 
-def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path):
+def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path, fake_config):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     run(fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"interval": 1, "keep": 2}))
@@ -67,7 +51,7 @@ def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path
     assert (rd.config_file("trainer")).exists()
 
 
-def test_bf16_weights_stay_bf16(tiny_model_dir, tmp_path):
+def test_bf16_weights_stay_bf16(tiny_model_dir, tmp_path, fake_config):
     from safetensors import safe_open
 
     cfg = fake_config(tiny_model_dir, tmp_path, max_steps=1, ckpt={"enabled": False})
@@ -76,10 +60,12 @@ def test_bf16_weights_stay_bf16(tiny_model_dir, tmp_path):
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
 
 
-def test_checkpoint_round_trip_restores_optimizer_and_step(tiny_model_dir, tmp_path):
+def test_checkpoint_round_trip_restores_optimizer_and_step(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
     run(fake_config(tiny_model_dir, tmp_path, max_steps=2))
     resumed = setup_trainer(
-        fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"resume_step": -1}), CPU
+        fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"resume_step": -1}), cpu_world
     )
     assert resumed.start_step == 2
     assert resumed.scheduler.last_epoch == 2
@@ -87,12 +73,14 @@ def test_checkpoint_round_trip_restores_optimizer_and_step(tiny_model_dir, tmp_p
     assert state and all(int(s["step"]) == 2 for s in state.values())
 
 
-def test_fresh_start_refuses_a_dir_with_checkpoints(tiny_model_dir, tmp_path):
+def test_fresh_start_refuses_a_dir_with_checkpoints(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
     run(fake_config(tiny_model_dir, tmp_path, max_steps=1))
     with pytest.raises(ConfigError, match="resume-step -1"):
-        setup_trainer(fake_config(tiny_model_dir, tmp_path), CPU)
+        setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world)
     with pytest.raises(ConfigError, match="no complete checkpoint for step 5"):
-        setup_trainer(fake_config(tiny_model_dir, tmp_path, ckpt={"resume_step": 5}), CPU)
+        setup_trainer(fake_config(tiny_model_dir, tmp_path, ckpt={"resume_step": 5}), cpu_world)
 
 
 def test_prune_weights_keeps_what_the_orchestrator_may_need(tmp_path):
@@ -127,7 +115,9 @@ class FakeWandb:
         return SimpleNamespace(id=run_id, log=log, finish=lambda: None)
 
 
-def test_wandb_logs_offline_and_resumes_same_run(tiny_model_dir, tmp_path, monkeypatch):
+def test_wandb_logs_offline_and_resumes_same_run(
+    tiny_model_dir, tmp_path, monkeypatch, fake_config
+):
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -141,7 +131,7 @@ def test_wandb_logs_offline_and_resumes_same_run(tiny_model_dir, tmp_path, monke
     assert [step for step, _ in fake.logged] == [1, 2, 3]
 
 
-def test_missing_batch_times_out_naming_the_path(tiny_model_dir, tmp_path):
+def test_missing_batch_times_out_naming_the_path(tiny_model_dir, tmp_path, fake_config):
     config = fake_config(tiny_model_dir, tmp_path, data={"wait_timeout_s": 0.5})
     with pytest.raises(TimeoutError, match=r"rollouts/step_0"):
         run(config)

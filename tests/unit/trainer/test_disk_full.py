@@ -7,22 +7,20 @@ import pytest
 import torch
 
 from rlcore.rundir import RunDir
-from tests.unit.test_trainer import fake_config
 from trainer import ckpt
 from trainer.data import fake_batch
-from trainer.dist import World
 from trainer.train import setup_trainer, train_step
 
-CPU = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
 
-
-def test_enospc_mid_save_keeps_previous_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
-    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), CPU)
+def test_enospc_mid_save_keeps_previous_checkpoint(
+    tiny_model_dir, tmp_path, monkeypatch, fake_config, cpu_world
+):
+    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world)
     run = RunDir(tmp_path)
     shape = (trainer.config.data.fake, 32, trainer.model.config.vocab_size)
 
     def save(step: int) -> None:
-        args = (trainer.optimizer, trainer.scheduler, CPU, {}, ("trainer",))
+        args = (trainer.optimizer, trainer.scheduler, cpu_world, {}, ("trainer",))
         ckpt.save_checkpoint(run, step, trainer.model, *args)
 
     train_step(trainer, fake_batch(*shape, 0, 0))
@@ -41,8 +39,8 @@ def test_enospc_mid_save_keeps_previous_checkpoint(tiny_model_dir, tmp_path, mon
 
     assert (run.checkpoint_dir(2) / "trainer").exists() and not run.checkpoint_complete(2)
     assert run.latest_checkpoint() == 1 and run.resolve_resume_step(-1) == 1
-    fresh = setup_trainer(fake_config(tiny_model_dir, tmp_path / "other"), CPU)
-    ckpt.load_checkpoint(run, 1, fresh.model, fresh.optimizer, fresh.scheduler, CPU)
+    fresh = setup_trainer(fake_config(tiny_model_dir, tmp_path / "other"), cpu_world)
+    ckpt.load_checkpoint(run, 1, fresh.model, fresh.optimizer, fresh.scheduler, cpu_world)
     for name, value in fresh.model.state_dict().items():
         torch.testing.assert_close(value, saved[name], msg=name)
 

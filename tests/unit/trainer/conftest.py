@@ -1,0 +1,33 @@
+"""Fixtures for in-process trainer tests on the tiny model."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import TrainerConfig
+from trainer.dist import World
+
+
+@pytest.fixture
+def cpu_world() -> World:
+    """A single CPU process, no process group."""
+    return World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+
+
+@pytest.fixture
+def fake_config():
+    """`fake_config(model_dir, out, **overrides)`: a 2-step fp32 config on synthetic batches."""
+
+    def make(model_dir: Path, out: Path, **overrides) -> TrainerConfig:
+        data = {
+            "model": {"name": str(model_dir), "dtype": "float32"},
+            "output_dir": str(out),
+            "max_steps": 2,
+            "seq_len": 32,
+            "data": {"fake": {"batch_size": 2}},
+            "optim": {"lr": 1e-3},
+        }
+        return TrainerConfig.model_validate(data | overrides)
+
+    return make
