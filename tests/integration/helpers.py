@@ -86,11 +86,17 @@ def session_members(session_ids: set[int]) -> list[int]:
     return found
 
 
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5) -> None:
+def wait_for(
+    predicate, timeout_s: float, what: str, interval_s: float = 0.5, proc=None, log=None
+) -> None:
+    """Poll `predicate`; fail at once if `proc` (e.g. rl) exits first, showing `log`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
+        if proc is not None and proc.poll() is not None:
+            text = Path(log).read_text()[-3000:] if log else ""
+            raise AssertionError(f"exited with {proc.returncode} before {what}:\n{text}")
         time.sleep(interval_s)
     raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 

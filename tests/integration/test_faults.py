@@ -100,7 +100,10 @@ def test_sigkill_component(tmp_path, component, moment):
     delay = 30.0 if moment == "during_checkpoint_save" else 0.0
     rl, run = start(tmp_path, log="first.log", delay_s=delay)
     try:
-        wait_for(lambda: MOMENTS[moment](run), 600, f"the moment {moment}", interval_s=0.1)
+        wait_for(
+            lambda: MOMENTS[moment](run), 600, f"the moment {moment}", interval_s=0.1,
+            proc=rl, log=tmp_path / "first.log",
+        )  # fmt: skip
         latest_before = run.latest_checkpoint()
         os.kill(run_state(run.root)["pids"][component], signal.SIGKILL)
         assert_stops_cleanly(rl, run, tmp_path / "first.log", [component, "stopped the other"])
@@ -124,7 +127,13 @@ def test_sigkill_component(tmp_path, component, moment):
 def test_signals_to_rl(tmp_path, signals):
     rl, run = start(tmp_path, log="first.log")
     try:
-        wait_for(lambda: run.metrics.exists(), 600, "the first step")
+        wait_for(
+            lambda: run.metrics.exists(),
+            600,
+            "the first step",
+            proc=rl,
+            log=tmp_path / "first.log",
+        )
         for sig in signals:
             rl.send_signal(sig)
             time.sleep(0.3)

@@ -31,7 +31,13 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
     rl = start_rl(config, log=tmp_path / "rl1.log")
     run = RunDir(out)
     try:
-        wait_for(lambda: run.latest_checkpoint() is not None, 600, "the first checkpoint")
+        wait_for(
+            lambda: run.latest_checkpoint() is not None,
+            600,
+            "the first checkpoint",
+            proc=rl,
+            log=tmp_path / "rl.log",
+        )
         sessions = run_sessions(out, rl.pid)
         os.kill(run_state(out)["pids"]["trainer"], signal.SIGKILL)
         code = rl.wait(timeout=120)
@@ -62,7 +68,13 @@ def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
     rl = start_rl(config, log=tmp_path / "rl.log")
     try:
-        wait_for(lambda: len(run_state(out).get("pids", {})) == 3, 600, "all three components")
+        wait_for(
+            lambda: len(run_state(out).get("pids", {})) == 3,
+            600,
+            "all three components",
+            proc=rl,
+            log=tmp_path / "rl.log",
+        )
         sessions = run_sessions(out, rl.pid)
         rl.send_signal(signal.SIGTERM)
         code = rl.wait(timeout=120)
