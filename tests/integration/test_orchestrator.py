@@ -26,8 +26,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 PORT = 8211
 STEP_LINE = (
-    r"^Step \d+ \| Time: [\d.]+s \| Reward: [\d.]+ \| Throughput: [\d.]+ tokens/s \| "
-    r"Seq\. Length: [\d.]+ tokens/sample$"
+    r"^orchestrator: Step \d+ \| Time: [\d.]+s \| Reward: [\d.]+ \| "
+    r"Throughput: [\d.]+ tokens/s \| Seq\. Length: [\d.]+ tokens/sample$"
 )
 ENV_TEXT = ("Higher.", "Lower.", "not a number", "Correct!")
 

@@ -81,3 +81,16 @@ def test_guess_env_answers_each_guess(envs):
     assert reply("5")[0].content == "Lower."
     assert "not a number" in reply("maybe")[0].content
     assert reply("3")[0].content == "Correct!" and state["final_env_response"]
+
+
+def test_env_type_selects_the_adapter():
+    from orchestrator.config import EnvConfig, OrchestratorConfig
+    from orchestrator.envs import ENV_TYPES, check_envs, load_env
+
+    assert EnvConfig(id="rl-add-digits").type == "verifiers"
+    env = load_env(EnvConfig(id="rl-add-digits", args={"num_eval_examples": 4}))
+    assert isinstance(env, ENV_TYPES["verifiers"]) and env.num_examples > 0
+    with pytest.raises(ConfigError, match="not installed"):
+        check_envs([EnvConfig(id="no-such-env")], "env")
+    with pytest.raises(ValueError, match="type"):
+        OrchestratorConfig.model_validate({"env": [{"id": "rl-add-digits", "type": "gym"}]})
