@@ -36,6 +36,10 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         # Logprobs after temperature scaling: what the trainer recomputes from logits / T, so
         # the importance ratio is 1 on-policy at any temperature (vllm_args may override it).
         "--logprobs-mode", "processed_logprobs",
+        # Sampling defaults come from each request only, never from the model folder's
+        # generation_config.json (hub models set top_k, top_p...): the trainer could not
+        # reproduce them.
+        "--generation-config", "vllm",
     ]  # fmt: skip
     if config.model.max_model_len is not None:
         argv += ["--max-model-len", str(config.model.max_model_len)]

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
 
@@ -10,14 +10,56 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class SamplingConfig(BaseConfig):
+    """Sampling for training rollouts. Every parameter is sent with each request (nothing is
+    left for the server or the model folder's generation_config.json to fill in), and the
+    trainer recomputes the same distribution: softmax(logits / temperature) over the whole
+    vocabulary. Filters it cannot reproduce (top_p < 1, top_k, min_p, penalties) are refused:
+    they would bias every importance ratio."""
+
     max_tokens: PositiveInt = 256
-    """Most tokens the policy may generate per turn."""
+    """Most tokens the policy may generate per turn (capped so prompt + completion fit
+    seq_len)."""
 
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    """Sampling temperature; the trainer scales its logits by the same value."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0); the trainer scales its logits by the same value."""
 
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    """Nucleus sampling threshold; 1.0 disables it."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold; must be 1.0 (off) for training rollouts."""
+
+    top_k: int = 0
+    """Top-k filter; must be 0 (off) for training rollouts."""
+
+    min_p: float = 0.0
+    """Min-p filter; must be 0.0 (off) for training rollouts."""
+
+    repetition_penalty: float = 1.0
+    """Repetition penalty; must be 1.0 (off) for training rollouts."""
+
+    @field_validator("temperature")
+    @classmethod
+    def validate_temperature(cls, value: float) -> float:
+        if value == 0:
+            raise ValueError(
+                "sampling.temperature = 0 is greedy decoding: the policy has no distribution to "
+                "train on and the trainer would divide its logits by 0; use a temperature > 0 "
+                "(e.g. 1.0)"
+            )
+        if value < 0:
+            raise ValueError(f"sampling.temperature = {value}: it must be greater than 0")
+        return value
+
+    @model_validator(mode="after")
+    def validate_reproducible(self) -> "SamplingConfig":
+        neutral = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+        changed = {k: getattr(self, k) for k, v in neutral.items() if getattr(self, k) != v}
+        if changed:
+            fixes = ", ".join(f"sampling.{k} = {neutral[k]}" for k in changed)
+            raise ValueError(
+                f"sampling {changed} filters the sampling distribution, which the trainer's "
+                f"full-softmax logprobs cannot reproduce (every importance ratio would be "
+                f"biased): set {fixes}, and shape exploration with sampling.temperature instead"
+            )
+        return self
 
 
 EnvType = Literal["verifiers"]

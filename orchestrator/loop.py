@@ -153,9 +153,7 @@ async def generate(
 ) -> list[list[Rollout]]:
     """One group of `rollouts_per_example` rollouts per picked example, all concurrently
     (the client keeps `client.max_concurrent` requests in flight)."""
-    sampling = sampling_args(
-        config.sampling.max_tokens, config.sampling.temperature, config.sampling.top_p
-    )
+    sampling = sampling_args(config.sampling)
     groups = [
         envs[env].run_group(
             envs[env].example(index),
@@ -270,9 +268,7 @@ async def run_evals(
 ) -> None:
     """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
     assert config.eval is not None
-    sampling = sampling_args(
-        config.sampling.max_tokens, config.sampling.temperature, config.sampling.top_p
-    )
+    sampling = sampling_args(config.sampling)
     metrics: dict = {}
     for env, env_config in zip(eval_envs, config.eval.env, strict=True):
         start = time.monotonic()

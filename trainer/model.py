@@ -1,5 +1,12 @@
-"""Load the policy as an HF causal LM in the configured dtype; shard it with FSDP2 on GPUs."""
+"""Load the policy as an HF causal LM with fp32 master weights; compute runs in the configured
+dtype (FSDP2's mixed-precision policy on GPUs, autocast on CPU); shard it with FSDP2 when
+distributed.
 
+AdamW on bf16 parameters rounds away every update smaller than half a bf16 ulp (most of them at
+RL learning rates), so the parameters and optimizer state the trainer updates are always fp32.
+"""
+
+import contextlib
 from pathlib import Path
 
 import torch
@@ -11,36 +18,59 @@ from trainer.dist import World
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def compute_dtype(config: TrainerModelConfig, model: nn.Module) -> torch.dtype:
+    """The dtype of the forward and backward pass (and of published weights): `model.dtype`,
+    or for `auto` the dtype the checkpoint was stored in."""
+    if config.dtype != "auto":
+        return DTYPES[config.dtype]
+    stored = getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None)
+    if isinstance(stored, str):
+        stored = DTYPES.get(stored)
+    return stored if isinstance(stored, torch.dtype) else torch.float32
+
+
 def load_model(config: TrainerModelConfig, source: str, world: World) -> nn.Module:
-    """The model in train mode on `world.device`, sharded per decoder layer when distributed."""
+    """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
+    when distributed; `model.compute_dtype` says what the forward pass runs in."""
     from transformers import AutoModelForCausalLM
 
-    dtype = "auto" if config.dtype == "auto" else DTYPES[config.dtype]
     model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=dtype, attn_implementation=config.attn_implementation
+        source, dtype=torch.float32, attn_implementation=config.attn_implementation
     )
+    model.compute_dtype = compute_dtype(config, model)
     model.config.use_cache = False
     if config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if world.distributed:
-        shard_model(model, world)
+        shard_model(model, world, model.compute_dtype)
     else:
         model.to(world.device)
     model.train()
     return model
 
 
-def shard_model(model: nn.Module, world: World) -> None:
+def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
     """FSDP2: one shard group per decoder layer (the model's `_no_split_modules`), then the
-    root (embeddings, final norm, head)."""
-    from torch.distributed.fsdp import fully_shard
+    root (embeddings, final norm, head). Parameters stay fp32 (the master copy); FSDP casts
+    them to `dtype` for compute and reduces gradients in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     model.to(world.device)
     layer_classes = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in layer_classes:
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+
+
+def compute_context(model: nn.Module, world: World) -> contextlib.AbstractContextManager:
+    """Where the forward pass runs in the compute dtype: FSDP2 casts by itself; a single CPU
+    process autocasts (fp32 compute needs nothing)."""
+    dtype = model.compute_dtype
+    if world.distributed or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=world.device.type, dtype=dtype)
 
 
 def source_dir(source: str) -> Path | None:

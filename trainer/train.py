@@ -30,7 +30,7 @@ from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_ba
 from trainer.dist import World, setup_world, teardown_world
 from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss
 from trainer.metrics import MetricsLogger
-from trainer.model import load_model, source_dir
+from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
 from trainer.weights import build_sender
 
@@ -186,7 +186,8 @@ def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
         # No cache and no attention mask: transformers then reads sample boundaries from the
         # restarting position ids and masks attention block-diagonally.
-        out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+        with compute_context(model, world):
+            out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
         logits = out.logits[0]
         loss, mb_sums = compute_loss(
             logits, mb, batch.temperature, trainer.token_loss, num_loss_tokens

@@ -25,9 +25,11 @@ SKIPPED_NAMES = {"config.json", "model.safetensors.index.json", "pytorch_model.b
 
 
 def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] | None:
-    """Unsharded parameters on CPU, on rank 0 only (None elsewhere); every rank must call."""
+    """Unsharded parameters on CPU in the compute (= serving) dtype, on rank 0 only (None
+    elsewhere); every rank must call."""
+    dtype = getattr(model, "compute_dtype", None)
     if not world.distributed:
-        return {k: v.detach() for k, v in model.state_dict().items()}
+        return {k: cast(v.detach(), dtype) for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -38,7 +40,15 @@ def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] |
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
         if target in state and source in state:
             del state[target]
-    return state
+    return {k: cast(v, dtype) for k, v in state.items()}
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Floating-point tensors in `dtype` (the fp32 master weights are published in the serving
+    dtype); integer buffers unchanged."""
+    if dtype is None or not tensor.is_floating_point() or tensor.dtype == dtype:
+        return tensor
+    return tensor.to(dtype)
 
 
 def copy_support_files(source: Path | None, folder: Path, tokenizer_source: str) -> None:
@@ -69,17 +79,23 @@ def publish_weights(
             copy_support_files(source, tmp, source_name)
             architectures = model.config.architectures
             model.save_pretrained(tmp, state_dict=state)
-            fix_architectures(tmp / "config.json", architectures)
+            fix_architectures(
+                tmp / "config.json", architectures, getattr(model, "compute_dtype", None)
+            )
         run_dir.mark_weights_stable(step)
     world.barrier()
 
 
-def fix_architectures(config_file: Path, architectures: list[str] | None) -> None:
-    """Keep the loaded model's class names (a sharded model's class is a wrapper)."""
-    if not architectures:
-        return
+def fix_architectures(config_file: Path, architectures: list[str] | None, dtype=None) -> None:
+    """Keep the loaded model's class names (a sharded model's class is a wrapper) and state the
+    dtype the weights were written in (the master copy in memory is fp32)."""
     config = json.loads(config_file.read_text())
-    config["architectures"] = architectures
+    if architectures:
+        config["architectures"] = architectures
+    if dtype is not None:
+        for key in ("dtype", "torch_dtype"):
+            if key in config:
+                config[key] = str(dtype).removeprefix("torch.")
     config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 

@@ -41,12 +41,20 @@ def make_client(base_url: str, timeout_s: float, max_concurrent: int) -> Any:
     return LimitedClient(openai_client)
 
 
-def sampling_args(max_tokens: int, temperature: float, top_p: float) -> dict:
-    """Sampling arguments that also ask vLLM for token ids and per-token logprobs."""
+def sampling_args(sampling) -> dict:
+    """Request arguments for `sampling` (a SamplingConfig), every parameter explicit, asking vLLM
+    for token ids and per-token logprobs."""
     return {
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
+        "max_tokens": sampling.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "logprobs": True,
-        "extra_body": {"return_token_ids": True},
+        "extra_body": {
+            "return_token_ids": True,
+            "top_k": sampling.top_k,
+            "min_p": sampling.min_p,
+            "repetition_penalty": sampling.repetition_penalty,
+        },
     }

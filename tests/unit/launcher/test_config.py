@@ -202,7 +202,10 @@ def test_top_level_disagrees_with_section(capsys):
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--sampling.temperature", "-1"], ["sampling.temperature", "greater than or equal"]),
+        (["--sampling.temperature", "-1"], ["sampling.temperature", "greater than 0"]),
+        (["--sampling.temperature", "0"], ["sampling.temperature = 0", "greedy", "> 0"]),
+        (["--sampling.top-p", "0.9"], ["'top_p': 0.9", "sampling.top_p = 1.0", "biased"]),
+        (["--sampling.top-k", "20"], ["'top_k': 20", "sampling.top_k = 0"]),
         (["--batch-size", "10", "--rollouts-per-example", "4"], ["batch_size", "divisible"]),
         (["--sampling.max-tokens", "4096", "--seq-len", "2048"], ["max_tokens", "seq_len"]),
         (["--ckpt.interval", "0"], ["ckpt.interval", "greater than 0"]),

@@ -51,13 +51,30 @@ def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path
     assert (rd.config_file("trainer")).exists()
 
 
-def test_bf16_weights_stay_bf16(tiny_model_dir, tmp_path, fake_config):
+def test_bf16_compute_keeps_fp32_master_weights_and_publishes_bf16(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
     from safetensors import safe_open
 
-    cfg = fake_config(tiny_model_dir, tmp_path, max_steps=1, ckpt={"enabled": False})
-    run(cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": "bfloat16"})}))
-    with safe_open(RunDir(tmp_path).weight_dir(1) / "model.safetensors", "pt") as f:
+    cfg = fake_config(
+        tiny_model_dir, tmp_path, max_steps=1, ckpt={"enabled": False},
+        model={"name": str(tiny_model_dir), "dtype": "bfloat16"}, optim={"lr": 1e-6},
+    )  # fmt: skip
+    trainer = setup_trainer(cfg, cpu_world)
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    batch = fake_batch(cfg.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    train_step(trainer, batch)
+    # At lr 1e-6 a bf16 parameter would not move (updates below half an ulp round away);
+    # the fp32 master copy moves everywhere.
+    for name, param in trainer.model.named_parameters():
+        assert not torch.equal(param, before[name]), f"{name} did not move at lr 1e-6"
+        assert param.dtype == torch.float32
+    trainer.sender.publish(1)
+    folder = RunDir(tmp_path).weight_dir(1)
+    with safe_open(folder / "model.safetensors", "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
 
 
 def test_checkpoint_round_trip_restores_optimizer_and_step(
