@@ -108,6 +108,18 @@ class DataConfig(BaseConfig):
     """Seconds to wait for the orchestrator's next batch before giving up."""
 
 
+class ParityConfig(BaseConfig):
+    """The check, on the first step of every attempt, that the trainer computes the same token
+    logprobs as the inference engine that sampled them."""
+
+    enabled: bool = True
+    """Run the check (skipped on synthetic batches)."""
+
+    max_mismatch_kl: PositiveFloat | None = None
+    """Stop when the first step's mismatch_kl exceeds this; None means 1e-2 when computing in
+    bf16 or fp16 and 1e-3 in fp32."""
+
+
 class TrainerConfig(SharedFields):
     """Configuration of the `trainer` process."""
 
@@ -122,6 +134,13 @@ class TrainerConfig(SharedFields):
 
     data: DataConfig = DataConfig()
     """Where batches come from and how they are packed."""
+
+    parity: ParityConfig = ParityConfig()
+    """Trainer/inference logprob parity check at the start of every run."""
+
+    on_nonfinite: Literal["skip", "stop"] = "skip"
+    """What a step whose loss or gradient norm is NaN/inf does: `skip` drops that update (the
+    last good weights keep serving), `stop` ends the run."""
 
     @model_validator(mode="after")
     def validate_micro_batch(self) -> "TrainerConfig":

@@ -16,13 +16,13 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging("trainer", config.log.level)
     maybe_reexec_under_torchrun(argv)
     from trainer.data import BatchError
-    from trainer.train import run
+    from trainer.train import TrainingError, run
 
     try:
         run(config)
     except ConfigError as err:
         exit_with(str(err), "trainer")
-    except (TimeoutError, BatchError) as err:
+    except (TimeoutError, BatchError, TrainingError) as err:
         print(f"trainer: error: {err}", file=sys.stderr)
         sys.exit(1)
     except BaseException as err:  # DCP wraps write errors in a BaseException subclass

@@ -136,6 +136,7 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
     data_wait_s = time.perf_counter() - wait_start
 
     metrics = train_step(trainer, batch)
+    check_parity(trainer, step, metrics)
 
     # -- publish the new policy; forget what nobody can need
     publish_start = time.perf_counter()
@@ -169,16 +170,34 @@ def count_loss_tokens(batch: Batch) -> int:
     return sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
 
 
+class TrainingError(RuntimeError):
+    """The run cannot go on (a failed parity check, a non-finite update with on_nonfinite =
+    "stop"); the message says why and what to check."""
+
+
 def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
     """Forward/backward over this rank's micro-batches, clip, step; returns step metrics."""
-    config, world, model = trainer.config, trainer.world, trainer.model
     start = time.perf_counter()
-    if world.device.type == "cuda":
+    if trainer.world.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    lr = trainer.scheduler.get_last_lr()[0]
+    total_loss, sums = forward_backward(trainer, batch)
+    max_norm = trainer.config.optim.max_norm or float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    applied = apply_update(trainer, total_loss, grad_norm)
+    metrics = step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
+    metrics["skipped_update"] = float(not applied)
+    return metrics
+
+
+def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, LossSums]:
+    """Accumulate this rank's gradients of the batch loss; returns (loss, metric sums)."""
+    config, world, model = trainer.config, trainer.world, trainer.model
     max_tokens = config.data.micro_batch_tokens or config.seq_len
     micro_batches = split_for_ranks(batch, max_tokens, world.rank, world.world_size)
     num_loss_tokens = count_loss_tokens(batch)
-    lr = trainer.scheduler.get_last_lr()[0]
     total_loss, sums = torch.zeros((), device=world.device), LossSums()
     for i, mb in enumerate(micro_batches):
         mb = mb.to(world.device)
@@ -196,18 +215,55 @@ def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
         (loss * world.world_size).backward()
         total_loss += loss.detach()
         sums.add(mb_sums)
-    max_norm = config.optim.max_norm or float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    trainer.optimizer.step()
+    return total_loss, sums
+
+
+def apply_update(trainer: Trainer, total_loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+    """Take the optimizer step unless the loss or gradient norm is NaN/inf on any rank (then
+    skip it or stop, by `on_nonfinite`); the schedule advances either way. True if applied."""
+    bad = (~torch.isfinite(total_loss)).float() + (~torch.isfinite(grad_norm.detach())).float()
+    finite = float(trainer.world.all_reduce_sum(bad.reshape(1).to(total_loss.device))) == 0
+    if finite:
+        trainer.optimizer.step()
+    else:
+        message = (
+            f"non-finite update (loss {float(total_loss):g}, grad norm {float(grad_norm):g}): "
+            "lower optim.lr, set optim.max_norm, or check the batch's logprobs"
+        )
+        if trainer.config.on_nonfinite == "stop":
+            raise TrainingError(message + " (on_nonfinite = stop)")
+        logger.warning(f"skipped a {message}; the last good weights keep serving")
     trainer.optimizer.zero_grad(set_to_none=True)
     trainer.scheduler.step()
-    return step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
+    return finite
+
+
+def check_parity(trainer: Trainer, step: int, metrics: dict[str, float]) -> None:
+    """On the first step of an attempt: trainer and inference must agree on the logprobs of
+    the sampled tokens (mismatch_kl ~ 0), or every importance ratio is noise."""
+    config = trainer.config
+    if step != trainer.start_step + 1 or not config.parity.enabled or config.data.fake:
+        return
+    limit = config.parity.max_mismatch_kl
+    if limit is None:
+        limit = 1e-3 if trainer.model.compute_dtype == torch.float32 else 1e-2
+    kl = metrics["mismatch_kl"]
+    if kl <= limit:
+        logger.info(f"parity check passed: mismatch_kl {kl:.2e} <= {limit:g}")
+        return
+    raise TrainingError(
+        f"parity check failed at step {step}: mismatch_kl {kl:.3g} > {limit:g} "
+        "(parity.max_mismatch_kl): the trainer's logprobs of the sampled tokens disagree with "
+        "the inference engine's. Likely causes: sampling defaults the server took from the "
+        "model folder's generation_config.json (start vLLM with --generation-config vllm), "
+        "different dtypes (trainer.model.dtype vs inference.model.dtype), or a different chat "
+        "template or tokenizer in the trainer's and the served model folders. "
+        "--trainer.parity.enabled false skips this check"
+    )
 
 
 def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict[str, float]:
     world = trainer.world
-    if hasattr(grad_norm, "full_tensor"):
-        grad_norm = grad_norm.full_tensor()
     stats = torch.tensor(
         [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.tokens],
         dtype=torch.float64,

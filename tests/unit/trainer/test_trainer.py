@@ -153,3 +153,48 @@ def test_missing_batch_times_out_naming_the_path(tiny_model_dir, tmp_path, fake_
     with pytest.raises(TimeoutError, match=r"rollouts/step_0"):
         run(config)
     assert RunDir(tmp_path).weights_stable(0)  # the base policy is published first
+
+
+def nan_batch(trainer):
+    batch = fake_batch(trainer.config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    batch.samples[0].completion_logprobs[0] = float("nan")
+    return batch
+
+
+def test_nonfinite_update_is_skipped_and_weights_keep(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    metrics = train_step(trainer, nan_batch(trainer))
+    assert metrics["skipped_update"] == 1.0
+    for name, param in trainer.model.named_parameters():
+        assert torch.equal(param, before[name]) and torch.isfinite(param).all(), name
+    assert trainer.scheduler.last_epoch == 1  # the step is consumed
+    assert (
+        train_step(trainer, fake_batch(trainer.config.data.fake, 32, 1000, 1, 0))["skipped_update"]
+        == 0.0
+    )
+
+
+def test_nonfinite_update_can_stop_the_run(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    from trainer.train import TrainingError
+
+    config = fake_config(tiny_model_dir, tmp_path, on_nonfinite="stop")
+    trainer = setup_trainer(config, cpu_world)
+    with pytest.raises(TrainingError, match="non-finite update.*lower optim.lr"):
+        train_step(trainer, nan_batch(trainer))
+
+
+def test_parity_check_stops_a_mismatched_first_step(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    from trainer.config import DataConfig
+    from trainer.train import TrainingError, check_parity
+
+    trainer = setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world)
+    trainer.config = trainer.config.model_copy(update={"data": DataConfig()})
+    check_parity(trainer, 1, {"mismatch_kl": 5e-4})  # fp32: limit 1e-3
+    check_parity(trainer, 2, {"mismatch_kl": 3.0})  # only the attempt's first step
+    with pytest.raises(TrainingError, match=r"mismatch_kl 2\.25 > 0\.001.*generation_config"):
+        check_parity(trainer, 1, {"mismatch_kl": 2.25})
