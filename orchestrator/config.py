@@ -141,6 +141,10 @@ class OrchestratorConfig(SharedFields):
     rollouts_per_example: PositiveInt = 8
     """Rollouts per example; advantages are computed within each such group."""
 
+    zero_truncated_rewards: bool = False
+    """Score rollouts cut off by `max_tokens` (or seq_len) 0: an unfinished answer does not
+    count, whatever the environment's reward function found in it."""
+
     mask_truncated_completions: bool = False
     """Give zero loss weight to rollouts cut off by `max_tokens` or `seq_len`."""
 

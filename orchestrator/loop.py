@@ -201,6 +201,8 @@ async def train_step(
     generate_start = time.monotonic()
     groups = await generate(config, envs, picks, client)
     generate_s = time.monotonic() - generate_start
+    if config.zero_truncated_rewards:
+        zero_truncated(groups)
     batch, stats = build_batch(config, step, groups)
     rollouts = [r for group in groups for r in group]
     check_errors(step, rollouts, batch)
@@ -217,6 +219,13 @@ async def train_step(
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
     logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
     monitor.log(step, metrics)
+
+
+def zero_truncated(groups: list[list[Rollout]]) -> None:
+    """An answer cut off by the token budget scores 0."""
+    for rollout in (r for group in groups for r in group):
+        if rollout.is_truncated or any(turn.is_truncated for turn in rollout.turns):
+            rollout.reward = 0.0
 
 
 def check_errors(step: int, rollouts: list[Rollout], batch: Batch) -> None:

@@ -196,3 +196,13 @@ def test_verifiers_output_becomes_a_rollout():
     assert (got.example_id, got.reward, got.metrics, got.error) == (7, 0.5, {"f": 1.0}, "boom")
     with pytest.raises(OrchestratorError, match="return_token_ids"):
         _to_rollout({**output, "trajectory": [{"tokens": None}]})
+
+
+def test_truncated_answers_score_zero():
+    from orchestrator.loop import zero_truncated
+
+    whole = rollout([Turn([1], [2, 3], [-0.1, -0.2])])
+    cut_by_engine = rollout([Turn([1], [2, 3], [-0.1, -0.2], True)])
+    cut_flagged = rollout([Turn([1], [2], [-0.1])], truncated=True)
+    zero_truncated([[whole, cut_by_engine], [cut_flagged]])
+    assert [whole.reward, cut_by_engine.reward, cut_flagged.reward] == [1.0, 0.0, 0.0]
