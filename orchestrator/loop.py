@@ -79,19 +79,20 @@ async def run_async(config: OrchestratorConfig) -> None:
     policy = Policy(step=0 if resume_step is None else None, receiver=receiver)
     try:
         if config.eval and config.eval.eval_base_model and resume_step is None:
-            await run_evals(config, eval_envs, client, monitor, 0)
+            await evaluate(config, eval_envs, client, monitor, policy, 0)
         while state.step < config.max_steps:
             await train_step(config, run_dir, envs, sampler, client, policy, state, monitor)
             if config.eval and state.step % config.eval.interval == 0:
-                await run_evals(config, eval_envs, client, monitor, state.step)
+                await evaluate(config, eval_envs, client, monitor, policy, state.step)
             if is_checkpoint_step(
                 state.step, config.ckpt.interval, config.max_steps, config.ckpt.enabled
             ):
                 ckpt.save(run_dir, state)
         if config.eval and config.max_steps % config.eval.interval:
-            await run_evals(config, eval_envs, client, monitor, config.max_steps)
+            await evaluate(config, eval_envs, client, monitor, policy, config.max_steps)
     finally:
-        monitor.close()
+        finished = state.step >= config.max_steps
+        monitor.close(config.max_steps if finished else None, config.weights_timeout_s)
         await client.close()
 
 
@@ -135,17 +136,34 @@ async def ensure_policy(
         return 0.0
     start = time.monotonic()
     newest = await policy.receiver.wait(oldest, step, config.weights_timeout_s)
+    await serve(config, policy, newest)
+    return time.monotonic() - start
+
+
+async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
+    """Tell inference to load policy `step` (a ready one)."""
     base_url = config.client.base_url or DEFAULT_BASE_URL
-    request = policy.receiver.load_request(newest)
+    request = policy.receiver.load_request(step)
     if not await update_weights(base_url, request, config.client.timeout_s):
         logger.warning(
             "inference has no /update_weights route (a plain vLLM server?): generation keeps "
             "the weights it was started with, so training is no longer on-policy"
         )
         policy.can_update = False
-    policy.step = newest
-    logger.debug(f"inference serves policy step {newest}")
-    return time.monotonic() - start
+    policy.step = step
+    logger.debug(f"inference serves policy step {step}")
+
+
+async def evaluate(
+    config: OrchestratorConfig, eval_envs: list[EnvAdapter], client, monitor: Monitor,
+    policy: Policy, step: int,
+) -> None:  # fmt: skip
+    """Evaluate exactly the policy after `step` steps (waiting for the trainer to publish it),
+    so that eval metrics logged at `step` belong to that policy."""
+    if policy.step != step and policy.can_update:
+        await policy.receiver.wait(step, step, config.weights_timeout_s)
+        await serve(config, policy, step)
+    await run_evals(config, eval_envs, client, monitor, step, policy.step)
 
 
 async def generate(
@@ -273,12 +291,17 @@ def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dic
 
 
 async def run_evals(
-    config: OrchestratorConfig, eval_envs: list[EnvAdapter], client, monitor: Monitor, step: int
+    config: OrchestratorConfig,
+    eval_envs: list[EnvAdapter],
+    client,
+    monitor: Monitor,
+    step: int,
+    policy_step: int | None,
 ) -> None:
     """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
     assert config.eval is not None
     sampling = sampling_args(config.sampling)
-    metrics: dict = {}
+    metrics: dict = {"eval/policy_step": policy_step}
     for env, env_config in zip(eval_envs, config.eval.env, strict=True):
         start = time.monotonic()
         examples = env.eval_examples(env_config.num_examples)

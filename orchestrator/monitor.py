@@ -3,70 +3,53 @@ few readable samples per step."""
 
 import json
 import logging
-import os
-from pathlib import Path
+import time
 from typing import Any
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import Rollout
 from rlcore.rundir import RunDir
+from rlcore.wandb_run import Relay, start_wandb
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "orchestrator"
 SAMPLES_FILE = "samples.jsonl"
 
 
-def load_dotenv(path: Path = Path(".env")) -> None:
-    """Read KEY=VALUE lines from `.env` into the environment (never overriding, never logged)."""
-    if not path.is_file():
-        return
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.removeprefix("export ").split("=", 1)
-        os.environ.setdefault(key.strip(), value.strip().strip("'\""))
-
-
 class Monitor:
-    """metrics.jsonl always; W&B when `wandb.project` is set (offline without an API key)."""
+    """metrics.jsonl always; the run's one W&B run when `wandb.project` is set, into which it
+    also relays the trainer's records (rlcore.wandb_run)."""
 
     def __init__(self, config: OrchestratorConfig, run_dir: RunDir, wandb_run_id: str | None):
         self.run_dir = run_dir
-        self.wandb = None
-        self.wandb_run_id = wandb_run_id
-        if config.wandb.project is not None:
-            self._init_wandb(config, wandb_run_id)
-
-    def _init_wandb(self, config: OrchestratorConfig, run_id: str | None) -> None:
-        load_dotenv()
-        import wandb
-
-        offline = config.wandb.offline
-        if offline is None:
-            offline = not os.environ.get("WANDB_API_KEY")
-        run = wandb.init(
-            project=config.wandb.project,
-            entity=config.wandb.entity,
-            name=config.wandb.name and f"{config.wandb.name}-orchestrator",
-            tags=config.wandb.tags,
-            id=run_id,
-            resume="allow" if run_id else None,
-            dir=str(self.run_dir.root),
-            mode="offline" if offline else "online",
-            config=config.model_dump(mode="json"),
+        self.wandb = start_wandb(
+            config.wandb, run_dir, wandb_run_id, {"orchestrator": config.model_dump(mode="json")}
         )
-        self.wandb = run
-        self.wandb_run_id = run.id
+        self.wandb_run_id = self.wandb.id if self.wandb else wandb_run_id
+        self.trainer = Relay(run_dir, "trainer")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         self.run_dir.append_metrics(COMPONENT, step, metrics)
         if self.wandb is not None:
-            self.wandb.log({**metrics, "step": step})
+            self.wandb.log(COMPONENT, step, metrics)
+            self.trainer.forward(self.wandb)
 
-    def close(self) -> None:
-        if self.wandb is not None:
-            self.wandb.finish()
+    def close(self, final_trainer_step: int | None = None, timeout_s: float = 0.0) -> None:
+        """Relay the trainer's records up to `final_trainer_step` (waiting up to `timeout_s`
+        for it, when a trainer has been seen at all), then finish the W&B run."""
+        if self.wandb is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.trainer.forward(self.wandb)
+            last = self.trainer.last_step
+            if last is None or final_trainer_step is None or last >= final_trainer_step:
+                break
+            if time.monotonic() > deadline:
+                logger.warning(f"W&B: the trainer's records after step {last} were not relayed")
+                break
+            time.sleep(1.0)
+        self.wandb.finish()
 
 
 def samples_jsonl(rollouts: list[Rollout], num: int) -> str:

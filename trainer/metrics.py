@@ -1,52 +1,37 @@
-"""Per-step metrics: one console line, one metrics.jsonl record, and W&B when configured."""
+"""Per-step metrics: one console line and one metrics.jsonl record. W&B: the orchestrator owns
+the run's one W&B run and relays these records into it; only a trainer running alone on
+synthetic data (`data.fake`, no orchestrator) logs to W&B itself (rlcore.wandb_run)."""
 
 import logging
-import os
-from typing import Any
 
 from rlcore.config import WandbConfig
 from rlcore.rundir import RunDir
-
-logger = logging.getLogger("trainer")
+from rlcore.wandb_run import WandbRun, start_wandb
 
 COMPONENT = "trainer"
+logger = logging.getLogger("trainer")
 
 
 class MetricsLogger:
-    """Rank 0's sink for step metrics. W&B runs offline when no WANDB_API_KEY is set (unless
-    `wandb.offline` says otherwise) and continues the same run id on resume."""
+    """Rank 0's sink for step metrics."""
 
-    def __init__(self, run_dir: RunDir, wandb_config: WandbConfig, config: dict[str, Any]):
+    def __init__(self, run_dir: RunDir, wandb_config: WandbConfig, config: dict, owns_wandb: bool):
         self.run_dir = run_dir
-        self.wandb_run = None
-        self.wandb_config = wandb_config
+        self.wandb_run: WandbRun | None = None
+        self.wandb_config = wandb_config if owns_wandb else WandbConfig()
         self.config = config
 
     def start_wandb(self, run_id: str | None) -> str | None:
-        """Start (or continue, given its id) the W&B run; returns its id, None if disabled."""
-        cfg = self.wandb_config
-        if cfg.project is None:
-            return None
-        import wandb
-
-        offline = cfg.offline if cfg.offline is not None else not os.environ.get("WANDB_API_KEY")
-        self.wandb_run = wandb.init(
-            project=cfg.project,
-            name=cfg.name,
-            entity=cfg.entity,
-            tags=cfg.tags,
-            config=self.config,
-            dir=str(self.run_dir.root),
-            mode="offline" if offline else "online",
-            id=run_id,
-            resume="allow" if run_id else None,
+        """Start (or continue, given its id) the W&B run if this process owns it; its id."""
+        self.wandb_run = start_wandb(
+            self.wandb_config, self.run_dir, run_id, {COMPONENT: self.config}
         )
-        return self.wandb_run.id
+        return self.wandb_run.id if self.wandb_run else None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run_dir.append_metrics(COMPONENT, step, metrics)
         if self.wandb_run is not None:
-            self.wandb_run.log({f"{COMPONENT}/{k}": v for k, v in metrics.items()}, step=step)
+            self.wandb_run.log(COMPONENT, step, metrics)
         logger.info(format_line(step, metrics))
 
     def finish(self) -> None:

@@ -104,7 +104,10 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         trainer.start_step = resume_step
         logger.info(f"resumed from checkpoint step {resume_step}")
     if world.is_main:
-        trainer.logger = MetricsLogger(run_dir, config.wandb, config.model_dump(mode="json"))
+        owns_wandb = config.data.fake is not None  # else the orchestrator relays our records
+        trainer.logger = MetricsLogger(
+            run_dir, config.wandb, config.model_dump(mode="json"), owns_wandb
+        )
         trainer.logger.start_wandb(saved.get("wandb_run_id"))
     sender.publish_initial(trainer.start_step)
     return trainer

@@ -170,6 +170,7 @@ def test_batches_on_disk(served, tmp_path):
     assert steps[2]["policy_step"] >= 1  # step 2 needed weights/step_1 or newer
     evals = [m for m in metrics(out) if "eval/rl-guess-number/reward" in m]
     assert [m["step"] for m in evals] == [0, 2, 3]  # base model, every 2 steps, the end
+    assert [m["eval/policy_step"] for m in evals] == [0, 2, 3]  # each on its own policy
     eval_line = r"^orchestrator: Eval rl-guess-number at step \d+ \| Reward: "
     assert len(re.findall(eval_line, done.stdout, re.M)) == 3
     num_env_tokens = 0

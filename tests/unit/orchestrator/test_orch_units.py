@@ -151,8 +151,8 @@ def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path):
 
 # -- W&B keys come from .env and never override the environment -----------------------------------
 def test_dotenv_sets_missing_keys_only(tmp_path, monkeypatch):
-    from orchestrator.monitor import load_dotenv
     from rlcore.metrics import step_line
+    from rlcore.wandb_run import load_dotenv
 
     (tmp_path / ".env").write_text("# keys\nexport WANDB_API_KEY='abc'\nWANDB_ENTITY=me\n")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -206,3 +206,24 @@ def test_truncated_answers_score_zero():
     cut_flagged = rollout([Turn([1], [2], [-0.1])], truncated=True)
     zero_truncated([[whole, cut_by_engine], [cut_flagged]])
     assert [whole.reward, cut_by_engine.reward, cut_flagged.reward] == [1.0, 0.0, 0.0]
+
+
+def test_one_wandb_run_holds_orchestrator_and_relayed_trainer_metrics(tmp_path, fake_wandb):
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.monitor import Monitor
+
+    run_dir = RunDir(tmp_path)
+    config = OrchestratorConfig(output_dir=tmp_path, wandb={"project": "p", "offline": True})
+    monitor = Monitor(config, run_dir, wandb_run_id=None)
+    run_dir.append_metrics("trainer", 1, {"loss": 0.5})
+    monitor.log(0, {"reward": 0.25})
+    run_dir.append_metrics("trainer", 2, {"loss": 0.4})
+    monitor.close(final_trainer_step=2, timeout_s=5)
+    assert len(fake_wandb.inits) == 1 and fake_wandb.finished == 1
+    logged = [data for _, data in fake_wandb.logged]
+    assert logged[0] == {"orchestrator/reward": 0.25, "orchestrator/step": 0}
+    assert {"trainer/loss": 0.5, "trainer/step": 1} in logged
+    assert {"trainer/loss": 0.4, "trainer/step": 2} in logged
+    # resumed: the same W&B run continues
+    Monitor(config, run_dir, wandb_run_id="run-123").close()
+    assert fake_wandb.inits[1]["id"] == "run-123" and fake_wandb.inits[1]["resume"] == "allow"

@@ -1,9 +1,7 @@
 """The trainer runtime in-process on the tiny model: steps, weights, checkpoints, metrics."""
 
 import json
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -119,24 +117,10 @@ def test_prune_checkpoints_spares_incomplete_ones(tmp_path):
     assert rd.checkpoint_dir(8).exists()  # being written: untouched
 
 
-class FakeWandb:
-    """Stands in for the `wandb` module at its network boundary."""
-
-    def __init__(self):
-        self.inits, self.logged = [], []
-
-    def init(self, **kwargs):
-        self.inits.append(kwargs)
-        run_id = kwargs.get("id") or "run-123"
-        log = lambda data, step: self.logged.append((step, data))  # noqa: E731
-        return SimpleNamespace(id=run_id, log=log, finish=lambda: None)
-
-
-def test_wandb_logs_offline_and_resumes_same_run(
-    tiny_model_dir, tmp_path, monkeypatch, fake_config
+def test_trainer_alone_logs_to_wandb_offline_and_resumes_same_run(
+    tiny_model_dir, tmp_path, monkeypatch, fake_config, fake_wandb
 ):
-    fake = FakeWandb()
-    monkeypatch.setitem(sys.modules, "wandb", fake)
+    fake = fake_wandb
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     wandb = {"project": "p"}
     run(fake_config(tiny_model_dir, tmp_path, wandb=wandb))
