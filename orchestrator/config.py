@@ -176,10 +176,11 @@ class OrchestratorConfig(SharedFields):
                 f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example "
                 f"({self.rollouts_per_example}): each example gets a full group of rollouts"
             )
-        if self.sampling.max_tokens >= self.seq_len:
+        if self.sampling.max_tokens > self.seq_len:
             raise ValueError(
-                f"sampling.max_tokens ({self.sampling.max_tokens}) must be below seq_len "
-                f"({self.seq_len}) to leave room for the prompt"
+                f"sampling.max_tokens ({self.sampling.max_tokens}) is above seq_len "
+                f"({self.seq_len}), which holds prompt and completion together: lower "
+                "sampling.max_tokens or raise seq_len (requests are capped to what fits)"
             )
         if not self.env:
             raise ValueError("env is empty: add at least one [[env]] table with an `id`")

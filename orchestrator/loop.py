@@ -71,7 +71,9 @@ async def run_async(config: OrchestratorConfig) -> None:
     )
     base_url = config.client.base_url or DEFAULT_BASE_URL
     await wait_for_server(base_url, config.model.name, config.client.health_timeout_s)
-    client = make_client(base_url, config.client.timeout_s, config.client.max_concurrent)
+    client = make_client(
+        base_url, config.client.timeout_s, config.client.max_concurrent, config.seq_len
+    )
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id
     # A fresh run starts on the base model, which inference serves from the start.
@@ -235,6 +237,7 @@ async def train_step(
     metrics |= {"policy_step": policy.step, "time/step_s": step_s, "time/wait_weights_s": wait_s}
     metrics |= {"time/generate_s": generate_s, "progress/num_tokens": state.num_tokens}
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
+    metrics["num_capped_requests"] = client.budget.take_num_capped()
     logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
     monitor.log(step, metrics)
 

@@ -22,23 +22,33 @@ def load_env(config) -> EnvAdapter:
     return ENV_TYPES[config.type](config.id, config.args)
 
 
-def make_client(base_url: str, timeout_s: float, max_concurrent: int) -> Any:
-    """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests
-    in flight across all rollouts."""
+def make_client(base_url: str, timeout_s: float, max_concurrent: int, seq_len: int) -> Any:
+    """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests in
+    flight across all rollouts and fits every request into `seq_len` (`client.budget`)."""
     from openai import AsyncOpenAI
     from verifiers.clients import OpenAIChatCompletionsClient
+
+    from orchestrator.client import server_root
+    from orchestrator.envs.budget import TokenBudget
+
+    budget = TokenBudget(server_root(base_url), seq_len, timeout_s)
 
     class LimitedClient(OpenAIChatCompletionsClient):
         semaphore = asyncio.Semaphore(max_concurrent)
 
-        async def get_native_response(self, *args, **kwargs):
+        async def get_native_response(self, prompt, model, sampling_args, tools=None, **kwargs):
             async with self.semaphore:
-                return await super().get_native_response(*args, **kwargs)
+                sampling_args = await budget.cap(model, prompt, sampling_args, tools)
+                return await super().get_native_response(
+                    prompt, model, sampling_args, tools, **kwargs
+                )
 
     openai_client = AsyncOpenAI(
         base_url=base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0
     )
-    return LimitedClient(openai_client)
+    client = LimitedClient(openai_client)
+    client.budget = budget
+    return client
 
 
 def sampling_args(sampling) -> dict:

@@ -266,6 +266,20 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     assert len(list((parts / "wandb").glob(f"offline-run-*-{run_ids.pop()}"))) == 2
 
 
+def test_requests_are_capped_to_fit_seq_len(served, tmp_path):
+    model, root, base_url = served
+    out = root / "run_capped"
+    envs = env_toml(out, 'id = "rl-add-digits"')
+    run_with_trainer(
+        out, model, base_url, "--max-steps", "1", "--batch-size", "4",
+        "--rollouts-per-example", "2", "--seq-len", "64", "--sampling.max-tokens", "64", "@", envs,
+    )  # fmt: skip
+    [step] = [m for m in metrics(out) if "reward" in m]
+    assert step["num_capped_requests"] == 4  # max_tokens = seq_len leaves no room otherwise
+    batch = read_batch(RunDir(out).rollout_dir(0))
+    assert all(len(s.prompt_ids) + len(s.completion_ids) <= 64 for s in batch.samples)
+
+
 def test_missing_weights_end_with_a_message(served, tmp_path):
     model, _, base_url = served
     start = time.monotonic()

@@ -199,6 +199,11 @@ def test_top_level_disagrees_with_section(capsys):
     assert "--seq-len" in err and "--trainer.seq-len" in err
 
 
+def test_max_tokens_may_equal_seq_len():
+    config = parse(OrchestratorConfig, ["--sampling.max-tokens", "2048", "--seq-len", "2048"])
+    assert config.sampling.max_tokens == config.seq_len == 2048
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -207,7 +212,7 @@ def test_top_level_disagrees_with_section(capsys):
         (["--sampling.top-p", "0.9"], ["'top_p': 0.9", "sampling.top_p = 1.0", "biased"]),
         (["--sampling.top-k", "20"], ["'top_k': 20", "sampling.top_k = 0"]),
         (["--batch-size", "10", "--rollouts-per-example", "4"], ["batch_size", "divisible"]),
-        (["--sampling.max-tokens", "4096", "--seq-len", "2048"], ["max_tokens", "seq_len"]),
+        (["--sampling.max-tokens", "4096", "--seq-len", "2048"], ["max_tokens", "above seq_len"]),
         (["--ckpt.interval", "0"], ["ckpt.interval", "greater than 0"]),
     ],
 )
