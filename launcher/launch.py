@@ -18,7 +18,6 @@ def set_resume_step(plan: Plan, step: int | None) -> None:
     """Both sides get the same concrete step, resolved once by the launcher."""
     for ckpt in (plan.config.trainer.ckpt, plan.config.orchestrator.ckpt):
         ckpt.resume_step = step
-    plan.config.ckpt = {**plan.config.ckpt, "resume_step": step}
 
 
 def write_configs(plan: Plan) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 
 from launcher.rl_config import RLConfig
+from launcher.shared import shared_help
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.toml_io import dump_config
@@ -29,9 +30,9 @@ subcommands:
   logs [DIR] [COMP] [-f]  print (or follow) a run's logs
   stop [DIR]            stop a running run cleanly
 
-Shared top-level keys (--max-steps, --seq-len, --output-dir, --async-level, --seed, --model.name,
---ckpt.*, --wandb.*, --log.level) fill the three configs; a sub-config that sets a different value
-is an error."""
+Shared keys: set once (top level, or in one sub-config) they fill every component that carries
+them; two places with different values are an error naming both.
+{shared}"""
 
 SUBCOMMANDS = ("init", "status", "logs", "stop")
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         argv,
         sections=("trainer", "orchestrator", "inference"),
         usage=USAGE,
-        extra_help=EXTRA_HELP,
+        extra_help=EXTRA_HELP.format(shared=shared_help()),
     )
     from launcher.plan import describe, make_plan
 

@@ -1,4 +1,6 @@
-"""The composed `rl` config: trainer, orchestrator and inference plus the keys they share."""
+"""The composed `rl` config: trainer, orchestrator and inference plus the keys they share
+(launcher/shared.py). Top-level shared values are moved into the components that carry them
+before validation, so the resolved config holds each value where it is used."""
 
 import copy
 from pathlib import Path
@@ -7,24 +9,13 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from inference.config import InferenceConfig
+from launcher.hosted import from_hosted
+from launcher.shared import COMPONENTS, check_agreement, fill_shared
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import NONE_STRINGS, BaseConfig
+from rlcore.config import BaseConfig, CkptConfig, WandbConfig, WeightTransferConfig
 from trainer.config import TrainerConfig
 
-COMPONENTS = ("trainer", "orchestrator", "inference")
-
-# Top-level keys that fill the sub-configs where those are silent (docs/architecture.md).
-SHARED_KEYS = (
-    ("model", "name"),
-    ("max_steps",),
-    ("seq_len",),
-    ("output_dir",),
-    ("async_level",),
-    ("seed",),
-    ("ckpt",),
-    ("wandb",),
-    ("log", "level"),
-)
+__all__ = ["COMPONENTS", "RLConfig"]
 
 
 class SharedModelConfig(BaseConfig):
@@ -35,102 +26,6 @@ class SharedModelConfig(BaseConfig):
 class SharedLogConfig(BaseConfig):
     level: str | None = None
     """Log level for all three processes; None leaves each sub-config's own."""
-
-
-def _get(d: dict, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(d, dict) or key not in d:
-            return _MISSING
-        d = d[key]
-    return d
-
-
-def _set(d: dict, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        d = d.setdefault(key, {})
-    d[path[-1]] = value
-
-
-_MISSING = object()
-
-
-def _has_field(model: type[BaseConfig], path: tuple[str, ...]) -> bool:
-    for key in path:
-        field = model.model_fields.get(key)
-        if field is None:
-            return False
-        model = field.annotation if isinstance(field.annotation, type) else BaseConfig
-    return True
-
-
-def _leaves(value: Any, prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
-    if isinstance(value, dict):
-        out = []
-        for key, sub in value.items():
-            out += _leaves(sub, (*prefix, key))
-        return out
-    return [(prefix, value)]
-
-
-def _shared_leaves(data: dict) -> list[tuple[str, ...]]:
-    """Every shared leaf path set at the top level or in any sub-config."""
-    paths: dict[tuple[str, ...], None] = {}
-    for source in [data] + [data.get(name) for name in COMPONENTS]:
-        if not isinstance(source, dict):
-            continue
-        for shared in SHARED_KEYS:
-            value = _get(source, shared)
-            if value is not _MISSING and not (source is data and _is_none(value)):
-                paths.update(dict.fromkeys(path for path, _ in _leaves(value, shared)))
-    return list(paths)
-
-
-def _is_none(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value in NONE_STRINGS)
-
-
-def _explicit_values(data: dict, path: tuple[str, ...]) -> dict[str, Any]:
-    found = {}
-    top = _get(data, path)
-    if top is not _MISSING and not _is_none(top):
-        found["top level"] = top
-    for name in COMPONENTS:
-        sub = data.get(name)
-        value = _get(sub, path) if isinstance(sub, dict) else _MISSING
-        if value is not _MISSING:
-            found[name] = value
-    return found
-
-
-def fill_shared(data: dict) -> dict:
-    """Make shared keys agree: a value set once (top level or one sub-config) fills the
-    sub-configs that are silent; two places that set different values are an error."""
-    classes = {"trainer": TrainerConfig, "orchestrator": OrchestratorConfig}
-    classes["inference"] = InferenceConfig
-    for path in _shared_leaves(data):
-        dotted = ".".join(path)
-        targets = [name for name, cls in classes.items() if _has_field(cls, path)]
-        if not targets:
-            raise ValueError(f"`{dotted}` is not a key of any component config")
-        found = {
-            k: v for k, v in _explicit_values(data, path).items() if k in (*targets, "top level")
-        }
-        if len({str(v) for v in found.values()}) > 1:
-            places = ", ".join(
-                f"`{dotted}` = {v!r} (top level)" if k == "top level" else f"`{k}.{dotted}` = {v!r}"
-                for k, v in found.items()
-            )
-            raise ValueError(
-                f"disagreeing values: {places}: set it in one place, or make them equal"
-            )
-        if not found:
-            continue
-        value = next(iter(found.values()))
-        for name in targets:
-            sub = data.setdefault(name, {})
-            if isinstance(sub, dict) and _get(sub, path) is _MISSING:
-                _set(sub, path, value)
-    return data
 
 
 class RLConfig(BaseConfig):
@@ -163,14 +58,17 @@ class RLConfig(BaseConfig):
     seed: int | None = None
     """Shared seed for all three processes; None leaves theirs."""
 
-    ckpt: dict[str, Any] = {}
+    ckpt: CkptConfig | None = None
     """Shared `ckpt.*` keys (interval, keep, resume_step, enabled) for trainer and orchestrator."""
 
-    wandb: dict[str, Any] = {}
+    wandb: WandbConfig | None = None
     """Shared `wandb.*` keys (project, name, entity, offline, tags) for trainer and orchestrator."""
 
     log: SharedLogConfig = SharedLogConfig()
     """Shared `log.level` for all three processes."""
+
+    weight_transfer: WeightTransferConfig | None = None
+    """Shared weight transport for all three processes; None leaves theirs."""
 
     inference_gpu_ids: list[int] | None = None
     """Physical GPU ids for inference; None means GPU 0 when GPUs exist, else CPU."""
@@ -189,29 +87,12 @@ class RLConfig(BaseConfig):
     @classmethod
     def auto_setup_shared(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            data = fill_shared(copy.deepcopy(data))
+            data = fill_shared(from_hosted(copy.deepcopy(data)))
         return data
 
     @model_validator(mode="after")
     def validate_agreement(self) -> "RLConfig":
-        t, o, i = self.trainer, self.orchestrator, self.inference
-        pairs = [
-            ("model.name", t.model.name, o.model.name, i.model.name),
-            ("output_dir", t.output_dir, o.output_dir, i.output_dir),
-        ]
-        for key, *values in pairs:
-            if len({str(v) for v in values}) > 1:
-                raise ValueError(
-                    f"trainer, orchestrator and inference disagree on `{key}` ({values}): set it "
-                    f"once at the top level (--{key.replace('_', '-')}) or make them equal"
-                )
-        for key in ("max_steps", "seq_len", "async_level", "ckpt"):
-            if getattr(t, key) != getattr(o, key):
-                raise ValueError(
-                    f"trainer.{key} ({getattr(t, key)}) and orchestrator.{key} "
-                    f"({getattr(o, key)}) disagree: set it once at the top level "
-                    f"(--{key.replace('_', '-')}) or make them equal"
-                )
+        check_agreement(self)
         return self
 
     @model_validator(mode="after")

@@ -77,6 +77,9 @@ class EnvConfig(BaseConfig):
     args: dict[str, Any] = {}
     """Keyword arguments passed to the environment's `load_environment`."""
 
+    name: str | None = None
+    """Label of this environment in metrics (`reward/<name>`); None uses the id."""
+
     weight: PositiveFloat = 1.0
     """Relative share of training examples drawn from this environment."""
 

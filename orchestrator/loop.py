@@ -268,7 +268,7 @@ def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dic
     for name in sorted({k for r in rollouts for k in r.metrics}):
         values = [r.metrics[name] for r in rollouts if name in r.metrics]
         metrics[f"metrics/{name}"] = sum(values) / len(values)
-    for env_index, env in enumerate(envs):
+    for env_index, env_config in enumerate(config.env):
         env_rewards = [
             r.reward
             for (e, _), group in zip(picks, groups, strict=True)
@@ -276,7 +276,8 @@ def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dic
             for r in group
         ]
         if env_rewards and len(envs) > 1:
-            metrics[f"reward/{env.id}"] = sum(env_rewards) / len(env_rewards)
+            label = env_config.name or env_config.id
+            metrics[f"reward/{label}"] = sum(env_rewards) / len(env_rewards)
     num_samples = max(1, len(batch.samples))
     completion_lens = [len(s.completion_ids) for s in batch.samples]
     metrics |= {

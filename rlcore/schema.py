@@ -84,12 +84,30 @@ def did_you_mean(word: str, choices: list[str]) -> str:
 
 
 def keys_under(model: type[BaseModel], path: tuple[str, ...]) -> list[str]:
-    """Names valid directly under `path` (for did-you-mean on unknown keys)."""
+    """Names valid directly under `path` (for did-you-mean on unknown keys); list items (e.g.
+    `[[env]]` tables) are walked into."""
     names: set[str] = set()
-    for leaf in leaves(model):
-        if leaf.path[: len(path)] == path and len(leaf.path) > len(path):
-            names.add(leaf.path[len(path)])
+    for cls in classes_at(model, path):
+        names.update(cls.model_fields)
     return sorted(names)
+
+
+def classes_at(model: type[BaseModel], path: tuple[str, ...]) -> list[type[BaseModel]]:
+    """The config classes a value at `path` may be (several for a tagged union)."""
+    current = [model]
+    for key in path:
+        found: list[type[BaseModel]] = []
+        for cls in current:
+            field = cls.model_fields.get(key)
+            if field is None:
+                continue
+            for member in union_members(field.annotation):
+                if get_origin(member) is list:
+                    found += model_members(get_args(member)[0])
+                elif isinstance(member, type) and issubclass(member, BaseModel):
+                    found.append(member)
+        current = found
+    return current
 
 
 def default_text(field: FieldInfo) -> str:

@@ -249,3 +249,34 @@ def test_json_schema(capsys):
         parse(TrainerConfig, ["--json-schema"])
     assert exc.value.code == 0
     assert '"optim"' in capsys.readouterr().out
+
+
+# -- configs users bring -----------------------------------------------------------------------
+SEEDS = REPO / "tests" / "fixtures" / "seed_configs"
+
+
+def test_hosted_single_file_is_mapped(capsys):
+    config = parse(RLConfig, ["@", str(SEEDS / "hosted_single_file.toml")])
+    o = config.orchestrator
+    assert {config.trainer.model.name, o.model.name, config.inference.model.name} == {
+        "PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT"
+    }
+    assert (o.batch_size, o.rollouts_per_example, o.max_steps) == (8, 2, 500)
+    assert (o.sampling.max_tokens, o.sampling.temperature) == (128, 0.8)
+    assert o.env[0].name == "training-with-eval" and o.env[0].args["dataset_split"] == "train"
+    assert o.eval.interval == 50 and o.eval.env[0].num_examples == 10
+    assert config.trainer.wandb.project == o.wandb.project == "my-rl-project"
+    assert "batch_size -> orchestrator.batch_size" in capsys.readouterr().err
+
+
+def test_hosted_key_disagreeing_with_its_section_names_both(tmp_path, capsys):
+    rl = write(tmp_path, "rl.toml", "batch_size = 8\n[orchestrator]\nbatch_size = 16\n")
+    err = user_error(RLConfig, ["@", rl], capsys)
+    assert "`batch_size` = 8 (top level)" in err and "`orchestrator.batch_size` = 16" in err
+    assert "rl.toml" in err and "set it in one place" in err
+
+
+def test_unknown_key_inside_a_list_table_suggests_its_keys(tmp_path, capsys):
+    orch = write(tmp_path, "o.toml", '[[env]]\nid = "rl-add-digits"\nwieght = 2\n')
+    err = user_error(OrchestratorConfig, ["@", orch], capsys)
+    assert "unknown key `env.wieght`" in err and "did you mean weight" in err
