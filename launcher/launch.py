@@ -9,6 +9,7 @@ from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import Stop, Supervisor, ignore_signals, install_signal_handlers, tail
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from rlcore.metrics import read_records, reward_curve
 from rlcore.toml_io import write_config
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -73,6 +74,9 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         supervisor.stop_all(plan.config.shutdown_grace_s)
         supervisor.write_state("finished")
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
+        records, _ = read_records(plan.run.metrics)
+        for line in reward_curve(records).splitlines():
+            print(f"rl: {line}", flush=True)
         return 0
     reason = "exited" if name != "inference" or code else "stopped unexpectedly"
     return fail(supervisor, name, code, f"{name} {reason} with code {code}")

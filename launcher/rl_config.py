@@ -13,6 +13,7 @@ from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared
 from orchestrator.config import OrchestratorConfig
 from rlcore.config import BaseConfig, CkptConfig, WandbConfig, WeightTransferConfig
+from rlcore.schema import rename_deep
 from trainer.config import TrainerConfig
 
 __all__ = ["COMPONENTS", "RLConfig"]
@@ -87,7 +88,8 @@ class RLConfig(BaseConfig):
     @classmethod
     def auto_setup_shared(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            data = fill_shared(from_hosted(copy.deepcopy(data)))
+            data = from_hosted(copy.deepcopy(data))
+            data = fill_shared(rename_deep(cls, data))
         return data
 
     @model_validator(mode="after")

@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
+from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -171,6 +171,31 @@ class OrchestratorConfig(SharedFields):
 
     num_saved_samples: Annotated[int, Field(ge=0)] = 4
     """Rollouts (prompt, completion, reward) saved per step for reading."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def auto_setup_val(cls, data: Any) -> Any:
+        """prime-rl's `[val]` (interval, num_examples, rollouts_per_example on the training
+        environments' eval splits) is read as `[eval]` over the same environments."""
+        if not isinstance(data, dict) or "val" not in data:
+            return data
+        data = dict(data)
+        val = data.pop("val")
+        if "eval" in data:
+            raise ValueError("`val` (prime-rl's name) and `eval` are both set: keep only `eval`")
+        if not isinstance(val, dict):
+            raise ValueError(f"`val` must be a table (interval, num_examples), got {val!r}")
+        per_env = {k: val[k] for k in ("num_examples", "rollouts_per_example") if k in val}
+        envs = data.get("env") or [{"id": "rl-add-digits"}]
+        eval_envs = [
+            {"type": e.get("type", "verifiers"), "id": e["id"], "args": e.get("args", {})} | per_env
+            for e in envs
+            if isinstance(e, dict) and "id" in e
+        ]
+        extra = {k: v for k, v in val.items() if k not in ("num_examples", "rollouts_per_example")}
+        data["eval"] = {**extra, "env": eval_envs}
+        note_renamed("val", "eval (with one [[eval.env]] per [[env]])")
+        return data
 
     @model_validator(mode="after")
     def validate_batch(self) -> "OrchestratorConfig":

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rlcore.config import note_renamed
 from rlcore.errors import ConfigError
-from rlcore.schema import did_you_mean, find_leaf, is_kind, keys_under, leaves
+from rlcore.schema import classes_at, did_you_mean, find_leaf, is_kind, keys_under, leaves
 from rlcore.toml_io import load_toml
 
 COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
@@ -193,7 +194,7 @@ class ArgParser:
 
     def _override(self, key: str, values: list[str]) -> tuple[tuple[str, ...], Any, str]:
         flag = "--" + key.replace("_", "-")
-        path = tuple(key.split("."))
+        path = renamed_path(self.model, tuple(key.split(".")))
         leaf = find_leaf(self.model, path)
         negated = None
         if leaf is None and key.startswith("no_"):
@@ -203,6 +204,10 @@ class ArgParser:
         is_table = any(f.startswith(flag + ".") for f in self.flag_names)
         if leaf is None and is_table and values in (["None"], ["null"]):
             return path, values[0], flag
+        if leaf is None and is_table and not values and f"{flag}.enabled" in self.flag_names:
+            # prime-rl's bare `--ckpt`: switch the table on
+            note_renamed(flag, f"{flag}.enabled true")
+            return (*path, "enabled"), True, flag
         if leaf is None:
             raise ConfigError(
                 f"unknown flag {flag}{did_you_mean(flag, self.flag_names)}; "
@@ -258,3 +263,17 @@ def _annotate_keys(message: str, parsed: ParsedArgs) -> str:
         if source:
             places.append(f"`{dotted}` from {source.describe()}")
     return message + (f" [{'; '.join(places)}]" if places else "")
+
+
+def renamed_path(model: type[BaseModel], path: tuple[str, ...]) -> tuple[str, ...]:
+    """`path` with another tool's key names (a config class's `renamed`) replaced by ours."""
+    out: list[str] = []
+    for key in path:
+        for cls in classes_at(model, tuple(out)):
+            new = getattr(cls, "renamed", {}).get(key)
+            if new is not None:
+                note_renamed(".".join((*out, key)), ".".join((*out, new)))
+                key = new
+                break
+        out.append(key)
+    return tuple(out)

@@ -4,8 +4,9 @@ Imports pydantic and the standard library only: every entrypoint parses its conf
 importing torch, vLLM or verifiers.
 """
 
+import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,17 +33,37 @@ class BaseConfig(BaseModel):
         protected_namespaces=(),
     )
 
+    renamed: ClassVar[dict[str, str]] = {}
+    """Names other tools (prime-rl) use for keys of this config: old name -> ours. Accepted in
+    files and flags with a note naming the current key (docs/config-aliases.md)."""
+
     @model_validator(mode="before")
     @classmethod
     def _none_strings_clear_optionals(cls, data: Any) -> Any:
         # TOML has no null: "None"/"null" clears an optional field, in files and on the CLI alike.
         if not isinstance(data, dict):
             return data
-        out = dict(data)
+        out = apply_renames(cls, dict(data))
         for name, field in cls.model_fields.items():
             if out.get(name) in NONE_STRINGS and allows_none(field.annotation):
                 out[name] = None
         return out
+
+
+def apply_renames(cls: type[BaseModel], data: dict) -> dict:
+    """`data` (a dict for `cls`) with `cls.renamed` keys under our names, noting each."""
+    for old, new in getattr(cls, "renamed", {}).items():
+        if old not in data:
+            continue
+        if new in data and data[new] != data[old]:
+            raise ValueError(f"`{old}` and `{new}` are two names for one key: set only `{new}`")
+        note_renamed(old, new)
+        data[new] = data.pop(old)
+    return data
+
+
+def note_renamed(old: str, new: str) -> None:
+    print(f"note: `{old}` is read as `{new}`, its name here", file=sys.stderr)
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -58,6 +79,8 @@ class ModelConfig(BaseConfig):
 
 
 class CkptConfig(BaseConfig):
+    renamed = {"keep_last": "keep"}
+
     interval: PositiveInt | None = None
     """Save a checkpoint every this many steps (and after the last step); None saves only at the
     end of the run."""

@@ -51,3 +51,25 @@ def record_step_line(record: dict[str, Any]) -> str:
         int(record.get("num_tokens", 0)),
         int(record.get("num_samples", 0)),
     )
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def reward_curve(records: list[dict[str, Any]], window: int = 5) -> str:
+    """Two lines about a run's training reward: a sparkline over the steps (0 to 1, one
+    character per step, averaged into at most 60 buckets) and first/last-window means."""
+    steps = {int(r["step"]): float(r["reward"]) for r in records if is_training_step(r)}
+    if not steps:
+        return "no training steps recorded"
+    rewards = [steps[s] for s in sorted(steps)]
+    size = max(1, -(-len(rewards) // 60))
+    buckets = [rewards[i : i + size] for i in range(0, len(rewards), size)]
+    levels = [min(max(sum(b) / len(b), 0.0), 1.0) for b in buckets]
+    line = "".join(SPARK[round(v * (len(SPARK) - 1))] for v in levels)
+    first = sum(rewards[:window]) / len(rewards[:window])
+    last = sum(rewards[-window:]) / len(rewards[-window:])
+    return (
+        f"reward by step {min(steps)}..{max(steps)}: {line}\n"
+        f"mean reward of the first {window} steps {first:.3f}, of the last {window} {last:.3f}"
+    )

@@ -133,3 +133,21 @@ def type_text(annotation: Any) -> str:
     if annotation is type(None):
         return "None"
     return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+
+
+def rename_deep(model: type[BaseModel], data: Any, path: tuple[str, ...] = ()) -> Any:
+    """Apply every config class's `renamed` keys throughout `data` (in place), so that other
+    tools' key names are ours before anything compares or fills keys."""
+    from rlcore.config import apply_renames
+
+    if isinstance(data, list):
+        for item in data:
+            rename_deep(model, item, path)
+        return data
+    if not isinstance(data, dict):
+        return data
+    for cls in classes_at(model, path)[:1]:
+        apply_renames(cls, data)
+    for key, value in data.items():
+        rename_deep(model, value, (*path, key))
+    return data

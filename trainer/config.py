@@ -12,6 +12,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 class TrainerModelConfig(ModelConfig):
     """The policy: which model, in which dtype, with which memory savers."""
 
+    renamed = {"attn": "attn_implementation"}
+
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
 

@@ -280,3 +280,31 @@ def test_unknown_key_inside_a_list_table_suggests_its_keys(tmp_path, capsys):
     orch = write(tmp_path, "o.toml", '[[env]]\nid = "rl-add-digits"\nwieght = 2\n')
     err = user_error(OrchestratorConfig, ["@", orch], capsys)
     assert "unknown key `env.wieght`" in err and "did you mean weight" in err
+
+
+def test_prime_rl_names_are_read_with_a_note(capsys):
+    argv = ["--trainer", "@", str(SEEDS / "prime_rl_train.toml"),
+            "--orchestrator", "@", str(SEEDS / "prime_rl_orch.toml")]  # fmt: skip
+    config = parse(RLConfig, argv)
+    assert config.trainer.model.attn_implementation == "sdpa"
+    assert config.trainer.ckpt.keep == config.orchestrator.ckpt.keep == 2
+    assert config.orchestrator.eval.interval == 5
+    assert [(e.id, e.num_examples) for e in config.orchestrator.eval.env] == [("rl-add-digits", 8)]
+    err = capsys.readouterr().err
+    assert "`attn` is read as `attn_implementation`" in err and "`val` is read as `eval" in err
+    assert "`keep_last` is read as `keep`" in err
+
+
+def test_prime_rl_flags_are_read_with_a_note(capsys):
+    config = parse(RLConfig, ["--trainer.model.attn", "eager", "--ckpt", "--ckpt.keep-last", "3"])
+    assert config.trainer.model.attn_implementation == "eager"
+    assert config.trainer.ckpt.enabled and config.orchestrator.ckpt.keep == 3
+    assert "`trainer.model.attn` is read as `trainer.model.attn_implementation`" in (
+        capsys.readouterr().err
+    )
+
+
+def test_both_names_of_one_key_is_an_error(tmp_path, capsys):
+    t = write(tmp_path, "t.toml", '[model]\nattn = "sdpa"\nattn_implementation = "eager"\n')
+    err = user_error(TrainerConfig, ["@", t], capsys)
+    assert "two names for one key" in err and "attn_implementation" in err

@@ -90,3 +90,15 @@ def test_metrics_records_are_read_incrementally_and_torn_lines_wait(tmp_path):
         f.write('ard": 0.5}\n')
     more, _ = read_records(run.metrics, offset)
     assert [r["step"] for r in more] == [1]
+
+
+def test_reward_curve_summarizes_training_steps(tmp_path):
+    from rlcore.metrics import read_records, reward_curve
+
+    run = RunDir(tmp_path)
+    for step, reward in enumerate([0.0, 0.0, 0.5, 1.0, 1.0, 1.0]):
+        run.append_metrics("orchestrator", step, {"reward": reward})
+        run.append_metrics("trainer", step + 1, {"loss": 0.1})
+    text = reward_curve(read_records(run.metrics)[0], window=2)
+    assert text.splitlines()[0] == "reward by step 0..5: ▁▁▅███"
+    assert text.splitlines()[1].endswith("first 2 steps 0.000, of the last 2 1.000")
