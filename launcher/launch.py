@@ -77,6 +77,7 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         records, _ = read_records(plan.run.metrics)
         for line in reward_curve(records).splitlines():
             print(f"rl: {line}", flush=True)
+        print(f"rl: curves as a PNG: rl plot {plan.run.root}", flush=True)
         return 0
     reason = "exited" if name != "inference" or code else "stopped unexpectedly"
     return fail(supervisor, name, code, f"{name} {reason} with code {code}")

@@ -1,7 +1,9 @@
-"""Run management: `rl init`, `rl status`, `rl logs`, `rl stop`."""
+"""Run management: `rl init`, `rl status`, `rl list`, `rl logs`, `rl stop`, `rl delete`,
+`rl plot`. A RUN is a run directory, or the name of one under `outputs/`."""
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -12,6 +14,7 @@ from rlcore.errors import USER_ERROR_EXIT_CODE
 from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
 
+RUNS_ROOT = Path("outputs")
 INIT_TEMPLATE = """\
 # rl.toml: start with `rl @ rl.toml`; any key can be overridden on the command line, e.g.
 # `rl @ rl.toml --max-steps 50 --orchestrator.sampling.temperature 0.7`.
@@ -70,11 +73,25 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _run_dir(args: list[str]) -> RunDir | None:
-    root = Path(args[0]) if args else Path("outputs")
-    if not root.is_dir():
-        print(f"rl: error: no run directory {root}: pass the run's output_dir", file=sys.stderr)
-        return None
-    return RunDir(root)
+    name = args[0] if args else "outputs"
+    for root in (Path(name), RUNS_ROOT / name):
+        if root.is_dir():
+            return RunDir(root)
+    print(
+        f"rl: error: no run directory {name!r} (nor {RUNS_ROOT / name}): pass a run's "
+        "output_dir or its name under outputs/ (`rl list` shows them)",
+        file=sys.stderr,
+    )
+    return None
+
+
+def _state(run: RunDir) -> dict:
+    return json.loads(run.run_json.read_text()) if run.run_json.exists() else {}
+
+
+def _running(run: RunDir) -> bool:
+    pid = _state(run).get("launcher_pid")
+    return pid is not None and _pid_alive(pid)
 
 
 def _last_steps(run: RunDir) -> dict[str, int]:
@@ -159,6 +176,96 @@ def cmd_stop(args: list[str]) -> int:
     return 0
 
 
+def is_run(folder: Path) -> bool:
+    return (folder / "run.json").exists() or (folder / "configs").is_dir()
+
+
+def find_runs(root: Path, depth: int = 3) -> list[RunDir]:
+    """Run directories at or below `root` (not inside another run)."""
+    if is_run(root):
+        return [RunDir(root)]
+    if depth == 0 or not root.is_dir():
+        return []
+    found = []
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        found += find_runs(child, depth - 1)
+    return found
+
+
+def cmd_list(args: list[str]) -> int:
+    root = Path(args[0]) if args else RUNS_ROOT
+    runs = find_runs(root)
+    if not runs:
+        print(f"rl: no runs under {root}")
+        return 0
+    rows = [("RUN", "STATUS", "STEP", "CHECKPOINT", "DISK")]
+    for run in runs:
+        status = _state(run).get("status", "unknown")
+        status = "running" if _running(run) else status.replace("running", "dead")
+        step = _last_steps(run).get("trainer", "-")
+        ckpt = run.latest_checkpoint()
+        rows.append((str(run.root), status, str(step), "-" if ckpt is None else str(ckpt),
+                     f"{_disk_use(run.root):.2f} GiB"))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_delete(args: list[str]) -> int:
+    yes = "--yes" in args or "-y" in args
+    run = _run_dir([a for a in args if a not in ("--yes", "-y")])
+    if run is None:
+        return USER_ERROR_EXIT_CODE
+    if _running(run):
+        print(f"rl: error: {run.root} is running: `rl stop {run.root}` first", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    size = _disk_use(run.root)
+    if not yes:
+        if not sys.stdin.isatty():
+            print(
+                f"rl: error: deleting {run.root} needs --yes (no terminal to ask)", file=sys.stderr
+            )
+            return USER_ERROR_EXIT_CODE
+        answer = input(f"delete {run.root} and everything in it ({size:.2f} GiB)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("rl: nothing deleted")
+            return 0
+    shutil.rmtree(run.root)
+    print(f"rl: deleted {run.root} ({size:.2f} GiB)")
+    return 0
+
+
+def cmd_plot(args: list[str]) -> int:
+    from launcher.plot import plot_run
+
+    out = None
+    if "--out" in args:
+        i = args.index("--out")
+        if i + 1 >= len(args):
+            print("rl: error: --out needs a file name, e.g. --out curves.png", file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
+        out, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
+    run = _run_dir(args)
+    if run is None:
+        return USER_ERROR_EXIT_CODE
+    if not run.metrics.exists():
+        print(f"rl: error: {run.metrics} does not exist: nothing to plot yet", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    print(f"rl: wrote {plot_run(run, out)}")
+    return 0
+
+
+HANDLERS = {
+    "init": cmd_init,
+    "status": cmd_status,
+    "list": cmd_list,
+    "logs": cmd_logs,
+    "stop": cmd_stop,
+    "delete": cmd_delete,
+    "plot": cmd_plot,
+}
+
+
 def run_subcommand(name: str, args: list[str]) -> int:
-    handlers = {"init": cmd_init, "status": cmd_status, "logs": cmd_logs, "stop": cmd_stop}
-    return handlers[name](args)
+    return HANDLERS[name](args)

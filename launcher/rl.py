@@ -2,9 +2,11 @@
 
 rl --trainer @ train.toml --orchestrator @ orch.toml --inference @ infer.toml [--flags]
 rl @ rl.toml [--flags]
-rl init [ENV_ID] | rl status [DIR] | rl logs [DIR] [COMPONENT] [-f] | rl stop [DIR]
+rl run @ config.toml [--flags]            (the same as `rl @ config.toml`)
+rl init | status | list | logs | stop | delete | plot   (run management, see --help)
 """
 
+import os
 import sys
 import time
 
@@ -16,29 +18,56 @@ from rlcore.toml_io import dump_config
 
 USAGE = (
     "rl [@ rl.toml] [--trainer @ train.toml] [--orchestrator @ orch.toml] "
-    "[--inference @ infer.toml] [--KEY VALUE ...] [--dry-run] [--clean]\n"
-    "       rl init [ENV_ID] | rl status [DIR] | rl logs [DIR] [COMPONENT] [-f] | rl stop [DIR]"
+    "[--inference @ infer.toml] [--KEY VALUE ...] [--dry-run] [--clean] [--wandb-api-key KEY]\n"
+    "       rl run @ config.toml ...  |  rl SUBCOMMAND [RUN] ..."
 )
 EXTRA_HELP = """\
   --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
   --dry-run             print the resolved configs, GPU map and commands; start and write nothing
   --clean               delete everything in output_dir (checkpoints too) before starting
+  --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
+                        in their environment, never written to a config or log
 
-subcommands:
+subcommands (RUN: a run directory, or a run's name under outputs/):
+  run @ FILE ...        the same as `rl @ FILE ...`
   init [ENV_ID]         print a commented rl.toml to start from
-  status [DIR]          components, step, latest checkpoint and disk use of a run
-  logs [DIR] [COMP] [-f]  print (or follow) a run's logs
-  stop [DIR]            stop a running run cleanly
+  status [RUN]          components, step, latest checkpoint and disk use of a run
+  list [DIR]            runs under DIR (default outputs/): status, step, checkpoint, disk use
+  logs [RUN] [COMP] [-f]  print (or follow) a run's logs
+  stop [RUN]            stop a running run cleanly
+  delete RUN [--yes]    delete a run directory (asks first; refuses a running run)
+  plot RUN [--out PNG]  plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)
 
 Shared keys: set once (top level, or in one sub-config) they fill every component that carries
 them; two places with different values are an error naming both.
 {shared}"""
 
-SUBCOMMANDS = ("init", "status", "logs", "stop")
+SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot")
+API_KEY_FLAG = "--wandb-api-key"
+
+
+def take_api_key(argv: list[str]) -> list[str]:
+    """Remove `--wandb-api-key KEY` from argv and put KEY in this process's environment, which
+    the components inherit: it never reaches a config, a log or W&B's config."""
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token == API_KEY_FLAG or token.startswith(API_KEY_FLAG + "="):
+            key = token.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not key or key.startswith("-"):
+                exit_with(f"{API_KEY_FLAG} needs a value: {API_KEY_FLAG} KEY", "rl")
+            os.environ["WANDB_API_KEY"] = key
+            i += 1 if "=" in token else 2
+            continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = take_api_key(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        argv = argv[1:]
     if argv and argv[0] in SUBCOMMANDS:
         from launcher.manage import run_subcommand
 

@@ -1,0 +1,57 @@
+"""`rl plot RUN`: a PNG of a run's curves from metrics.jsonl, no W&B account needed: reward,
+loss, entropy, mismatch_kl and throughput against step."""
+
+from pathlib import Path
+from typing import Any
+
+from rlcore.metrics import is_training_step, read_records
+from rlcore.rundir import RunDir
+
+PLOT_FILE = "plot.png"
+# (title, component, metric key); the orchestrator's `reward` only from training records.
+PANELS = (
+    ("reward", "orchestrator", "reward"),
+    ("loss", "trainer", "loss"),
+    ("entropy", "trainer", "entropy"),
+    ("mismatch_kl", "trainer", "mismatch_kl"),
+    ("trainer tokens/s", "trainer", "tokens_per_s"),
+    ("rollout tokens/s", "orchestrator", "throughput_tokens_per_s"),
+)
+
+
+def series(records: list[dict[str, Any]], component: str, key: str) -> tuple[list, list]:
+    """(steps, values) of one metric, the last record per step winning (a resumed run)."""
+    by_step: dict[int, float] = {}
+    for record in records:
+        if record.get("component") != component or not isinstance(record.get(key), int | float):
+            continue
+        if component == "orchestrator" and key == "reward" and not is_training_step(record):
+            continue
+        by_step[int(record["step"])] = float(record[key])
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def plot_run(run: RunDir, out: Path | None = None) -> Path:
+    """Write the run's curves to `out` (default: plot.png in the run directory)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records, _ = read_records(run.metrics)
+    out = out or run.root / PLOT_FILE
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
+    for ax, (title, component, key) in zip(axes.flat, PANELS, strict=True):
+        steps, values = series(records, component, key)
+        if steps:
+            ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title, fontsize=13)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{run.root}", fontsize=14)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,81 @@
+"""Run management in-process on real run directories: list, delete, plot, run, API keys."""
+
+import json
+import os
+
+import pytest
+
+from launcher import manage
+from launcher.rl import main, take_api_key
+from rlcore.rundir import RunDir
+
+
+def make_run(root, steps=3, status="finished", launcher_pid=None):
+    run = RunDir(root)
+    run.configs.mkdir(parents=True)
+    for step in range(steps):
+        run.append_metrics("orchestrator", step, {"reward": step / steps, "num_tokens": 10})
+        run.append_metrics("trainer", step + 1, {"loss": 0.1, "entropy": 1.0, "mismatch_kl": 0.0})
+    state = {"status": status, "launcher_pid": launcher_pid}
+    run.run_json.write_text(json.dumps(state))
+    return run
+
+
+def test_list_shows_runs_below_a_folder(tmp_path, capsys):
+    make_run(tmp_path / "a")
+    make_run(tmp_path / "group" / "b", steps=2, status="failed")
+    assert manage.cmd_list([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["RUN", "STATUS", "STEP", "CHECKPOINT", "DISK", "GiB"][:5]
+    assert lines[1].split()[:4] == [str(tmp_path / "a"), "finished", "3", "-"]
+    assert lines[2].split()[:3] == [str(tmp_path / "group" / "b"), "failed", "2"]
+
+
+def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monkeypatch):
+    run = make_run(tmp_path / "r")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert manage.cmd_delete([str(run.root)]) == 2
+    assert "needs --yes" in capsys.readouterr().err and run.root.exists()
+    live = make_run(tmp_path / "live", status="running", launcher_pid=os.getpid())
+    assert manage.cmd_delete([str(live.root), "--yes"]) == 2
+    assert "is running" in capsys.readouterr().err and live.root.exists()
+    assert manage.cmd_delete([str(run.root), "--yes"]) == 0 and not run.root.exists()
+
+
+def test_run_names_resolve_under_outputs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "outputs" / "mine")
+    assert manage.cmd_status(["mine"]) == 0
+    assert "outputs/mine" in capsys.readouterr().out
+    assert manage.cmd_status(["nope"]) == 2
+    assert "rl list" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png_of_the_curves(tmp_path, capsys):
+    run = make_run(tmp_path / "r")
+    assert manage.cmd_plot([str(run.root)]) == 0
+    png = run.root / "plot.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert manage.cmd_plot([str(tmp_path / "r"), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").exists()
+    empty = RunDir(tmp_path / "empty")
+    empty.configs.mkdir(parents=True)
+    assert manage.cmd_plot([str(empty.root)]) == 2
+
+
+def test_wandb_api_key_goes_to_the_environment_only(monkeypatch, capsys):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    argv = take_api_key(["@", "x.toml", "--wandb-api-key", "sekrit123", "--max-steps", "2"])
+    assert (
+        argv == ["@", "x.toml", "--max-steps", "2"] and os.environ["WANDB_API_KEY"] == "sekrit123"
+    )
+    with pytest.raises(SystemExit):
+        main(["--wandb-api-key=sekrit456", "--print-config"])
+    out = capsys.readouterr()
+    assert "sekrit456" not in out.out + out.err and os.environ["WANDB_API_KEY"] == "sekrit456"
+
+
+def test_run_is_a_synonym(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--max-steps", "3", "--print-config"])
+    assert done.value.code == 0 and "max_steps = 3" in capsys.readouterr().out
