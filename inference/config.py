@@ -12,6 +12,7 @@ from rlcore.config import (
     ModelConfig,
     PositiveInt,
     WeightTransferConfig,
+    note_renamed,
 )
 
 # vLLM arguments that come from this config's own keys, so vllm_args must not set them.
@@ -25,6 +26,7 @@ OWNED_VLLM_ARGS = {
     "tensor_parallel_size": "parallel.tp",
     "data_parallel_size": "parallel.dp",
     "enforce_eager": "enforce_eager",
+    "trust_remote_code": "model.trust_remote_code",
     "seed": "seed",
 }
 
@@ -32,6 +34,9 @@ OWNED_VLLM_ARGS = {
 class InferenceModelConfig(ModelConfig):
     max_model_len: PositiveInt | None = None
     """Longest sequence (prompt + completion) the server accepts; None uses the model's."""
+
+    enforce_eager: bool | None = None
+    """prime-rl's place for the top-level `enforce_eager` (read as that key)."""
 
 
 class ParallelConfig(BaseConfig):
@@ -110,6 +115,19 @@ class InferenceConfig(BaseConfig):
 
     weight_transfer: WeightTransferConfig = FilesystemTransferConfig()
     """How new policies arrive from the trainer; all processes must agree."""
+
+    @model_validator(mode="after")
+    def auto_setup_eager(self) -> "InferenceConfig":
+        moved = self.model.enforce_eager
+        if moved is not None:
+            if self.enforce_eager is not None and self.enforce_eager != moved:
+                raise ValueError(
+                    f"model.enforce_eager = {moved} and enforce_eager = {self.enforce_eager} "
+                    "disagree: set only `enforce_eager`"
+                )
+            note_renamed("model.enforce_eager", "enforce_eager")
+            self.enforce_eager, self.model.enforce_eager = moved, None
+        return self
 
     @model_validator(mode="after")
     def validate_vllm_args(self) -> "InferenceConfig":

@@ -41,6 +41,8 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         # reproduce them.
         "--generation-config", "vllm",
     ]  # fmt: skip
+    if config.model.trust_remote_code:
+        argv.append("--trust-remote-code")
     if config.model.max_model_len is not None:
         argv += ["--max-model-len", str(config.model.max_model_len)]
     if config.parallel.dp is not None:

@@ -79,7 +79,8 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
 
 
 def derive(config: RLConfig) -> RLConfig:
-    """Fill settings one component derives from another (base URL, data parallelism)."""
+    """Fill settings one component derives from another (base URL, the dtype published
+    weights are written in, data parallelism)."""
     server = config.inference.server
     url = server_url(server.host, server.port) + "/v1"
     client = config.orchestrator.client
@@ -90,6 +91,9 @@ def derive(config: RLConfig) -> RLConfig:
             f"orchestrator.client.base_url = {client.base_url!r} but inference serves at {url}: "
             "leave base_url unset under `rl` (it is derived) or match inference.server.port"
         )
+    trainer_model = config.trainer.model
+    if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
+        trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
     gpus = config.inference_gpu_ids
     if gpus and config.inference.parallel.dp is None:
         config.inference.parallel.dp = len(gpus) // config.inference.parallel.tp

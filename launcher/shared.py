@@ -34,6 +34,11 @@ SHARED_KEYS: tuple[tuple[str, ...], ...] = (
 """Set at the top level (or in one sub-config) they fill every component that carries them;
 two places with different values are an error naming both."""
 
+LOOSE_KEYS: tuple[tuple[str, ...], ...] = (("wandb", "name"),)
+"""Shared leaves the components may set differently (prime-rl names each process's W&B run);
+a top-level value fills only the components that are silent. The run's one W&B run takes the
+orchestrator's name."""
+
 
 def carriers(path: tuple[str, ...]) -> list[str]:
     """The components whose config has the key at `path`."""
@@ -131,7 +136,7 @@ def fill_shared(data: dict) -> dict:
         found = {
             k: v for k, v in _explicit_values(data, path).items() if k in (*targets, "top level")
         }
-        if len({str(v) for v in found.values()}) > 1:
+        if len({str(v) for v in found.values()}) > 1 and path not in LOOSE_KEYS:
             places = ", ".join(
                 f"`{dotted}` = {v!r} (top level)" if k == "top level" else f"`{k}.{dotted}` = {v!r}"
                 for k, v in found.items()
@@ -141,7 +146,7 @@ def fill_shared(data: dict) -> dict:
             )
         if not found:
             continue
-        value = next(iter(found.values()))
+        value = found.get("top level", next(iter(found.values())))
         for name in targets:
             sub = data.setdefault(name, {})
             if isinstance(sub, dict) and _get(sub, path) is _MISSING:
@@ -160,7 +165,7 @@ def _pop(data: dict, path: tuple[str, ...]) -> None:
 def check_agreement(config: Any) -> None:
     """After validation: every component carrying a shared key has the same value."""
     for path in SHARED_KEYS:
-        values = {name: _attr(getattr(config, name), path) for name in carriers(path)}
+        values = {name: _loose(_attr(getattr(config, name), path), path) for name in carriers(path)}
         shown = {name: _plain(v) for name, v in values.items()}
         if len({repr(v) for v in shown.values()}) > 1:
             dotted = ".".join(path)
@@ -170,6 +175,14 @@ def check_agreement(config: Any) -> None:
                 f"{places} disagree: set `{dotted}` once at the top level ({flag}) or make them "
                 "equal"
             )
+
+
+def _loose(value: Any, path: tuple[str, ...]) -> Any:
+    """`value` without the leaves under `path` that may differ (LOOSE_KEYS)."""
+    loose = [p[len(path) :] for p in LOOSE_KEYS if p[: len(path)] == path and len(p) > len(path)]
+    if not loose or not isinstance(value, BaseModel):
+        return value
+    return value.model_copy(update={p[0]: None for p in loose if len(p) == 1})
 
 
 def _attr(obj: Any, path: tuple[str, ...]) -> Any:

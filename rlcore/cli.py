@@ -96,7 +96,8 @@ def _flag_value(annotation: Any, tokens: list[str], flag: str) -> Any:
     if len(tokens) == 1 and tokens[0] in ("None", "null"):
         return tokens[0]
     if is_kind(annotation, (list, tuple)):
-        return _list_value(tokens)
+        parsed = _literal(tokens[0]) if len(tokens) == 1 else None
+        return parsed if isinstance(parsed, list) else _list_value(tokens)
     if len(tokens) != 1:
         raise ConfigError(f"{flag} takes one value, got {len(tokens)}: {' '.join(tokens)}")
     if is_kind(annotation, (dict,)) or annotation is Any:

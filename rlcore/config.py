@@ -77,6 +77,10 @@ class ModelConfig(BaseConfig):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
     """Parameter dtype; `auto` keeps the dtype stored in the checkpoint."""
 
+    trust_remote_code: bool = False
+    """Run model code shipped in the model's repository (transformers' and vLLM's
+    trust_remote_code); only for models you trust."""
+
 
 class CkptConfig(BaseConfig):
     renamed = {"keep_last": "keep"}

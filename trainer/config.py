@@ -4,9 +4,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields
+from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
 
 PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ActivationCheckpointConfig(BaseConfig):
+    """prime-rl's `[model.ac]` table: its presence turns activation checkpointing on."""
+
+    freq: PositiveInt = 1
+    """Checkpoint every `freq`-th layer in prime-rl; here every layer is checkpointed."""
 
 
 class TrainerModelConfig(ModelConfig):
@@ -14,11 +21,31 @@ class TrainerModelConfig(ModelConfig):
 
     renamed = {"attn": "attn_implementation"}
 
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    """Compute dtype of the forward and backward pass (autocast on CPU, FSDP2's mixed-precision
+    policy on GPUs); parameters and optimizer state are always fp32 master copies. `auto` uses
+    the dtype the checkpoint was stored in."""
+
+    serving_dtype: Literal["bfloat16", "float16", "float32"] | None = None
+    """Dtype of the published weights (the inference engine's dtype); None publishes in the
+    compute dtype `dtype`. Under `rl` it is set to `inference.model.dtype`. Master weights are
+    fp32 either way."""
+
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
 
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention kernel passed to transformers."""
+
+    ac: ActivationCheckpointConfig | None = None
+    """prime-rl's activation-checkpointing table (read as `activation_checkpointing = true`)."""
+
+    @model_validator(mode="after")
+    def auto_setup_ac(self) -> "TrainerModelConfig":
+        if self.ac is not None:
+            note_renamed("model.ac", "model.activation_checkpointing = true")
+            self.activation_checkpointing, self.ac = True, None
+        return self
 
 
 class OptimConfig(BaseConfig):

@@ -31,13 +31,19 @@ def compute_dtype(config: TrainerModelConfig, model: nn.Module) -> torch.dtype:
 
 def load_model(config: TrainerModelConfig, source: str, world: World) -> nn.Module:
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
-    when distributed; `model.compute_dtype` says what the forward pass runs in."""
+    when distributed; `model.compute_dtype` says what the forward pass runs in and
+    `model.serving_dtype` what published weights are written in."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=torch.float32, attn_implementation=config.attn_implementation
+        source,
+        dtype=torch.float32,
+        attn_implementation=config.attn_implementation,
+        trust_remote_code=config.trust_remote_code,
     )
     model.compute_dtype = compute_dtype(config, model)
+    serving = config.serving_dtype
+    model.serving_dtype = DTYPES[serving] if serving else model.compute_dtype
     model.config.use_cache = False
     if config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -25,9 +25,9 @@ SKIPPED_NAMES = {"config.json", "model.safetensors.index.json", "pytorch_model.b
 
 
 def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] | None:
-    """Unsharded parameters on CPU in the compute (= serving) dtype, on rank 0 only (None
-    elsewhere); every rank must call."""
-    dtype = getattr(model, "compute_dtype", None)
+    """Unsharded parameters on CPU in the serving dtype, on rank 0 only (None elsewhere); every
+    rank must call."""
+    dtype = getattr(model, "serving_dtype", None)
     if not world.distributed:
         return {k: cast(v.detach(), dtype) for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

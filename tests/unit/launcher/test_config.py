@@ -308,3 +308,35 @@ def test_both_names_of_one_key_is_an_error(tmp_path, capsys):
     t = write(tmp_path, "t.toml", '[model]\nattn = "sdpa"\nattn_implementation = "eager"\n')
     err = user_error(TrainerConfig, ["@", t], capsys)
     assert "two names for one key" in err and "attn_implementation" in err
+
+
+def dry_run(argv, capsys) -> str:
+    from launcher.rl import main
+
+    main([*argv, "--dry-run"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--ckpt"],
+        ["--ckpt.resume-step", "-1"],
+        ["--trainer.ckpt.resume-step", "100", "--orchestrator.ckpt.resume-step", "100"],
+    ],
+)
+def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys):
+    import shlex
+
+    eight = shlex.split((SEEDS / "dakota_8gpu.args").read_text().replace("~", str(tmp_path)))
+    out = dry_run([*eight, *extra], capsys)
+    assert "CUDA_VISIBLE_DEVICES='0,1,2,3'" in out and "CUDA_VISIBLE_DEVICES='4,5,6,7'" in out
+    two = ["--trainer", "@", str(SEEDS / "guide_train.toml"),
+           "--orchestrator", "@", str(SEEDS / "guide_orch.toml"),
+           "--inference", "@", str(SEEDS / "guide_infer.toml"),
+           "--inference-gpu-ids", "0", "--trainer-gpu-ids", "1",
+           "--output-dir", str(tmp_path / "two")]  # fmt: skip
+    out = dry_run([*two, *extra], capsys)
+    assert "CUDA_VISIBLE_DEVICES='0'" in out and "CUDA_VISIBLE_DEVICES='1'" in out
+    assert not (tmp_path / "two").exists()
