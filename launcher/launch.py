@@ -79,8 +79,23 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
             print(f"rl: {line}", flush=True)
         print(f"rl: curves as a PNG: rl plot {plan.run.root}", flush=True)
         return 0
-    reason = "exited" if name != "inference" or code else "stopped unexpectedly"
-    return fail(supervisor, name, code, f"{name} {reason} with code {code}")
+    return fail(supervisor, name, code, exit_message(name, code))
+
+
+def exit_message(name: str, code: int) -> str:
+    """Why a component ended the run, with its real exit code (or the signal that killed it)."""
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return (
+            f"{name} was killed (SIGKILL), most likely by the kernel for running out of memory: "
+            "lower --trainer.data.micro-batch-tokens, turn on "
+            "--trainer.model.activation-checkpointing, lower --seq-len, or give inference less "
+            "KV cache (--inference.cpu.kvcache-space-gib)"
+        )
+    if code < 0:
+        return f"{name} was killed by {signal.Signals(-code).name}"
+    if code == 0:
+        return f"{name} stopped unexpectedly with code 0 while the run was going on"
+    return f"{name} exited with code {code}"
 
 
 def fail(supervisor: Supervisor, name: str, code: int, message: str) -> int:

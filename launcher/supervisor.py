@@ -102,7 +102,7 @@ class Supervisor:
             if code is None:
                 continue
             if child.name == "inference" or code != 0:
-                return child.name, code if code != 0 else 1
+                return child.name, code  # inference exiting at all (even 0) ends the run
         done = [c for c in self.children.values() if c.name != "inference"]
         if done and all(c.proc.poll() == 0 for c in done):
             return "done", 0

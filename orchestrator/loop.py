@@ -190,11 +190,13 @@ async def generate(
 def build_batch(
     config: OrchestratorConfig, step: int, groups: list[list[Rollout]]
 ) -> tuple[Batch, Stats]:
-    """Samples with group-relative advantages; rollouts without tokens (a failed request)
-    are left out of their group."""
+    """Samples with group-relative advantages; rollouts without tokens or with an error are left
+    out of their group (counted in num_dropped_rollouts)."""
     batch, stats = Batch(step=step, temperature=config.sampling.temperature), Stats()
     for group in groups:
-        usable = [r for r in group if r.turns]
+        # A rollout that ended in an environment or server error is not trained on (reward 0
+        # would teach the policy something about the error) nor part of its group's baseline.
+        usable = [r for r in group if r.turns and r.error is None]
         stats.num_dropped += len(group) - len(usable)
         advantages = compute_advantages([r.reward for r in usable], config.advantage)
         for rollout, advantage in zip(usable, advantages, strict=True):

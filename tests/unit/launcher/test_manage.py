@@ -79,3 +79,16 @@ def test_run_is_a_synonym(capsys):
     with pytest.raises(SystemExit) as done:
         main(["run", "--max-steps", "3", "--print-config"])
     assert done.value.code == 0 and "max_steps = 3" in capsys.readouterr().out
+
+
+def test_exit_messages_name_the_real_code_and_oom_kills():
+    from launcher.launch import exit_message
+
+    assert "most likely" in exit_message("trainer", -9) and "micro-batch-tokens" in exit_message(
+        "trainer", 137
+    )
+    assert exit_message("inference", 0) == (
+        "inference stopped unexpectedly with code 0 while the run was going on"
+    )
+    assert exit_message("trainer", 1) == "trainer exited with code 1"
+    assert exit_message("orchestrator", -15) == "orchestrator was killed by SIGTERM"

@@ -227,3 +227,16 @@ def test_one_wandb_run_holds_orchestrator_and_relayed_trainer_metrics(tmp_path, 
     # resumed: the same W&B run continues
     Monitor(config, run_dir, wandb_run_id="run-123").close()
     assert fake_wandb.inits[1]["id"] == "run-123" and fake_wandb.inits[1]["resume"] == "allow"
+
+
+def test_failed_rollouts_are_dropped_not_trained_with_reward_zero():
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.loop import build_batch
+
+    config = OrchestratorConfig(batch_size=4, rollouts_per_example=4)
+    ok = [rollout([Turn([1], [2], [-0.1])], reward=r) for r in (1.0, 0.0, 1.0)]
+    failed = rollout([Turn([1], [3], [-0.2])], reward=0.0)
+    failed.error = "environment raised: boom"
+    batch, stats = build_batch(config, 0, [[*ok, failed]])
+    assert len(batch.samples) == 3 and stats.num_dropped == 1
+    assert sorted(round(s.advantage, 3) for s in batch.samples) == [-0.667, 0.333, 0.333]
