@@ -15,11 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
-from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
 
@@ -176,7 +176,7 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     loader = build_loader(
         config.weight_transfer, engine, model_path, config.output_dir, config.weights
     )
-    add_admin_routes(app, loader)
+    add_admin_routes(app, loader, issue_admin_token(config))
     await init_app_state(engine, app.state, args, supported_tasks)
     asyncio.get_running_loop().create_task(announce_ready(app, engine, config, start))
     return await serve_http(
@@ -220,39 +220,6 @@ def request_stop(signum: int, app, engine) -> None:
         app.state.server.should_exit = True
 
     asyncio.get_running_loop().create_task(stop())
-
-
-def add_admin_routes(app, loader) -> None:
-    """POST /update_weights (a transport's load request, e.g. {"weight_dir": ...}) and POST
-    /reload_weights, ahead of vLLM's routes so that its dev-mode routes of the same name never
-    shadow them."""
-    from fastapi import APIRouter, Body
-    from fastapi.responses import JSONResponse
-
-    from inference.weights import WeightDirError
-
-    async def answer(swap, what: str) -> JSONResponse:
-        try:
-            result = await swap
-        except WeightDirError as err:
-            logger.info(f"refused {what}: {err}")
-            return JSONResponse({"detail": str(err)}, status_code=err.status)
-        logger.info(f"now serving {result['weights']} (swapped in {result['load_s']} s)")
-        return JSONResponse(result)
-
-    router = APIRouter()
-
-    @router.post(UPDATE_WEIGHTS_ROUTE)
-    async def update_weights(request: dict = Body(...)) -> JSONResponse:  # noqa: B008
-        return await answer(loader.load(request), str(request))
-
-    @router.post(RELOAD_WEIGHTS_ROUTE)
-    async def reload_weights() -> JSONResponse:
-        return await answer(loader.reload_base(), "the base weights")
-
-    app.include_router(router)
-    ours = app.router.routes[-len(router.routes) :]
-    app.router.routes[:] = ours + app.router.routes[: -len(router.routes)]
 
 
 def stop_during_startup(signum: int, _frame) -> None:

@@ -5,6 +5,7 @@ Every wait has a timeout and names what it waited for (OrchestratorError)."""
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,13 +63,17 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
     return [m["id"] for m in answer.json().get("data", [])]
 
 
-async def update_weights(base_url: str, request: dict[str, Any], timeout_s: float) -> bool:
+async def update_weights(
+    base_url: str, request: dict[str, Any], timeout_s: float, token: str | None = None
+) -> bool:
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
-    False if the server has no such route (a plain vLLM server keeps its own weights)."""
+    False if the server has no such route (a plain vLLM server keeps its own weights). `token`:
+    the admin token of a server bound beyond loopback."""
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
-            answer = await http.post(url, json=request)
+            answer = await http.post(url, json=request, headers=headers)
     except httpx.HTTPError as err:
         raise OrchestratorError(f"POST {url} {request} failed: {err}") from None
     if answer.status_code in (404, 405):
@@ -78,3 +83,11 @@ async def update_weights(base_url: str, request: dict[str, Any], timeout_s: floa
             f"POST {url} {request} answered {answer.status_code}: {answer.text[:500]}"
         )
     return True
+
+
+def read_admin_token(path: Path) -> str | None:
+    """The inference admin token from the run directory, if the server wrote one."""
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None

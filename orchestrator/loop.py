@@ -20,6 +20,7 @@ from orchestrator.advantage import compute_advantages
 from orchestrator.client import (
     DEFAULT_BASE_URL,
     OrchestratorError,
+    read_admin_token,
     update_weights,
     wait_for_server,
 )
@@ -146,7 +147,8 @@ async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
     """Tell inference to load policy `step` (a ready one)."""
     base_url = config.client.base_url or DEFAULT_BASE_URL
     request = policy.receiver.load_request(step)
-    if not await update_weights(base_url, request, config.client.timeout_s):
+    token = read_admin_token(RunDir(config.output_dir).admin_token)
+    if not await update_weights(base_url, request, config.client.timeout_s, token):
         logger.warning(
             "inference has no /update_weights route (a plain vLLM server?): generation keeps "
             "the weights it was started with, so training is no longer on-policy"

@@ -73,6 +73,12 @@ class RunDir:
     def run_json(self) -> Path:
         return self.root / "run.json"
 
+    @property
+    def admin_token(self) -> Path:
+        """The inference admin routes' token (owner-only), when inference binds beyond
+        loopback."""
+        return self.root / "admin_token"
+
     def config_file(self, component: str) -> Path:
         return self.configs / f"{component}.toml"
 

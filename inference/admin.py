@@ -1,0 +1,79 @@
+"""The admin routes that swap the served weights: POST /update_weights (a transport's load
+request, e.g. {"weight_dir": ...}) and POST /reload_weights.
+
+On a loopback address they are open, like the rest of the server. Bound to any other address
+they need `Authorization: Bearer <token>`: a fresh token per start, written to the run
+directory's `admin_token` (owner-only), where the orchestrator reads it."""
+
+import ipaddress
+import logging
+import secrets
+
+from rlcore.files import atomic_write_text
+from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.rundir import RunDir
+
+logger = logging.getLogger("inference")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def issue_admin_token(config) -> str | None:
+    """A new token in `<output_dir>/admin_token` (mode 600) unless the server binds loopback."""
+    if is_loopback(config.server.host):
+        return None
+    token = secrets.token_urlsafe(32)
+    atomic_write_text(RunDir(config.output_dir).admin_token, token + "\n", mode=0o600)
+    logger.info(f"admin routes need the token in {RunDir(config.output_dir).admin_token}")
+    return token
+
+
+def add_admin_routes(app, loader, token: str | None) -> None:
+    """The two routes, ahead of vLLM's so that its dev-mode routes of the same names never
+    shadow them; `token` (None: open) guards both."""
+    from fastapi import APIRouter, Body, Header
+    from fastapi.responses import JSONResponse
+
+    from inference.weights import WeightDirError
+
+    def refused(authorization: str | None) -> JSONResponse | None:
+        if token is None or authorization == f"Bearer {token}":
+            return None
+        logger.info("refused an admin request without the right token")
+        return JSONResponse(
+            {"detail": "admin routes need `Authorization: Bearer <token>` (see admin_token)"},
+            status_code=401,
+        )
+
+    async def answer(swap, what: str) -> JSONResponse:
+        try:
+            result = await swap
+        except WeightDirError as err:
+            logger.info(f"refused {what}: {err}")
+            return JSONResponse({"detail": str(err)}, status_code=err.status)
+        logger.info(f"now serving {result['weights']} (swapped in {result['load_s']} s)")
+        return JSONResponse(result)
+
+    router = APIRouter()
+
+    @router.post(UPDATE_WEIGHTS_ROUTE)
+    async def update_weights(
+        request: dict = Body(...),  # noqa: B008
+        authorization: str | None = Header(None),  # noqa: B008
+    ) -> JSONResponse:
+        return refused(authorization) or await answer(loader.load(request), str(request))
+
+    @router.post(RELOAD_WEIGHTS_ROUTE)
+    async def reload_weights(authorization: str | None = Header(None)) -> JSONResponse:  # noqa: B008
+        return refused(authorization) or await answer(loader.reload_base(), "the base weights")
+
+    app.include_router(router)
+    ours = app.router.routes[-len(router.routes) :]
+    app.router.routes[:] = ours + app.router.routes[: -len(router.routes)]
