@@ -7,7 +7,14 @@ import time
 from launcher.plan import Plan, describe
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
-from launcher.supervisor import Stop, Supervisor, ignore_signals, install_signal_handlers, tail
+from launcher.supervisor import (
+    STALLED,
+    Stop,
+    Supervisor,
+    ignore_signals,
+    install_signal_handlers,
+    tail,
+)
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.metrics import read_records, reward_curve
 from rlcore.toml_io import write_config
@@ -29,12 +36,36 @@ def write_configs(plan: Plan) -> None:
 
 
 def launch(plan: Plan, clean: bool) -> int:
-    """Run every check, then start and supervise; returns the launcher's exit code."""
+    """Run every check, then start and supervise, restarting from the latest checkpoint after
+    a failure up to `max_restarts` times; returns the launcher's exit code."""
     try:
         step = run_checks(plan, clean)
     except ConfigError as err:
         print(f"rl: error: {err}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    failed_from: list[int | None] = []  # the resume step of each failed attempt
+    while True:
+        code, stopped = run_attempt(plan, step)
+        if code == 0 or stopped or len(failed_from) >= plan.config.max_restarts:
+            return code
+        failed_from.append(step)
+        step = plan.run.latest_checkpoint()
+        if len(failed_from) > 1 and failed_from[-1] == step:
+            print(f"rl: error: failed twice at step {step}; not restarting", file=sys.stderr)
+            return code
+        backoff_s = min(5.0 * len(failed_from), 30.0)
+        where = f"checkpoint step {step}" if step else "the start"
+        print(
+            f"rl: restarting in {backoff_s:.0f} s from {where} "
+            f"(restart {len(failed_from)} of {plan.config.max_restarts})",
+            flush=True,
+        )
+        time.sleep(backoff_s)
+        plan.run.drop_stale(step or 0, produces=("rollouts", "weights"))
+
+
+def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
+    """One attempt resuming from `step`: (exit code, whether a signal stopped it)."""
     set_resume_step(plan, step)
     write_configs(plan)
     note = f"resuming from step {step}" if step else "fresh start"
@@ -42,13 +73,13 @@ def launch(plan: Plan, clean: bool) -> int:
     supervisor = Supervisor(plan)
     install_signal_handlers()
     try:
-        return supervise(plan, supervisor)
+        return supervise(plan, supervisor), False
     except Stop as stop:
         ignore_signals()
         print(f"rl: got {signal.Signals(stop.signum).name}, stopping all components", flush=True)
         supervisor.stop_all(plan.config.shutdown_grace_s)
         supervisor.write_state("stopped", signal=stop.signum)
-        return SIGNAL_EXIT.get(stop.signum, 1)
+        return SIGNAL_EXIT.get(stop.signum, 1), True
 
 
 def supervise(plan: Plan, supervisor: Supervisor) -> int:
@@ -79,6 +110,8 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
             print(f"rl: {line}", flush=True)
         print(f"rl: curves as a PNG: rl plot {plan.run.root}", flush=True)
         return 0
+    if code == STALLED:
+        return fail(supervisor, name, 1, supervisor.stall_message)
     return fail(supervisor, name, code, exit_message(name, code))
 
 

@@ -79,7 +79,13 @@ class RLConfig(BaseConfig):
     inference GPUs' neighbour or CPU."""
 
     stall_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
-    """Report a component as stalled when its log is silent for this many seconds."""
+    """Stop the run when the trainer or orchestrator writes no metrics record for this many
+    seconds; their thread stacks go to their logs first, and `rl` names the wait they are in."""
+
+    max_restarts: Annotated[int, Field(ge=0)] = 0
+    """After a component fails, stop the run and restart all components from the latest
+    complete checkpoint (like --ckpt.resume-step -1) up to this many times; a second failure
+    with no new checkpoint in between stops for good."""
 
     shutdown_grace_s: Annotated[float, Field(gt=0)] = 15.0
     """Seconds between SIGTERM and SIGKILL when stopping a component."""

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.plan import Plan
+from launcher.stall import dump_stacks
 from rlcore.files import atomic_write_text
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
 
 PR_SET_PDEATHSIG = 1
+STALLED = -1000
+"""poll()'s code for a component stopped for making no progress."""
 
 
 def _die_with_parent() -> None:
@@ -38,8 +41,6 @@ class Child:
     proc: subprocess.Popen
     log: Path
     last_progress: float = 0.0
-    seen_size: int = -1
-    stall_reported: bool = False
 
 
 class Stop(Exception):
@@ -55,6 +56,7 @@ class Supervisor:
         self.run = plan.run
         self.children: dict[str, Child] = {}
         self.last_step_line = ""
+        self.stall_message = ""
         self.stopping = False
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
@@ -106,12 +108,18 @@ class Supervisor:
         done = [c for c in self.children.values() if c.name != "inference"]
         if done and all(c.proc.poll() == 0 for c in done):
             return "done", 0
-        self.check_stalls()
+        stalled = self.check_stalls()
+        if stalled is not None:
+            self.stall_message = stalled[1]
+            return stalled[0], STALLED
         return None
 
     def update_view(self) -> None:
         records, self.metrics_offset = read_records(self.run.metrics, self.metrics_offset)
         for record in records:
+            child = self.children.get(record.get("component", ""))
+            if child is not None:
+                child.last_progress = time.monotonic()
             if is_training_step(record):
                 self.show_step(record_step_line(record), int(record["step"]))
 
@@ -123,21 +131,23 @@ class Supervisor:
         print(f"[{bar}] {done}/{total} | {line.strip()}", flush=True)
         self.last_step_line = line.strip()
 
-    def check_stalls(self) -> None:
+    def check_stalls(self) -> tuple[str, str] | None:
+        """(component, message) for a trainer or orchestrator without a new metrics record
+        for stall_timeout_s (its stacks are then in its log); None while all make progress."""
         now = time.monotonic()
-        for child in self.children.values():
-            size = child.log.stat().st_size if child.log.exists() else 0
-            if size != child.seen_size:
-                child.seen_size = size
-                child.last_progress, child.stall_reported = now, False
-            elif now - child.last_progress > self.plan.config.stall_timeout_s:
-                if not child.stall_reported:
-                    print(
-                        f"rl: warning: {child.name} looks stalled: its log has not changed for "
-                        f"{now - child.last_progress:.0f} s ({child.log})",
-                        flush=True,
-                    )
-                    child.stall_reported = True
+        timeout = self.plan.config.stall_timeout_s
+        watched = [self.children[n] for n in ("orchestrator", "trainer") if n in self.children]
+        for child in sorted(watched, key=lambda c: c.last_progress):  # stalled longest first
+            name = child.name
+            if now - child.last_progress <= timeout:
+                continue
+            where = dump_stacks(child.proc.pid, child.log)
+            return name, (
+                f"{name} made no progress for {now - child.last_progress:.0f} s "
+                f"(stall_timeout_s = {timeout:g}); it is waiting in {where}; the stacks of all "
+                f"its threads are at the end of {child.log}"
+            )
+        return None
 
     # -- stop --------------------------------------------------------------------------------
     def stop_all(self, grace_s: float) -> None:

@@ -1,9 +1,14 @@
 """The one logging setup every process uses: `<component>: message` lines, flushed line by line
 so that a log file (under `rl`) always holds whole lines, at the configured level."""
 
+import faulthandler
 import logging
+import signal
 import sys
 from typing import TextIO
+
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+"""`rl` sends it to a stalled component, which writes the stacks of all its threads to its log."""
 
 # Libraries that log every request or load at INFO; they keep their warnings.
 NOISY_LIBRARIES = ("verifiers", "httpx", "datasets")
@@ -24,4 +29,5 @@ def setup_logging(
     logger.propagate = False
     for name in NOISY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, logger.level))
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
     return logger

@@ -8,6 +8,7 @@ Unblocked by: the orchestrator writing the next batch (or data.fake, which needs
 """
 
 import logging
+import os
 import resource
 import shutil
 import time
@@ -35,6 +36,7 @@ from trainer.optim import build_optimizer
 from trainer.weights import build_sender
 
 logger = logging.getLogger("trainer")
+HANG_ENV = "RL_FAULT_HANG_AT_STEP"
 
 
 @dataclass
@@ -134,6 +136,8 @@ def next_batch(trainer: Trainer, step: int) -> Batch:
 def train_and_publish(trainer: Trainer, step: int) -> None:
     """One optimizer step on its batch, then publish weights, checkpoint and log."""
     config, world, run_dir = trainer.config, trainer.world, trainer.run_dir
+    if os.environ.get(HANG_ENV) == str(step):
+        hang_for_tests(step)
     wait_start = time.perf_counter()
     batch = next_batch(trainer, step)
     data_wait_s = time.perf_counter() - wait_start
@@ -171,6 +175,13 @@ def has_wandb(trainer: Trainer) -> bool:
 
 def count_loss_tokens(batch: Batch) -> int:
     return sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
+
+
+def hang_for_tests(step: int) -> None:
+    """Fault-injection hook for the stall tests: never return (RL_FAULT_HANG_AT_STEP=step)."""
+    logger.info(f"{HANG_ENV}={step}: hanging on purpose")
+    while True:
+        time.sleep(3600)
 
 
 class TrainingError(RuntimeError):

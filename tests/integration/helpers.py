@@ -51,8 +51,8 @@ def tiny_rl_toml(model_dir: Path, out: Path, port: int, max_steps: int = 4, **ex
     return "\n".join(lines) + "\n"
 
 
-def start_rl(config: Path, *flags: str, log: Path) -> subprocess.Popen:
-    """Start `rl @ config` in its own session, output to `log`."""
+def start_rl(config: Path, *flags: str, log: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start `rl @ config` in its own session, output to `log` (`env` adds variables)."""
     cmd = [sys.executable, "-m", "launcher.rl", "@", str(config), *flags]
     return subprocess.Popen(
         cmd,
@@ -60,6 +60,7 @@ def start_rl(config: Path, *flags: str, log: Path) -> subprocess.Popen:
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -1,5 +1,6 @@
 """The real `rl` launcher on CPU with a tiny model: crash, resume, and clean shutdown."""
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
             600,
             "the first checkpoint",
             proc=rl,
-            log=tmp_path / "rl.log",
+            log=tmp_path / "rl1.log",
         )
         sessions = run_sessions(out, rl.pid)
         os.kill(run_state(out)["pids"]["trainer"], signal.SIGKILL)
@@ -83,3 +84,51 @@ def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
         assert run_state(out)["status"] == "stopped"
     finally:
         kill_sessions(run_sessions(out, rl.pid))
+
+
+def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=10))
+    log = tmp_path / "rl.log"
+    hang = {"RL_FAULT_HANG_AT_STEP": "2"}
+    rl = start_rl(config, "--stall-timeout-s", "20", log=log, env=hang)
+    try:
+        code = rl.wait(timeout=600)
+        sessions = run_sessions(out, rl.pid)
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    text = log.read_text()
+    assert code == 1, text
+    assert "trainer made no progress" in text and "in trainer/train.py" in text, text
+    assert "hang_for_tests" in text
+    trainer_log = (out / "logs" / "trainer.log").read_text()
+    assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
+
+
+@pytest.mark.parametrize(
+    "component", ["trainer", pytest.param("inference", marks=pytest.mark.slow)]
+)
+def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, component):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, "--max-restarts", "1", log=log)
+    run = RunDir(out)
+    try:
+        wait_for(lambda: run.latest_checkpoint() is not None, 600, "a checkpoint", proc=rl, log=log)
+        killed_after = run.latest_checkpoint()
+        os.kill(run_state(out)["pids"][component], signal.SIGKILL)
+        code = rl.wait(timeout=900)
+        sessions = run_sessions(out, rl.pid)
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    text = log.read_text()
+    assert code == 0, text
+    assert "restarting in" in text and f"resuming from step {killed_after}" in text, text
+    assert run.latest_checkpoint() == 4 and run.weights_stable(4)
+    steps = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    assert {r["step"] for r in steps if r["component"] == "trainer"} == {1, 2, 3, 4}

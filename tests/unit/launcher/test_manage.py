@@ -92,3 +92,19 @@ def test_exit_messages_name_the_real_code_and_oom_kills():
     )
     assert exit_message("trainer", 1) == "trainer exited with code 1"
     assert exit_message("orchestrator", -15) == "orchestrator was killed by SIGTERM"
+
+
+def test_the_wait_is_read_off_the_main_threads_stack():
+    from launcher.stall import innermost_project_frame
+
+    dump = (
+        "Thread 0x00007f (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n\n'
+        "Current thread 0x00007e (most recent call first):\n"
+        '  File "/usr/lib/python3.11/time.py", line 1 in sleep\n'
+        '  File "/work/repo/.venv/lib/python3.11/site-packages/x/y.py", line 9 in f\n'
+        '  File "/work/repo/trainer/data.py", line 31 in wait_for_batch\n'
+        '  File "/work/repo/trainer/train.py", line 140 in next_batch\n'
+    )
+    assert innermost_project_frame(dump) == "trainer/data.py:31 in wait_for_batch"
+    assert innermost_project_frame("nothing here") is None
