@@ -60,7 +60,11 @@ def launch(plan: Plan, clean: bool) -> int:
             f"(restart {len(failed_from)} of {plan.config.max_restarts})",
             flush=True,
         )
-        time.sleep(backoff_s)
+        try:
+            install_signal_handlers()  # a stop request during the back-off ends the run
+            time.sleep(backoff_s)
+        except Stop as stop:
+            return SIGNAL_EXIT.get(stop.signum, 1)
         plan.run.drop_stale(step or 0, produces=("rollouts", "weights"))
 
 

@@ -132,3 +132,31 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
     assert run.latest_checkpoint() == 4 and run.weights_stable(4)
     steps = [json.loads(line) for line in run.metrics.read_text().splitlines()]
     assert {r["step"] for r in steps if r["component"] == "trainer"} == {1, 2, 3, 4}
+
+
+def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_path):
+    """Hub models ship generation defaults (top_k, top_p, penalties) that vLLM would apply to
+    every request that leaves them out; a synchronous fp32 run must stay on-policy anyway."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    defaults = {"do_sample": True, "top_k": 3, "top_p": 0.5, "repetition_penalty": 1.3}
+    config_file = model / "generation_config.json"
+    existing = json.loads(config_file.read_text()) if config_file.exists() else {}
+    config_file.write_text(json.dumps({**existing, **defaults}))
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=3).replace(
+        "async_level = 1", "async_level = 0"
+    ))  # fmt: skip
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, log=log)
+    try:
+        code = rl.wait(timeout=900)
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    assert code == 0, log.read_text()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    kls = [r["mismatch_kl"] for r in records if r["component"] == "trainer"]
+    assert len(kls) == 3 and max(kls) <= 1e-3, kls
