@@ -107,9 +107,8 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
     assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
 
 
-@pytest.mark.parametrize(
-    "component", ["trainer", pytest.param("inference", marks=pytest.mark.slow)]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("component", ["trainer", "inference"])
 def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, component):
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
