@@ -237,8 +237,13 @@ class ArgParser:
 
     def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
         source = None
-        for n in range(len(loc), 0, -1):
-            source = parsed.sources.get(loc[:n])
+        # A shared key set at the top level is validated inside each component that uses it.
+        shared = loc[1:] if self.sections and loc and loc[0] in self.sections else None
+        for path in (loc, shared) if shared else (loc,):
+            for n in range(len(path), 0, -1):
+                source = parsed.sources.get(path[:n])
+                if source:
+                    break
             if source:
                 break
         where = f" ({source.describe()})" if source else ""
