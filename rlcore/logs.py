@@ -2,6 +2,7 @@
 so that a log file (under `rl`) always holds whole lines, at the configured level."""
 
 import faulthandler
+import io
 import logging
 import signal
 import sys
@@ -29,5 +30,8 @@ def setup_logging(
     logger.propagate = False
     for name in NOISY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, logger.level))
-    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    try:
+        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass  # stderr is not a real file (captured in-process): no stack dumps on request
     return logger

@@ -62,6 +62,8 @@ scheduler = "cosine"
 interval = 2
 [data]
 wait_timeout_s = 120
+[parity]
+enabled = false  # hand-made batches: their logprobs are not the model's
 {extra}"""
     )
     return path
