@@ -38,6 +38,7 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records, _ = read_records(run.metrics)
     out = out or run.root / PLOT_FILE
@@ -50,6 +51,7 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(title, fontsize=13)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle(f"{run.root}", fontsize=14)
     fig.savefig(out, dpi=100)

@@ -150,7 +150,8 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
         "async_level = 1", "async_level = 0"
     ))  # fmt: skip
     log = tmp_path / "rl.log"
-    rl = start_rl(config, log=log)
+    secret = "sekrit-api-key-3141"
+    rl = start_rl(config, "--wandb-api-key", secret, log=log)
     try:
         code = rl.wait(timeout=900)
     finally:
@@ -159,3 +160,6 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     kls = [r["mismatch_kl"] for r in records if r["component"] == "trainer"]
     assert len(kls) == 3 and max(kls) <= 1e-3, kls
+    # the API key reached the processes' environment only: no config, log or file holds it
+    files = [log, *(f for f in out.rglob("*") if f.is_file() and f.stat().st_size < 2**20)]
+    assert not [f for f in files if secret in f.read_text(errors="replace")]
