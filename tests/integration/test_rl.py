@@ -92,7 +92,7 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=10))
     log = tmp_path / "rl.log"
     hang = {"RL_FAULT_HANG_AT_STEP": "2"}
-    rl = start_rl(config, "--stall-timeout-s", "20", log=log, env=hang)
+    rl = start_rl(config, "--stall-timeout-s", "60", log=log, env=hang)
     try:
         code = rl.wait(timeout=600)
         sessions = run_sessions(out, rl.pid)
