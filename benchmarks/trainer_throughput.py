@@ -32,13 +32,20 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="tokens per forward pass (data.micro_batch_tokens); default: the whole batch",
     )
+    parser.add_argument(
+        "--checkpointing", action="store_true", help="model.activation_checkpointing = true"
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
     return parser.parse_args()
 
 
-def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float]]:
-    """Wall-clock and process CPU seconds per timed step."""
+def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float], float]:
+    """Wall-clock and process CPU seconds per timed step, and the peak memory in bytes (GPU
+    memory allocated, or the process's peak resident memory on CPU: on CPU run one dtype per
+    process to read it)."""
+    import resource
+
     import torch
 
     from rlcore.models import resolve_model
@@ -53,7 +60,11 @@ def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float
 
     config = TrainerConfig.model_validate(
         {
-            "model": {"name": args.model, "dtype": dtype},
+            "model": {
+                "name": args.model,
+                "dtype": dtype,
+                "activation_checkpointing": args.checkpointing,
+            },
             "seq_len": args.seq_len,
             "data": {
                 "fake": {"batch_size": args.batch_size},
@@ -80,7 +91,24 @@ def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float
         if step > 0:  # the first step pays for lazy initialisation
             times.append(time.perf_counter() - start)
             cpu_times.append(time.process_time() - cpu_start)
-    return times, cpu_times
+    if world.device.type == "cuda":
+        peak = float(torch.cuda.max_memory_allocated())
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+    return times, cpu_times, peak
+
+
+def estimate(args: argparse.Namespace, dtype: str) -> str:
+    """The pre-flight estimate of the same setup (launcher.memory)."""
+    from launcher.memory import describe, model_shape, trainer_peak
+    from rlcore.models import resolve_model
+
+    shape = model_shape(Path(resolve_model(args.model)))
+    if shape is None:
+        return "no estimate (the model folder does not say its shape)"
+    tokens = args.micro_batch_tokens or args.batch_size * args.seq_len
+    compute_bytes = 4 if dtype == "float32" else 2
+    return describe(trainer_peak(shape, tokens, compute_bytes, args.checkpointing))
 
 
 def main() -> None:
@@ -96,13 +124,17 @@ def main() -> None:
         f"{mbt} tokens per forward pass"
     )
     for dtype in args.dtypes.split(","):
-        times, cpu_times = bench(args, dtype)
+        times, cpu_times, peak = bench(args, dtype)
         median = statistics.median(times)
         print(
             f"{dtype:>9}: {median:.2f} s/step (min {min(times):.2f}, max {max(times):.2f}), "
             f"{num_tokens / median:.0f} tokens/s; {statistics.median(cpu_times):.1f} CPU-s/step "
             "(a busy shared CPU inflates wall time, not CPU time)",
             flush=True,
+        )
+        print(
+            f"{'':>9}  peak memory {peak / 2**30:.2f} GiB; "
+            f"pre-flight estimate {estimate(args, dtype)}"
         )
 
 

@@ -7,13 +7,17 @@ directory's `admin_token` (owner-only), where the orchestrator reads it."""
 
 import ipaddress
 import logging
+import os
 import secrets
+import time
 
 from rlcore.files import atomic_write_text
 from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 
 logger = logging.getLogger("inference")
+HANG_ENV = "RL_FAULT_INFERENCE_HANG_AT_UPDATE"
+"""Fault-injection hook for the stall tests: the n-th weight update blocks the server."""
 
 
 def is_loopback(host: str) -> bool:
@@ -62,12 +66,21 @@ def add_admin_routes(app, loader, token: str | None) -> None:
         return JSONResponse(result)
 
     router = APIRouter()
+    updates = [0]
+
+    def hang_if_asked() -> None:
+        updates[0] += 1
+        if os.environ.get(HANG_ENV) == str(updates[0]):
+            logger.info(f"{HANG_ENV}={updates[0]}: blocking the server on purpose")
+            while True:
+                time.sleep(3600)  # blocks the event loop: /health stops answering
 
     @router.post(UPDATE_WEIGHTS_ROUTE)
     async def update_weights(
         request: dict = Body(...),  # noqa: B008
         authorization: str | None = Header(None),  # noqa: B008
     ) -> JSONResponse:
+        hang_if_asked()
         return refused(authorization) or await answer(loader.load(request), str(request))
 
     @router.post(RELOAD_WEIGHTS_ROUTE)

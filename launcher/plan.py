@@ -36,6 +36,8 @@ class Plan:
     config: RLConfig
     gpu_map: dict[str, list[int]]
     warnings: list[str] = field(default_factory=list)
+    memory: str = ""
+    """The trainer's estimated peak memory against what it has (launcher.memory)."""
 
     @property
     def run(self) -> RunDir:
@@ -107,7 +109,12 @@ def make_plan(config: RLConfig, dry_run: bool) -> Plan:
         config.inference_gpu_ids = gpu_map["inference"]
     if gpu_map["trainer"] and not config.trainer_gpu_ids:
         config.trainer_gpu_ids = gpu_map["trainer"]
-    return Plan(config=config, gpu_map=gpu_map, warnings=warnings)
+    from launcher.memory import check_memory
+
+    memory, warning = check_memory(config, gpu_map)
+    if warning is not None:
+        warnings.append(warning)
+    return Plan(config=config, gpu_map=gpu_map, warnings=warnings, memory=memory)
 
 
 def describe(plan: Plan) -> str:
@@ -116,6 +123,8 @@ def describe(plan: Plan) -> str:
     for component in COMPONENTS:
         gpus = plan.gpu_map[component]
         lines.append(f"  {component:<13} {'GPUs ' + ','.join(map(str, gpus)) if gpus else 'CPU'}")
+    if plan.memory:
+        lines.append(plan.memory)
     lines.append("Commands (started in this order: inference, then orchestrator and trainer):")
     for component in ("inference", "orchestrator", "trainer"):
         env = plan.env(component)

@@ -24,6 +24,9 @@ from rlcore.protocol import HEALTH_ROUTE
 PR_SET_PDEATHSIG = 1
 STALLED = -1000
 """poll()'s code for a component stopped for making no progress."""
+STALL_WATCHED = ("orchestrator", "trainer", "inference")
+HEALTH_PROBE_S = 5.0
+"""How often a started inference server's /health is asked (its progress signal)."""
 
 
 def _die_with_parent() -> None:
@@ -58,6 +61,7 @@ class Supervisor:
         self.last_step_line = ""
         self.stall_message = ""
         self.stopping = False
+        self.last_health_probe = 0.0
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
@@ -83,14 +87,19 @@ class Supervisor:
         self.write_state("starting")
         return child
 
-    def wait_healthy(self, timeout_s: float) -> None:
+    @property
+    def inference_url(self) -> str:
         server = self.plan.config.inference.server
-        url = server_url(server.host, server.port)
+        return server_url(server.host, server.port)
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        url = self.inference_url
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.children["inference"].proc.poll() is not None:
                 return  # reported by the supervision loop
             if probe_health(url) is None:
+                self.children["inference"].last_progress = time.monotonic()
                 return
             time.sleep(1.0)
         raise TimeoutError(f"inference did not answer {url}{HEALTH_ROUTE} within {timeout_s:.0f} s")
@@ -131,23 +140,45 @@ class Supervisor:
         print(f"[{bar}] {done}/{total} | {line.strip()}", flush=True)
         self.last_step_line = line.strip()
 
+    def probe_inference(self) -> None:
+        """Inference's progress: its /health answering (asked every HEALTH_PROBE_S)."""
+        child = self.children.get("inference")
+        now = time.monotonic()
+        if child is None or now - self.last_health_probe < HEALTH_PROBE_S:
+            return
+        self.last_health_probe = now
+        if probe_health(self.inference_url) is None:
+            child.last_progress = time.monotonic()
+
     def check_stalls(self) -> tuple[str, str] | None:
-        """(component, message) for a trainer or orchestrator without a new metrics record
-        for stall_timeout_s (its stacks are then in its log); None while all make progress."""
+        """(component, message) for a trainer or orchestrator without a new metrics record,
+        or an inference server whose /health has not answered, for stall_timeout_s (its stacks
+        are then in its log); None while all make progress."""
+        self.probe_inference()
         now = time.monotonic()
         timeout = self.plan.config.stall_timeout_s
-        watched = [self.children[n] for n in ("orchestrator", "trainer") if n in self.children]
+        watched = [self.children[n] for n in STALL_WATCHED if n in self.children]
         for child in sorted(watched, key=lambda c: c.last_progress):  # stalled longest first
-            name = child.name
             if now - child.last_progress <= timeout:
                 continue
+            child = self.root_cause(child)
+            name = child.name
             where = dump_stacks(child.proc.pid, child.log)
+            lacking = f"answered {HEALTH_ROUTE}" if name == "inference" else "made progress"
             return name, (
-                f"{name} made no progress for {now - child.last_progress:.0f} s "
+                f"{name} has not {lacking} for {now - child.last_progress:.0f} s "
                 f"(stall_timeout_s = {timeout:g}); it is waiting in {where}; the stacks of all "
                 f"its threads are at the end of {child.log}"
             )
         return None
+
+    def root_cause(self, stalled: Child) -> Child:
+        """The component to blame for `stalled`: inference when it does not answer /health
+        now (everything else waits on it), else `stalled` itself."""
+        inference = self.children.get("inference")
+        if stalled is inference or inference is None:
+            return stalled
+        return inference if probe_health(self.inference_url) is not None else stalled
 
     # -- stop --------------------------------------------------------------------------------
     def stop_all(self, grace_s: float) -> None:

@@ -27,12 +27,15 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-async def wait_for_server(base_url: str, model: str, timeout_s: float) -> None:
+async def wait_for_server(
+    base_url: str, model: str, timeout_s: float, api_key: str = "EMPTY"
+) -> None:
     """Wait until `/health` answers 200 and `model` is listed in `/v1/models`."""
     root = server_root(base_url)
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
-    async with httpx.AsyncClient(timeout=5.0) as http:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(timeout=5.0, headers=headers) as http:
         while time.monotonic() < deadline:
             problem = await asyncio.to_thread(probe_health, root)
             if problem is None:
@@ -59,6 +62,11 @@ async def wait_for_server(base_url: str, model: str, timeout_s: float) -> None:
 
 async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
     answer = await http.get(root + MODELS_ROUTE)
+    if answer.status_code == 401:
+        raise OrchestratorError(
+            f"{root}{MODELS_ROUTE} answered 401: the server requires an API key; put it in the "
+            "environment variable that client.api_key_var names (default VLLM_API_KEY)"
+        )
     answer.raise_for_status()
     return [m["id"] for m in answer.json().get("data", [])]
 

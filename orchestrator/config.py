@@ -1,5 +1,6 @@
 """Orchestrator config schema (pydantic and the standard library only)."""
 
+import os
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -125,6 +126,14 @@ class ClientConfig(BaseConfig):
 
     max_concurrent: PositiveInt = 32
     """Most rollout requests in flight at once."""
+
+    api_key_var: str = "VLLM_API_KEY"
+    """Environment variable holding the key of a server that requires one (vLLM `--api-key`,
+    or `VLLM_API_KEY` set for `inference`); the key itself never goes into a config."""
+
+    @property
+    def api_key(self) -> str:
+        return os.environ.get(self.api_key_var) or "EMPTY"
 
 
 class AdvantageConfig(BaseConfig):

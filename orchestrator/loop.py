@@ -71,9 +71,10 @@ async def run_async(config: OrchestratorConfig) -> None:
         state.sampler,
     )
     base_url = config.client.base_url or DEFAULT_BASE_URL
-    await wait_for_server(base_url, config.model.name, config.client.health_timeout_s)
+    api_key = config.client.api_key
+    await wait_for_server(base_url, config.model.name, config.client.health_timeout_s, api_key)
     client = make_client(
-        base_url, config.client.timeout_s, config.client.max_concurrent, config.seq_len
+        base_url, config.client.timeout_s, config.client.max_concurrent, config.seq_len, api_key
     )
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id

@@ -8,6 +8,7 @@ checkpoints/step_<n>/{trainer/,orchestrator/,MANIFEST}   each part gets DONE whe
 """
 
 import json
+import os
 import re
 import shutil
 import time
@@ -187,9 +188,21 @@ class RunDir:
     # -- metrics -------------------------------------------------------------------------------
     def append_metrics(self, component: str, step: int, metrics: dict[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"component": component, "step": step, "time": time.time(), **metrics})
+        record = {"component": component, "step": step, "time": time.time(), **metrics}
+        record.setdefault("rss_mib", resident_mib())
+        line = json.dumps(record)
         with self.metrics.open("a") as f:
             f.write(line + "\n")
+
+
+def resident_mib() -> float:
+    """This process's resident memory now (MiB; 0 where /proc is missing): every metrics
+    record carries it, so a run's memory growth can be read back step by step."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def is_checkpoint_step(step: int, interval: int | None, max_steps: int, enabled: bool) -> bool:

@@ -22,7 +22,9 @@ def load_env(config) -> EnvAdapter:
     return ENV_TYPES[config.type](config.id, config.args)
 
 
-def make_client(base_url: str, timeout_s: float, max_concurrent: int, seq_len: int) -> Any:
+def make_client(
+    base_url: str, timeout_s: float, max_concurrent: int, seq_len: int, api_key: str = "EMPTY"
+) -> Any:
     """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests in
     flight across all rollouts and fits every request into `seq_len` (`client.budget`)."""
     from openai import AsyncOpenAI
@@ -44,7 +46,7 @@ def make_client(base_url: str, timeout_s: float, max_concurrent: int, seq_len: i
                 )
 
     openai_client = AsyncOpenAI(
-        base_url=base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0
+        base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
     )
     client = LimitedClient(openai_client)
     client.budget = budget

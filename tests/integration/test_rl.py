@@ -101,10 +101,32 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
         kill_sessions(run_sessions(out, rl.pid))
     text = log.read_text()
     assert code == 1, text
-    assert "trainer made no progress" in text and "in trainer/train.py" in text, text
+    assert "trainer has not made progress" in text and "in trainer/train.py" in text, text
     assert "hang_for_tests" in text
     trainer_log = (out / "logs" / "trainer.log").read_text()
     assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
+
+
+def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path):
+    """The server blocks on its first weight update: the orchestrator and trainer then wait
+    too, but the stop names inference, the wait it is in, and its stacks are in its log."""
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=10))
+    log = tmp_path / "rl.log"
+    hang = {"RL_FAULT_INFERENCE_HANG_AT_UPDATE": "1"}
+    rl = start_rl(config, "--stall-timeout-s", "60", log=log, env=hang)
+    try:
+        code = rl.wait(timeout=600)
+        sessions = run_sessions(out, rl.pid)
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    text = log.read_text()
+    assert code == 1, text
+    assert "inference has not answered /health" in text and "inference/admin.py" in text, text
+    inference_log = (out / "logs" / "inference.log").read_text()
+    assert "Current thread" in inference_log and "hang_if_asked" in inference_log
 
 
 @pytest.mark.slow
@@ -135,8 +157,13 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
 
 def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_path):
     """Hub models ship generation defaults (top_k, top_p, penalties) that vLLM would apply to
-    every request that leaves them out; a synchronous fp32 run must stay on-policy anyway."""
+    every request that leaves them out; a synchronous fp32 run must stay on-policy anyway.
+
+    The same run holds the secrets: the W&B key (--wandb-api-key) and the server's API key
+    (VLLM_API_KEY, which the server then requires) appear in no config, log or run file."""
     import shutil
+    import urllib.error
+    import urllib.request
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
@@ -150,9 +177,15 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
         "async_level = 1", "async_level = 0"
     ))  # fmt: skip
     log = tmp_path / "rl.log"
-    secret = "sekrit-api-key-3141"
-    rl = start_rl(config, "--wandb-api-key", secret, log=log)
+    secret, server_key = "sekrit-api-key-3141", "sekrit-server-key-2718"
+    rl = start_rl(config, "--wandb-api-key", secret, log=log, env={"VLLM_API_KEY": server_key})
     try:
+        wait_for(lambda: run_state(out).get("status") == "running", 600, "the run to start")
+        models = run_state(out)["inference_url"] + "/v1/models"
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(models, timeout=10)
+        keyed = urllib.request.Request(models, headers={"Authorization": f"Bearer {server_key}"})
+        assert urllib.request.urlopen(keyed, timeout=10).status == 200
         code = rl.wait(timeout=900)
     finally:
         kill_sessions(run_sessions(out, rl.pid))
@@ -162,4 +195,5 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     assert len(kls) == 3 and max(kls) <= 1e-3, kls
     # the API key reached the processes' environment only: no config, log or file holds it
     files = [log, *(f for f in out.rglob("*") if f.is_file() and f.stat().st_size < 2**20)]
-    assert not [f for f in files if secret in f.read_text(errors="replace")]
+    for key in (secret, server_key):
+        assert not [f for f in files if key in f.read_text(errors="replace")]

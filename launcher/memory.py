@@ -1,0 +1,166 @@
+"""The trainer's peak memory, estimated before anything starts, from the model folder's
+config.json and safetensors headers (no torch import, no weights read).
+
+Terms, for P parameters and T tokens per forward pass (`data.micro_batch_tokens`):
+fp32 master weights 4P, gradients 4P, AdamW moments 8P, a compute-dtype copy of the weights
+(autocast's cast cache) 2P in bf16, activations T x layers x ACTIVATION_BYTES_PER_HIDDEN x
+hidden (one layer's worth plus a hidden state per layer with activation checkpointing), and
+the loss head LOSS_HEAD_COPIES x T x vocab x 4. The constants were fitted to peaks measured on
+CPU with the default model (benchmarks/trainer_throughput.py prints estimate and measurement
+side by side); FSDP2 divides the first four terms by the number of trainer GPUs."""
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+ACTIVATION_BYTES_PER_HIDDEN = 40
+"""Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
+LOSS_HEAD_COPIES = 4
+"""fp32 logits-sized tensors alive at once in the loss head (logits, log-softmax, grads)."""
+PROCESS_OVERHEAD = 1.0 * 2**30
+"""torch, transformers and the Python process itself."""
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    params: int
+    hidden: int
+    layers: int
+    vocab: int
+
+
+def safetensors_params(folder: Path) -> int:
+    """Elements over all *.safetensors files in `folder`, read from their JSON headers."""
+    total = 0
+    for file in folder.glob("*.safetensors"):
+        with file.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in entry["shape"]:
+                    count *= dim
+                total += count
+    return total
+
+
+def model_shape(folder: Path) -> ModelShape | None:
+    """The shape of the HF model in `folder`; None when its files do not say."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        config = config.get("text_config", config)
+        params = safetensors_params(folder)
+        return ModelShape(
+            params, config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+        )
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+def trainer_peak(
+    shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1
+) -> dict[str, float]:
+    """The estimate's terms in bytes (see the module docstring)."""
+    p = shape.params
+    layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
+    if checkpointing:
+        activations = tokens * shape.hidden * compute_bytes * shape.layers + layer_bytes
+    else:
+        activations = layer_bytes * shape.layers
+    return {
+        "weights": 4 * p / shards,
+        "gradients": 4 * p / shards,
+        "optimizer": 8 * p / shards,
+        "compute copy": (compute_bytes * p if compute_bytes < 4 else 0) / shards,
+        "activations": activations,
+        "loss head": LOSS_HEAD_COPIES * tokens * shape.vocab * 4,
+        "process": PROCESS_OVERHEAD,
+    }
+
+
+def describe(parts: dict[str, float]) -> str:
+    total = sum(parts.values())
+    terms = ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts.items() if value)
+    return f"about {total / GIB:.1f} GiB ({terms})"
+
+
+def available_ram() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes; None where there is no /proc."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def gpu_memory(gpu_ids: list[int]) -> int | None:
+    """The smallest total memory of `gpu_ids`, asked of nvidia-smi; None without one."""
+    import shutil
+    import subprocess
+
+    if not gpu_ids or shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sizes = {}
+    for line in out.stdout.splitlines():
+        index, mib = (part.strip() for part in line.split(","))
+        sizes[int(index)] = int(mib) * 2**20
+    wanted = [sizes[i] for i in gpu_ids if i in sizes]
+    return min(wanted) if wanted else None
+
+
+INFERENCE_OVERHEAD = 2.0 * 2**30
+"""vLLM's own processes on CPU, besides the weights and the KV cache."""
+
+
+def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None]:
+    """A line for the plan ("trainer peak memory: ...") and a warning when the estimate
+    exceeds what the trainer can have: the smallest trainer GPU, or on CPU the machine's
+    available memory less what inference takes (weights + KV cache + overhead)."""
+    from launcher.preflight import model_folder
+
+    folder = model_folder(config.trainer.model.name)
+    shape = model_shape(folder) if folder is not None else None
+    if shape is None:
+        return "trainer peak memory: not estimated (no local model folder)", None
+    trainer = config.trainer
+    tokens = trainer.data.micro_batch_tokens or trainer.seq_len
+    compute_bytes = 4 if trainer.model.dtype == "float32" else 2
+    gpus = gpu_map.get("trainer") or []
+    parts = trainer_peak(
+        shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1)
+    )
+    if gpus:
+        have, where = gpu_memory(gpus), f"GPU {gpus[0]}"
+        parts.pop("process")  # host memory, not the GPU's
+    else:
+        ram = available_ram()
+        inference = 0.0
+        if not gpu_map.get("inference"):
+            serving = 4 if config.inference.model.dtype == "float32" else 2
+            inference = shape.params * serving + config.inference.cpu.kvcache_space_gib * GIB
+            inference += INFERENCE_OVERHEAD
+        have = ram - inference if ram is not None else None
+        where = "this machine's available memory less inference's share"
+    need = sum(parts.values())
+    line = f"trainer peak memory: {describe(parts)}"
+    if have is None:
+        return line, None
+    line += f" of {have / GIB:.1f} GiB ({where})"
+    if need <= have:
+        return line, None
+    return line, (
+        f"the trainer may need {describe(parts)} at its peak but has about {have / GIB:.1f} "
+        f"GiB ({where}) and may be killed for running out of memory: lower "
+        f"--trainer.data.micro-batch-tokens (now {tokens}), turn on "
+        "--trainer.model.activation-checkpointing, or lower --seq-len"
+    )
