@@ -179,9 +179,10 @@ class WeightUpdater(WeightLoader):
             "reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True}
         )
 
-    async def wait_for(self, what: str, awaitable) -> None:
+    async def wait_for(self, what: str, awaitable) -> Any:
+        """`awaitable`'s result, or a 504 WeightDirError naming `what` after `timeout_s`."""
         try:
-            await asyncio.wait_for(awaitable, timeout=self.timeout_s)
+            return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except TimeoutError:
             raise WeightDirError(
                 504, f"timed out after {self.timeout_s:.0f} s {what} (weights.timeout_s)"

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.dist import World
-from trainer.lora import is_lora
+from trainer.lora import is_lora, trainable_names
 
 PART = "trainer"
 # Fault-injection hook for the fault-matrix tests: seconds to pause inside every save, after the
@@ -54,8 +54,7 @@ def train_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
     options = StateDictOptions(ignore_frozen_params=lora, strict=not lora)
     model_state, optim_state = get_state_dict(model, optimizer, options=options)
     if lora:  # a tied head stays listed under its second name: keep trainable names only
-        params = model.named_parameters(remove_duplicate=False)
-        trainable = {name for name, param in params if param.requires_grad}
+        trainable = trainable_names(model)
         model_state = {k: v for k, v in model_state.items() if k in trainable}
     return model_state, optim_state
 

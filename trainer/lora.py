@@ -83,6 +83,12 @@ def is_lora(model: nn.Module) -> bool:
     return getattr(model, "lora_config", None) is not None
 
 
+def trainable_names(model: nn.Module) -> set[str]:
+    """State-dict names of the parameters that train, a tied parameter under each name."""
+    params = model.named_parameters(remove_duplicate=False)
+    return {name for name, param in params if param.requires_grad}
+
+
 def adapter_config(model: nn.Module, base_model: str) -> dict:
     """PEFT's `adapter_config.json` for the model's adapters (what vLLM's LoRA loader reads)."""
     config: LoraConfig = model.lora_config
