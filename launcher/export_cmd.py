@@ -108,8 +108,10 @@ def export(config, run: RunDir, step: int, kind: str, out: Path, dtype: str | No
     from trainer.dist import World
     from trainer.lora import merge_lora
     from trainer.model import DTYPES, load_model, source_dir
+    from trainer.train import quiet_libraries
     from trainer.weights import cast, copy_support_files, fix_architectures
 
+    quiet_libraries()
     world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
     full_weights = kind == "weights" and config.lora is None
     source = str(run.weight_dir(step)) if full_weights else resolve_model(config.model.name)
@@ -121,6 +123,9 @@ def export(config, run: RunDir, step: int, kind: str, out: Path, dtype: str | No
     merge_lora(model)
     target = DTYPES[dtype] if dtype else model.serving_dtype
     state = {k: cast(v.detach(), target) for k, v in model.state_dict().items()}
+    for tied, source_key in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if source_key in state:  # cast copies no longer share storage: save the source only
+            state.pop(tied, None)
     architectures = model.config.architectures
     with atomic_folder(out) as tmp:
         copy_support_files(source_dir(source), tmp, source)
