@@ -34,7 +34,7 @@ OWNED_VLLM_ARGS = {
 }
 
 # The adapter ranks vLLM's --max-lora-rank accepts.
-LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class InferenceModelConfig(ModelConfig):
@@ -88,13 +88,22 @@ class WeightsConfig(BaseConfig):
 class LoraServeConfig(BaseConfig):
     """Serving the LoRA adapters a `[trainer.lora]` run publishes (vLLM's `--enable-lora`)."""
 
-    max_rank: LoraRank = 16
+    max_rank: PositiveInt = 16
     """Largest adapter rank accepted (vLLM's `--max-lora-rank`: 1, 8, 16, 32, 64, 128, 256, 320
     or 512); at least `trainer.lora.rank`."""
 
     max_loras: PositiveInt = 2
     """Adapters that can serve in one batch (vLLM's `--max-loras`); 2 lets requests on the
     previous adapter finish while the new one starts."""
+
+    @model_validator(mode="after")
+    def validate_max_rank(self) -> "LoraServeConfig":
+        if self.max_rank not in LORA_RANKS:
+            fits = min((r for r in LORA_RANKS if r >= self.max_rank), default=max(LORA_RANKS))
+            raise ValueError(
+                f"lora.max_rank = {self.max_rank}: vLLM takes one of {list(LORA_RANKS)}; use {fits}"
+            )
+        return self
 
 
 class InferenceConfig(BaseConfig):

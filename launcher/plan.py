@@ -104,18 +104,16 @@ def derive(config: RLConfig) -> RLConfig:
 def derive_lora(config: RLConfig) -> None:
     """A LoRA trainer needs an inference server that serves adapters of its rank: fill
     `inference.lora` when unset (the smallest rank vLLM takes that fits), refuse one too small."""
-    from typing import get_args
-
-    from inference.config import LoraRank, LoraServeConfig
+    from inference.config import LORA_RANKS, LoraServeConfig
 
     lora, serving = config.trainer.lora, config.inference.lora
     if lora is None:
         return
-    ranks = [r for r in get_args(LoraRank) if r >= lora.rank]
+    ranks = [r for r in LORA_RANKS if r >= lora.rank]
     if not ranks:
         raise ConfigError(
             f"trainer.lora.rank = {lora.rank}: vLLM serves adapters up to rank "
-            f"{max(get_args(LoraRank))}; lower trainer.lora.rank"
+            f"{max(LORA_RANKS)}; lower trainer.lora.rank"
         )
     if serving is None:
         config.inference.lora = LoraServeConfig(max_rank=ranks[0])
