@@ -40,6 +40,18 @@ def complete(url: str, model: str) -> None:
     post(f"{url}/v1/completions", {"model": model, "prompt": "1 + 2 =", "max_tokens": 4})
 
 
+def batch_s(url: str, model: str, num_requests: int = 32, max_tokens: int = 16) -> float:
+    """Seconds for `num_requests` concurrent completions of exactly `max_tokens` tokens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = {"model": model, "prompt": "Count: 1, 2, 3,", "max_tokens": max_tokens,
+            "min_tokens": max_tokens, "temperature": 1.0}  # fmt: skip
+    started = time.perf_counter()
+    with ThreadPoolExecutor(num_requests) as pool:
+        list(pool.map(lambda _: post(f"{url}/v1/completions", body), range(num_requests)))
+    return time.perf_counter() - started
+
+
 def trainer_side(dtype: str, rank: int | None):
     """The default model as the trainer holds it (with rank-`rank` adapters, or all weights
     trainable), one AdamW step taken so that optimizer state exists."""
@@ -88,10 +100,14 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
             started = time.perf_counter()
             complete(server.url, answer.get("model", source))
             firsts.append(time.perf_counter() - started)
+        batches = {"base": batch_s(server.url, source)}
+        if lora:
+            batches["adapter"] = batch_s(server.url, answer["model"])
     finally:
         server.stop()
     return {"bytes": folder_bytes(run.weight_dir(1)), "save_s": statistics.median(saves),
-            "load_s": statistics.median(loads), "first_request_s": statistics.median(firsts)}  # fmt: skip
+            "load_s": statistics.median(loads), "first_request_s": statistics.median(firsts),
+            "batch_s": batches}  # fmt: skip
 
 
 def bench_checkpoint(root: Path, trainer) -> dict:
@@ -132,6 +148,9 @@ def main() -> None:
         ("inference load: adapter (add LoRA, drop old)", f"{lora['load_s']:.2f} s", f"{full['load_s'] / lora['load_s']:.1f}x faster"),
         ("first 4-token request after load: full", f"{full['first_request_s']:.2f} s", ""),
         ("first 4-token request after load: adapter", f"{lora['first_request_s']:.2f} s", ""),
+        ("32 x 16 tokens: plain server", f"{full['batch_s']['base']:.2f} s", "generation"),
+        ("32 x 16 tokens: LoRA server, base model", f"{lora['batch_s']['base']:.2f} s", ""),
+        ("32 x 16 tokens: LoRA server, adapter", f"{lora['batch_s']['adapter']:.2f} s", f"{lora['batch_s']['adapter'] / full['batch_s']['base']:.1f}x the plain server"),
         ("checkpoint: full (model + AdamW)", f"{full['ckpt']['bytes'] / mib:.0f} MiB", f"save {full['ckpt']['save_s']:.2f} s"),
         ("checkpoint: adapter (+ AdamW)", f"{lora['ckpt']['bytes'] / mib:.0f} MiB", f"save {lora['ckpt']['save_s']:.2f} s"),
     ]  # fmt: skip

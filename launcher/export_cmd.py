@@ -109,7 +109,7 @@ def export(config, run: RunDir, step: int, kind: str, out: Path, dtype: str | No
     from trainer.lora import merge_lora
     from trainer.model import DTYPES, load_model, source_dir
     from trainer.train import quiet_libraries
-    from trainer.weights import cast, copy_support_files, fix_architectures
+    from trainer.weights import cast, copy_support_files, drop_tied_copies, fix_architectures
 
     quiet_libraries()
     world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
@@ -123,9 +123,7 @@ def export(config, run: RunDir, step: int, kind: str, out: Path, dtype: str | No
     merge_lora(model)
     target = DTYPES[dtype] if dtype else model.serving_dtype
     state = {k: cast(v.detach(), target) for k, v in model.state_dict().items()}
-    for tied, source_key in (getattr(model, "all_tied_weights_keys", None) or {}).items():
-        if source_key in state:  # cast copies no longer share storage: save the source only
-            state.pop(tied, None)
+    state = drop_tied_copies(model, state)
     architectures = model.config.architectures
     with atomic_folder(out) as tmp:
         copy_support_files(source_dir(source), tmp, source)

@@ -37,7 +37,7 @@ def full_state_dict(
         state = model.state_dict()
         if trainable_only:
             state = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        return {k: cast(v.detach(), dtype) for k, v in state.items()}
+        return drop_tied_copies(model, {k: cast(v.detach(), dtype) for k, v in state.items()})
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(
@@ -46,11 +46,16 @@ def full_state_dict(
     state = get_model_state_dict(model, options=options)
     if not world.is_main:
         return None
-    # Gathered copies of tied parameters no longer share storage: keep only the source.
+    return drop_tied_copies(model, {k: cast(v, dtype) for k, v in state.items()})
+
+
+def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gathered or cast copies of tied parameters no longer share storage, so both would be
+    saved: keep only the source (loaders tie them again)."""
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
         if target in state and source in state:
             del state[target]
-    return {k: cast(v, dtype) for k, v in state.items()}
+    return state
 
 
 def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
