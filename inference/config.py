@@ -28,7 +28,13 @@ OWNED_VLLM_ARGS = {
     "enforce_eager": "enforce_eager",
     "trust_remote_code": "model.trust_remote_code",
     "seed": "seed",
+    "enable_lora": "lora",
+    "max_lora_rank": "lora.max_rank",
+    "max_loras": "lora.max_loras",
 }
+
+# The adapter ranks vLLM's --max-lora-rank accepts.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class InferenceModelConfig(ModelConfig):
@@ -79,6 +85,27 @@ class WeightsConfig(BaseConfig):
     """Seconds a weight swap may wait for in-flight requests, and then for the reload itself."""
 
 
+class LoraServeConfig(BaseConfig):
+    """Serving the LoRA adapters a `[trainer.lora]` run publishes (vLLM's `--enable-lora`)."""
+
+    max_rank: PositiveInt = 16
+    """Largest adapter rank accepted (vLLM's `--max-lora-rank`: 1, 8, 16, 32, 64, 128, 256, 320
+    or 512); at least `trainer.lora.rank`."""
+
+    max_loras: PositiveInt = 2
+    """Adapters that can serve in one batch (vLLM's `--max-loras`); 2 lets requests on the
+    previous adapter finish while the new one starts."""
+
+    @model_validator(mode="after")
+    def validate_max_rank(self) -> "LoraServeConfig":
+        if self.max_rank not in LORA_RANKS:
+            fits = min((r for r in LORA_RANKS if r >= self.max_rank), default=max(LORA_RANKS))
+            raise ValueError(
+                f"lora.max_rank = {self.max_rank}: vLLM takes one of {list(LORA_RANKS)}; use {fits}"
+            )
+        return self
+
+
 class InferenceConfig(BaseConfig):
     """Configuration of the `inference` process."""
 
@@ -96,6 +123,11 @@ class InferenceConfig(BaseConfig):
 
     weights: WeightsConfig = WeightsConfig()
     """How `/update_weights` and `/reload_weights` swap weights in place."""
+
+    lora: LoraServeConfig | None = None
+    """Serve LoRA adapters: `/update_weights` with an adapter folder loads it at run time and
+    requests name it (its folder name, e.g. `step_3`) as `model`; None serves full weights only.
+    Under `rl` it is set from `trainer.lora`."""
 
     enforce_eager: bool | None = None
     """Disable CUDA graphs / compilation; None means eager on CPU (fast start) and graphs on GPU."""

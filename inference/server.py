@@ -169,12 +169,14 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     from vllm.entrypoints.launchers.app import build_app
     from vllm.entrypoints.launchers.launcher import serve_http
 
+    from inference.lora import build_adapter_swapper
     from inference.weights import build_loader
 
     supported_tasks = await engine.get_supported_tasks()
     app = build_app(args, supported_tasks, engine.model_config)
+    adapters = build_adapter_swapper(config, engine, app.state)
     loader = build_loader(
-        config.weight_transfer, engine, model_path, config.output_dir, config.weights
+        config.weight_transfer, engine, model_path, config.output_dir, config.weights, adapters
     )
     add_admin_routes(app, loader, issue_admin_token(config))
     await init_app_state(engine, app.state, args, supported_tasks)

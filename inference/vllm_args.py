@@ -47,6 +47,10 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         argv += ["--max-model-len", str(config.model.max_model_len)]
     if config.parallel.dp is not None:
         argv += ["--data-parallel-size", str(config.parallel.dp)]
+    if config.lora is not None:
+        lora = config.lora
+        argv += ["--enable-lora", "--max-lora-rank", str(lora.max_rank)]
+        argv += ["--max-loras", str(lora.max_loras)]
     eager = on_cpu if config.enforce_eager is None else config.enforce_eager
     argv.append("--enforce-eager" if eager else "--no-enforce-eager")
     return argv

@@ -5,6 +5,8 @@ HF `config.json` and safetensors files whose tensor names and shapes match the b
 then is generation paused (in-flight requests finish first), the workers reload from the
 folder through vLLM's `reload_weights` RPC, the prefix cache is cleared and generation resumes.
 A failed reload restores the previous weights, so the server keeps serving a whole policy.
+A LoRA adapter folder (PEFT's `adapter_config.json`) is served as an adapter instead, when the
+server runs with `inference.lora` (inference/lora.py).
 """
 
 import asyncio
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inference.lora import AdapterSwapper, is_adapter_dir
 from rlcore.weight_transfer import WeightLoader
 
 CONFIG_FILE = "config.json"
@@ -107,8 +110,12 @@ class WeightUpdater(WeightLoader):
     Consumes: folder paths from the admin routes. Waits for: in-flight requests to finish
     (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
 
-    def __init__(self, engine, base: str, root: Path, timeout_s: float, pause_mode: str):
+    def __init__(
+        self, engine, base: str, root: Path, timeout_s: float, pause_mode: str,
+        adapters: AdapterSwapper | None = None,
+    ):  # fmt: skip
         self.engine = engine
+        self.adapters = adapters
         self.root = root.expanduser().resolve()
         self.timeout_s = timeout_s
         self.pause_mode = pause_mode
@@ -121,14 +128,31 @@ class WeightUpdater(WeightLoader):
         weight_dir = request.get("weight_dir")
         if not isinstance(weight_dir, str):
             raise WeightDirError(422, f'expected a JSON body {{"weight_dir": PATH}}, got {request}')
-        folder = check_weight_dir(Path(weight_dir), self.root, self.expected)
+        path = check_inside(Path(weight_dir), self.root)
+        if is_adapter_dir(path):
+            return await self.load_adapter(path)
+        folder = check_weight_dir(path, self.root, self.expected)
         return await self.swap(str(folder))
+
+    async def load_adapter(self, folder: Path) -> dict[str, Any]:
+        """Serve a LoRA adapter on top of the weights serving now; the answer's `model` is the
+        name requests must use."""
+        if self.adapters is None:
+            raise WeightDirError(
+                422,
+                f"{folder} is a LoRA adapter but this server was started without LoRA: set "
+                "inference.lora (rl sets it from trainer.lora)",
+            )
+        async with self.lock:
+            return await self.adapters.load(folder, self.wait_for)
 
     async def reload_base(self) -> dict:
         return await self.swap(self.state.base)
 
     async def swap(self, target: str) -> dict:
         async with self.lock:
+            if self.adapters is not None:  # full weights replace the adapter policy
+                await self.adapters.unload_current(self.wait_for)
             start = time.monotonic()
             previous = self.state.current
             try:
@@ -155,9 +179,10 @@ class WeightUpdater(WeightLoader):
             "reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True}
         )
 
-    async def wait_for(self, what: str, awaitable) -> None:
+    async def wait_for(self, what: str, awaitable) -> Any:
+        """`awaitable`'s result, or a 504 WeightDirError naming `what` after `timeout_s`."""
         try:
-            await asyncio.wait_for(awaitable, timeout=self.timeout_s)
+            return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except TimeoutError:
             raise WeightDirError(
                 504, f"timed out after {self.timeout_s:.0f} s {what} (weights.timeout_s)"
@@ -167,7 +192,10 @@ class WeightUpdater(WeightLoader):
 TRANSPORTS = {"filesystem": WeightUpdater}
 
 
-def build_loader(config, engine, base: str, root: Path, weights) -> WeightLoader:
+def build_loader(config, engine, base: str, root: Path, weights, adapters=None) -> WeightLoader:
     """The loader of the configured transport (`config`: WeightTransferConfig, `weights`: the
-    inference WeightsConfig with the swap's timeout and pause mode)."""
-    return TRANSPORTS[config.type](engine, base, root, weights.timeout_s, weights.pause_mode)
+    inference WeightsConfig with the swap's timeout and pause mode, `adapters`: the LoRA
+    AdapterSwapper when serving LoRA)."""
+    return TRANSPORTS[config.type](
+        engine, base, root, weights.timeout_s, weights.pause_mode, adapters
+    )

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from launcher.export_cmd import cmd_export
 from launcher.rl_config import COMPONENTS
 from rlcore.errors import USER_ERROR_EXIT_CODE
 from rlcore.metrics import read_records
@@ -264,6 +265,7 @@ HANDLERS = {
     "stop": cmd_stop,
     "delete": cmd_delete,
     "plot": cmd_plot,
+    "export": cmd_export,
 }
 
 

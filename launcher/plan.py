@@ -96,10 +96,34 @@ def derive(config: RLConfig) -> RLConfig:
     trainer_model = config.trainer.model
     if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
         trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
+    derive_lora(config)
     gpus = config.inference_gpu_ids
     if gpus and config.inference.parallel.dp is None:
         config.inference.parallel.dp = len(gpus) // config.inference.parallel.tp
     return config
+
+
+def derive_lora(config: RLConfig) -> None:
+    """A LoRA trainer needs an inference server that serves adapters of its rank: fill
+    `inference.lora` when unset (the smallest rank vLLM takes that fits), refuse one too small."""
+    from inference.config import LORA_RANKS, LoraServeConfig
+
+    lora, serving = config.trainer.lora, config.inference.lora
+    if lora is None:
+        return
+    ranks = [r for r in LORA_RANKS if r >= lora.rank]
+    if not ranks:
+        raise ConfigError(
+            f"trainer.lora.rank = {lora.rank}: vLLM serves adapters up to rank "
+            f"{max(LORA_RANKS)}; lower trainer.lora.rank"
+        )
+    if serving is None:
+        config.inference.lora = LoraServeConfig(max_rank=ranks[0])
+    elif serving.max_rank < lora.rank:
+        raise ConfigError(
+            f"trainer.lora.rank = {lora.rank} but inference.lora.max_rank = {serving.max_rank}: "
+            f"set inference.lora.max_rank to {ranks[0]} or more, or leave it unset"
+        )
 
 
 def make_plan(config: RLConfig, dry_run: bool) -> Plan:

@@ -3,7 +3,7 @@
 rl --trainer @ train.toml --orchestrator @ orch.toml --inference @ infer.toml [--flags]
 rl @ rl.toml [--flags]
 rl run @ config.toml [--flags]            (the same as `rl @ config.toml`)
-rl init | status | list | logs | stop | delete | plot   (run management, see --help)
+rl init | status | list | logs | stop | delete | plot | export   (run management, see --help)
 """
 
 import os
@@ -37,12 +37,14 @@ subcommands (RUN: a run directory, or a run's name under outputs/):
   stop [RUN]            stop a running run cleanly
   delete RUN [--yes]    delete a run directory (asks first; refuses a running run)
   plot RUN [--out PNG]  plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)
+  export RUN --out DIR [--step N] [--dtype D]  the trained policy as a full HF folder (a LoRA
+                        adapter merged into the base); newest checkpoint or weights by default
 
 Shared keys: set once (top level, or in one sub-config) they fill every component that carries
 them; two places with different values are an error naming both.
 {shared}"""
 
-SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot")
+SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot", "export")
 API_KEY_FLAG = "--wandb-api-key"
 
 

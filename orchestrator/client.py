@@ -73,10 +73,11 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
 
 async def update_weights(
     base_url: str, request: dict[str, Any], timeout_s: float, token: str | None = None
-) -> bool:
+) -> dict[str, Any] | None:
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
-    False if the server has no such route (a plain vLLM server keeps its own weights). `token`:
-    the admin token of a server bound beyond loopback."""
+    returns the server's answer (its `model`, when present, is the name requests must use: a
+    LoRA adapter's), or None if the server has no such route (a plain vLLM server keeps its
+    own weights). `token`: the admin token of a server bound beyond loopback."""
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -85,12 +86,12 @@ async def update_weights(
     except httpx.HTTPError as err:
         raise OrchestratorError(f"POST {url} {request} failed: {err}") from None
     if answer.status_code in (404, 405):
-        return False
+        return None
     if answer.status_code != 200:
         raise OrchestratorError(
             f"POST {url} {request} answered {answer.status_code}: {answer.text[:500]}"
         )
-    return True
+    return answer.json()
 
 
 def read_admin_token(path: Path) -> str | None:

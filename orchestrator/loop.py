@@ -48,6 +48,9 @@ class Policy:
     step: int | None
     receiver: WeightReceiver
     can_update: bool = True
+    model: str | None = None
+    """The name requests use when inference serves the policy under its own name (a LoRA
+    adapter); None: `model.name`."""
 
 
 def run(config: OrchestratorConfig) -> None:
@@ -149,14 +152,15 @@ async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
     base_url = config.client.base_url or DEFAULT_BASE_URL
     request = policy.receiver.load_request(step)
     token = read_admin_token(RunDir(config.output_dir).admin_token)
-    if not await update_weights(base_url, request, config.client.timeout_s, token):
+    answer = await update_weights(base_url, request, config.client.timeout_s, token)
+    if answer is None:
         logger.warning(
             "inference has no /update_weights route (a plain vLLM server?): generation keeps "
             "the weights it was started with, so training is no longer on-policy"
         )
         policy.can_update = False
-    policy.step = step
-    logger.debug(f"inference serves policy step {step}")
+    policy.step, policy.model = step, (answer or {}).get("model")
+    logger.debug(f"inference serves policy step {step} as {policy.model or config.model.name}")
 
 
 async def evaluate(
@@ -168,21 +172,22 @@ async def evaluate(
     if policy.step != step and policy.can_update:
         await policy.receiver.wait(step, step, config.weights_timeout_s)
         await serve(config, policy, step)
-    await run_evals(config, eval_envs, client, monitor, step, policy.step)
+    await run_evals(config, eval_envs, client, monitor, step, policy)
 
 
 async def generate(
-    config: OrchestratorConfig, envs: list[EnvAdapter], picks: list[tuple[int, int]], client
-) -> list[list[Rollout]]:
+    config: OrchestratorConfig, envs: list[EnvAdapter], picks: list[tuple[int, int]], client,
+    model: str,
+) -> list[list[Rollout]]:  # fmt: skip
     """One group of `rollouts_per_example` rollouts per picked example, all concurrently
-    (the client keeps `client.max_concurrent` requests in flight)."""
+    (the client keeps `client.max_concurrent` requests in flight), from served model `model`."""
     sampling = sampling_args(config.sampling)
     groups = [
         envs[env].run_group(
             envs[env].example(index),
             config.rollouts_per_example,
             client,
-            config.model.name,
+            model,
             sampling,
         )
         for env, index in picks
@@ -224,7 +229,7 @@ async def train_step(
     wait_s = await ensure_policy(config, run_dir, policy, step)
     picks = sampler.take(config.batch_size // config.rollouts_per_example)
     generate_start = time.monotonic()
-    groups = await generate(config, envs, picks, client)
+    groups = await generate(config, envs, picks, client, policy.model or config.model.name)
     generate_s = time.monotonic() - generate_start
     if config.zero_truncated_rewards:
         zero_truncated(groups)
@@ -305,20 +310,19 @@ async def run_evals(
     client,
     monitor: Monitor,
     step: int,
-    policy_step: int | None,
+    policy: Policy,
 ) -> None:
     """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
     assert config.eval is not None
     sampling = sampling_args(config.sampling)
-    metrics: dict = {"eval/policy_step": policy_step}
+    model = policy.model or config.model.name
+    metrics: dict = {"eval/policy_step": policy.step}
     for env, env_config in zip(eval_envs, config.eval.env, strict=True):
         start = time.monotonic()
         examples = env.eval_examples(env_config.num_examples)
         groups = await asyncio.gather(
             *(
-                env.run_group(
-                    example, env_config.rollouts_per_example, client, config.model.name, sampling
-                )
+                env.run_group(example, env_config.rollouts_per_example, client, model, sampling)
                 for example in examples
             )
         )

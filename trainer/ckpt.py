@@ -1,7 +1,9 @@
 """Trainer checkpoints: `checkpoints/step_<n>/trainer/` holds the model and optimizer
 (torch.distributed.checkpoint, so any number of ranks can save and load), and per rank the
 scheduler, RNG states and step. A DONE marker is written last; the MANIFEST that makes the
-checkpoint count is written once every part (trainer, orchestrator) is DONE."""
+checkpoint count is written once every part (trainer, orchestrator) is DONE. A LoRA model's
+checkpoint holds the adapter and its optimizer state only: the frozen base is loaded from the
+model source at every start."""
 
 import os
 import random
@@ -13,10 +15,15 @@ import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
 from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.dist import World
+from trainer.lora import is_lora, trainable_names
 
 PART = "trainer"
 # Fault-injection hook for the fault-matrix tests: seconds to pause inside every save, after the
@@ -40,6 +47,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def train_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Model and optimizer state dicts as checkpoints hold them; frozen parameters (a LoRA
+    model's base) are left out."""
+    lora = is_lora(model)
+    options = StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
+    if lora:  # a tied head stays listed under its second name: keep trainable names only
+        trainable = trainable_names(model)
+        model_state = {k: v for k, v in model_state.items() if k in trainable}
+    return model_state, optim_state
+
+
 def save_checkpoint(
     run_dir: RunDir,
     step: int,
@@ -56,7 +75,7 @@ def save_checkpoint(
         shutil.rmtree(folder, ignore_errors=True)  # an earlier interrupted save of this step
         folder.mkdir(parents=True)
     world.barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = train_state(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
     local = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
     torch.save(local, folder / f"rank_{world.rank}.pt")
@@ -78,11 +97,15 @@ def load_checkpoint(
     folder = run_dir.part_dir(step, PART)
     if not run_dir.part_done(step, PART):
         raise FileNotFoundError(f"trainer checkpoint {folder} is incomplete (no {DONE} marker)")
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = train_state(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=folder / "dcp")
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=StateDictOptions(strict=not is_lora(model)),
     )
     rank_file = folder / f"rank_{world.rank}.pt"
     if not rank_file.exists():  # resumed on more ranks than saved: reuse rank 0's states

@@ -76,6 +76,38 @@ class OptimConfig(BaseConfig):
     """Final learning rate of the linear and cosine schedules."""
 
 
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(BaseConfig):
+    """Low-rank adapters (LoRA): only the adapters train (fp32, with their AdamW state); the
+    base weights stay frozen, each published policy is an adapter folder, and checkpoints hold
+    the adapter and its optimizer state only."""
+
+    rank: PositiveInt = 16
+    """Rank r of each adapter (the inner size of B @ A)."""
+
+    alpha: PositiveFloat = 32.0
+    """Scaling numerator: the adapter adds (alpha / rank) * B @ A to each target weight."""
+
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Dropout on the adapter's input while training; keep 0 for RL, since the engine samples
+    without it and the first step's parity check compares the two."""
+
+    target_modules: list[str] = DEFAULT_LORA_TARGETS
+    """Names of the linear layers that get an adapter (the last part of the module name, e.g.
+    `q_proj`); every matching layer in every decoder block is adapted."""
+
+    @model_validator(mode="after")
+    def validate_targets(self) -> "LoraConfig":
+        if not self.target_modules:
+            raise ValueError(
+                "lora.target_modules is empty: name at least one linear layer, e.g. "
+                '["q_proj", "v_proj"]'
+            )
+        return self
+
+
 class RatioClipLossConfig(BaseConfig):
     """PPO-style objective: the importance ratio against inference logprobs is clipped."""
 
@@ -166,6 +198,10 @@ class TrainerConfig(SharedFields):
 
     parity: ParityConfig = ParityConfig()
     """Trainer/inference logprob parity check at the start of every run."""
+
+    lora: LoraConfig | None = None
+    """Train low-rank adapters instead of the whole model (`[lora]`); None trains every
+    weight (full fine-tuning)."""
 
     on_nonfinite: Literal["skip", "stop"] = "skip"
     """What a step whose loss or gradient norm is NaN/inf does: `skip` drops that update (the

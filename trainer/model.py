@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.config import TrainerModelConfig
+from trainer.config import LoraConfig, TrainerModelConfig
 from trainer.dist import World
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -29,10 +29,13 @@ def compute_dtype(config: TrainerModelConfig, model: nn.Module) -> torch.dtype:
     return stored if isinstance(stored, torch.dtype) else torch.float32
 
 
-def load_model(config: TrainerModelConfig, source: str, world: World) -> nn.Module:
+def load_model(
+    config: TrainerModelConfig, source: str, world: World, lora: LoraConfig | None = None
+) -> nn.Module:
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
     when distributed; `model.compute_dtype` says what the forward pass runs in and
-    `model.serving_dtype` what published weights are written in."""
+    `model.serving_dtype` what published weights are written in. With `lora`, only adapters
+    on the target layers train (trainer/lora.py)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
@@ -45,6 +48,10 @@ def load_model(config: TrainerModelConfig, source: str, world: World) -> nn.Modu
     serving = config.serving_dtype
     model.serving_dtype = DTYPES[serving] if serving else model.compute_dtype
     model.config.use_cache = False
+    if lora is not None:
+        from trainer.lora import apply_lora
+
+        apply_lora(model, lora)
     if config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if world.distributed:

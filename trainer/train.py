@@ -90,7 +90,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         raise ConfigError(str(err)) from None
     if world.is_main:
         write_config(config, run_dir.config_file("trainer"))
-    model = load_model(config.model, source, world)
+    model = load_model(config.model, source, world, config.lora)
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(
         config.weight_transfer, run_dir, model, world, source_dir(source), source,

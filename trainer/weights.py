@@ -2,7 +2,9 @@
 
 The filesystem transport publishes the policy as `weights/step_<n>`: an HF safetensors folder
 (config, tokenizer, generation config) loadable by vLLM and transformers, written as a tmp
-folder + rename, then STABLE; it deletes weight folders that no one can need any more.
+folder + rename, then STABLE; it deletes weight folders that no one can need any more. A LoRA
+policy (`trainer.lora`) is published as its adapter alone, in PEFT's folder layout
+(trainer/lora.py), a few MB instead of the whole model.
 """
 
 import json
@@ -18,29 +20,42 @@ from rlcore.files import atomic_folder
 from rlcore.rundir import RunDir, remove_steps
 from rlcore.weight_transfer import WeightSender
 from trainer.dist import World
+from trainer.lora import is_lora, write_adapter
 
 # Files of the source model folder that are not copied: weights and what we write ourselves.
 SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 SKIPPED_NAMES = {"config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json"}
 
 
-def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor] | None:
+def full_state_dict(
+    model: nn.Module, world: World, trainable_only: bool = False
+) -> dict[str, torch.Tensor] | None:
     """Unsharded parameters on CPU in the serving dtype, on rank 0 only (None elsewhere); every
-    rank must call."""
+    rank must call. `trainable_only`: just the parameters that train (a LoRA adapter)."""
     dtype = getattr(model, "serving_dtype", None)
     if not world.distributed:
-        return {k: cast(v.detach(), dtype) for k, v in model.state_dict().items()}
+        state = model.state_dict()
+        if trainable_only:
+            state = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        return drop_tied_copies(model, {k: cast(v.detach(), dtype) for k, v in state.items()})
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    options = StateDictOptions(
+        full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only
+    )
     state = get_model_state_dict(model, options=options)
     if not world.is_main:
         return None
-    # Gathered copies of tied parameters no longer share storage: keep only the source.
+    return drop_tied_copies(model, {k: cast(v, dtype) for k, v in state.items()})
+
+
+def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gathered or cast copies of tied parameters no longer share storage, so both would be
+    saved: keep only the source (loaders tie them again)."""
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
         if target in state and source in state:
             del state[target]
-    return {k: cast(v, dtype) for k, v in state.items()}
+    return state
 
 
 def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -72,18 +87,27 @@ def publish_weights(
     source: Path | None,
     source_name: str,
 ) -> None:
-    """Write weights/step_<step> atomically and mark it STABLE (all ranks call)."""
-    state = full_state_dict(model, world)
+    """Write weights/step_<step> atomically and mark it STABLE (all ranks call): the whole
+    model as an HF folder, or a LoRA model's adapter as a PEFT folder."""
+    state = full_state_dict(model, world, trainable_only=is_lora(model))
     if world.is_main:
         with atomic_folder(run_dir.weight_dir(step)) as tmp:
-            copy_support_files(source, tmp, source_name)
-            architectures = model.config.architectures
-            model.save_pretrained(tmp, state_dict=state)
-            fix_architectures(
-                tmp / "config.json", architectures, getattr(model, "compute_dtype", None)
-            )
+            if is_lora(model):
+                write_adapter(tmp, model, state, source_name)
+            else:
+                write_model_folder(tmp, model, state, source, source_name)
         run_dir.mark_weights_stable(step)
     world.barrier()
+
+
+def write_model_folder(
+    folder: Path, model: nn.Module, state: dict, source: Path | None, source_name: str
+) -> None:
+    """An HF folder: `state` as safetensors, config, tokenizer and generation config."""
+    copy_support_files(source, folder, source_name)
+    architectures = model.config.architectures
+    model.save_pretrained(folder, state_dict=state)
+    fix_architectures(folder / "config.json", architectures, getattr(model, "compute_dtype", None))
 
 
 def fix_architectures(config_file: Path, architectures: list[str] | None, dtype=None) -> None:
