@@ -16,6 +16,8 @@ from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 
 logger = logging.getLogger("inference")
+ADMIN_TOKEN_ENV = "RL_ADMIN_TOKEN"
+"""A token given by `rl` (the same for all of a run's servers) instead of a fresh one."""
 HANG_ENV = "RL_FAULT_INFERENCE_HANG_AT_UPDATE"
 """Fault-injection hook for the stall tests: the n-th weight update blocks the server."""
 
@@ -33,7 +35,7 @@ def issue_admin_token(config) -> str | None:
     """A new token in `<output_dir>/admin_token` (mode 600) unless the server binds loopback."""
     if is_loopback(config.server.host):
         return None
-    token = secrets.token_urlsafe(32)
+    token = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(32)
     atomic_write_text(RunDir(config.output_dir).admin_token, token + "\n", mode=0o600)
     logger.info(f"admin routes need the token in {RunDir(config.output_dir).admin_token}")
     return token

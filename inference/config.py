@@ -139,6 +139,11 @@ class InferenceConfig(BaseConfig):
     output_dir: Path = Path("outputs")
     """Run directory; `/update_weights` only loads folders inside it."""
 
+    replicas: PositiveInt = 1
+    """Servers `rl` starts from this config, each on its own share of `--inference-gpu-ids` and
+    its own port (`server.port` + i); the orchestrator sends each request to the least-loaded one
+    and every weight update to all. The `inference` command itself serves one."""
+
     seed: int = 0
     """Sampling seed of the engine."""
 

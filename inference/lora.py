@@ -98,7 +98,7 @@ class AdapterSwapper:
         if lora is None:
             return
         pause = self.engine.pause_generation(mode=self.pause_mode, clear_cache=False)
-        await wait_for(f"pausing generation to unload adapter {name}", pause)
+        await wait_for(f"pausing generation to unload adapter {name}", pause, harmless=True)
         try:
             await models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=name))
             await self.engine.remove_lora(lora.lora_int_id)

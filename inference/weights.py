@@ -4,13 +4,16 @@ A folder is checked before any weight is touched: it must lie inside the allowed
 HF `config.json` and safetensors files whose tensor names and shapes match the base model. Only
 then is generation paused (in-flight requests finish first), the workers reload from the
 folder through vLLM's `reload_weights` RPC, the prefix cache is cleared and generation resumes.
-A failed reload restores the previous weights, so the server keeps serving a whole policy.
+A failed reload restores the previous weights, so the server keeps serving a whole policy. A
+reload that times out is another matter: the workers may still be writing, so nothing is sent
+to them again (no restore, no later swap: 503 until inference restarts).
 A LoRA adapter folder (PEFT's `adapter_config.json`) is served as an adapter instead, when the
 server runs with `inference.lora` (inference/lora.py).
 """
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ from inference.lora import AdapterSwapper, is_adapter_dir
 from rlcore.weight_transfer import WeightLoader
 
 CONFIG_FILE = "config.json"
+RELOAD_DELAY_ENV = "RL_FAULT_RELOAD_DELAY_S"
+"""Fault-injection hook for the timeout tests: seconds each weight reload sleeps first."""
 
 
 class WeightDirError(ValueError):
@@ -123,8 +128,19 @@ class WeightUpdater(WeightLoader):
         base_path = Path(base)
         self.expected = tensor_shapes(base_path) if base_path.is_dir() else None
         self.lock = asyncio.Lock()
+        self.unsafe: str | None = None
+        """Why the served weights are unknown (a weight change timed out); None while known."""
+
+    def check_safe(self) -> None:
+        if self.unsafe is not None:
+            raise WeightDirError(
+                503,
+                f"an earlier weight change timed out ({self.unsafe}) and the engine may still "
+                "be applying it, so no weights are sent to it again: restart inference",
+            )
 
     async def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.check_safe()
         weight_dir = request.get("weight_dir")
         if not isinstance(weight_dir, str):
             raise WeightDirError(422, f'expected a JSON body {{"weight_dir": PATH}}, got {request}')
@@ -144,13 +160,16 @@ class WeightUpdater(WeightLoader):
                 "inference.lora (rl sets it from trainer.lora)",
             )
         async with self.lock:
+            self.check_safe()
             return await self.adapters.load(folder, self.wait_for)
 
     async def reload_base(self) -> dict:
+        self.check_safe()
         return await self.swap(self.state.base)
 
     async def swap(self, target: str) -> dict:
         async with self.lock:
+            self.check_safe()
             if self.adapters is not None:  # full weights replace the adapter policy
                 await self.adapters.unload_current(self.wait_for)
             start = time.monotonic()
@@ -158,7 +177,7 @@ class WeightUpdater(WeightLoader):
             try:
                 await self.wait_for("pausing generation", self.engine.pause_generation(
                     mode=self.pause_mode, clear_cache=True
-                ))  # fmt: skip
+                ), harmless=True)  # fmt: skip
                 await self.reload(target, previous)
             finally:
                 await self.engine.resume_generation()
@@ -168,6 +187,8 @@ class WeightUpdater(WeightLoader):
     async def reload(self, target: str, previous: str) -> None:
         try:
             await self.wait_for(f"reloading {target}", self.rpc_reload(target))
+        except WeightDirError:
+            raise  # timed out: the workers may still be writing; send them nothing more
         except Exception as err:
             # Half-written parameters would serve a mix of two policies: go back to `previous`.
             await self.wait_for(f"restoring {previous}", self.rpc_reload(previous))
@@ -175,18 +196,23 @@ class WeightUpdater(WeightLoader):
         await self.engine.reset_prefix_cache()
 
     async def rpc_reload(self, path: str) -> None:
+        delay = float(os.environ.get(RELOAD_DELAY_ENV, "0"))
+        if delay:
+            await asyncio.sleep(delay)
         await self.engine.collective_rpc(
             "reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True}
         )
 
-    async def wait_for(self, what: str, awaitable) -> Any:
-        """`awaitable`'s result, or a 504 WeightDirError naming `what` after `timeout_s`."""
+    async def wait_for(self, what: str, awaitable, harmless: bool = False) -> Any:
+        """`awaitable`'s result, or a 504 WeightDirError naming `what` after `timeout_s`. A
+        timeout of anything but a `harmless` wait (pausing) leaves the weights unknown."""
         try:
             return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except TimeoutError:
-            raise WeightDirError(
-                504, f"timed out after {self.timeout_s:.0f} s {what} (weights.timeout_s)"
-            ) from None
+            message = f"timed out after {self.timeout_s:g} s {what} (weights.timeout_s)"
+            if not harmless:
+                self.unsafe = message
+            raise WeightDirError(504, message) from None
 
 
 TRANSPORTS = {"filesystem": WeightUpdater}

@@ -4,7 +4,7 @@ import signal
 import sys
 import time
 
-from launcher.plan import Plan, describe
+from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import (
@@ -33,6 +33,8 @@ def write_configs(plan: Plan) -> None:
     write_config(plan.config, run.config_file("rl"))
     for component in COMPONENTS:
         write_config(getattr(plan.config, component), run.config_file(component))
+    for name in plan.inference_names[1:]:
+        write_config(replica_config(plan.config, name), run.config_file(name))
 
 
 def launch(plan: Plan, clean: bool) -> int:
@@ -87,13 +89,14 @@ def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
 
 
 def supervise(plan: Plan, supervisor: Supervisor) -> int:
-    supervisor.start("inference")
+    for name in plan.inference_names:
+        supervisor.start(name)
     print("rl: waiting for inference to become healthy", flush=True)
     try:
         supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
     except TimeoutError as err:
-        return fail(supervisor, "inference", 1, str(err))
-    if supervisor.children["inference"].proc.poll() is None:
+        return fail(supervisor, err.args[1], 1, err.args[0])
+    if all(supervisor.children[n].proc.poll() is None for n in plan.inference_names):
         print("rl: inference is healthy; starting orchestrator and trainer", flush=True)
         supervisor.start("orchestrator")
         supervisor.start("trainer")

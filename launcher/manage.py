@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -16,6 +17,7 @@ from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
 
 RUNS_ROOT = Path("outputs")
+REPLICA = re.compile(r"inference-\d+$")
 INIT_TEMPLATE = """\
 # rl.toml: start with `rl @ rl.toml`; any key can be overridden on the command line, e.g.
 # `rl @ rl.toml --max-steps 50 --orchestrator.sampling.temperature 0.7`.
@@ -114,8 +116,9 @@ def cmd_status(args: list[str]) -> int:
     print(f"run:          {run.root}")
     print(f"status:       {state.get('status', 'unknown')}{' (launcher running)' if alive else ''}")
     steps = _last_steps(run)
-    for name in COMPONENTS:
-        pid = state.get("pids", {}).get(name)
+    pids = state.get("pids", {})
+    for name in [*COMPONENTS, *sorted(n for n in pids if n.startswith("inference-"))]:
+        pid = pids.get(name)
         up = "running" if pid and _pid_alive(pid) else "not running"
         step = f", last logged step {steps[name]}" if name in steps else ""
         print(f"{name + ':':<14}{up}{f' (pid {pid})' if pid else ''}{step}")
@@ -127,12 +130,13 @@ def cmd_status(args: list[str]) -> int:
 def cmd_logs(args: list[str]) -> int:
     follow = "-f" in args or "--follow" in args
     args = [a for a in args if a not in ("-f", "--follow")]
-    component = next((a for a in args if a in (*COMPONENTS, "rl")), None)
+    component = next((a for a in args if a in (*COMPONENTS, "rl") or REPLICA.match(a)), None)
     args = [a for a in args if a != component]
     run = _run_dir(args)
     if run is None:
         return USER_ERROR_EXIT_CODE
-    names = [component] if component else ["inference", "orchestrator", "trainer"]
+    replicas = sorted(f.stem for f in run.logs.glob("inference-*.log"))
+    names = [component] if component else ["inference", *replicas, "orchestrator", "trainer"]
     files = [run.log_file(n) for n in names if run.log_file(n).exists()]
     if not files:
         print(f"rl: error: no logs in {run.logs}", file=sys.stderr)

@@ -61,10 +61,13 @@ def model_shape(folder: Path) -> ModelShape | None:
 
 
 def trainer_peak(
-    shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1
-) -> dict[str, float]:
-    """The estimate's terms in bytes (see the module docstring)."""
+    shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1,
+    trainable: int | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """The estimate's terms in bytes (see the module docstring); `trainable`: the parameters
+    that train when fewer than all do (LoRA adapters), for gradients and optimizer state."""
     p = shape.params
+    t = shape.params if trainable is None else trainable
     layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
     if checkpointing:
         activations = tokens * shape.hidden * compute_bytes * shape.layers + layer_bytes
@@ -72,8 +75,8 @@ def trainer_peak(
         activations = layer_bytes * shape.layers
     return {
         "weights": 4 * p / shards,
-        "gradients": 4 * p / shards,
-        "optimizer": 8 * p / shards,
+        "gradients": 4 * t / shards,
+        "optimizer": 8 * t / shards,
         "compute copy": (compute_bytes * p if compute_bytes < 4 else 0) / shards,
         "activations": activations,
         "loss head": LOSS_HEAD_COPIES * tokens * shape.vocab * 4,
@@ -136,9 +139,13 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     tokens = trainer.data.micro_batch_tokens or trainer.seq_len
     compute_bytes = 4 if trainer.model.dtype == "float32" else 2
     gpus = gpu_map.get("trainer") or []
+    lora = trainer.lora
+    # Adapters: about two rank x hidden matrices per target layer per block.
+    adapters = None if lora is None else 2 * lora.rank * shape.hidden * len(lora.target_modules)
     parts = trainer_peak(
-        shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1)
-    )
+        shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1),
+        trainable=None if adapters is None else adapters * shape.layers,
+    )  # fmt: skip
     if gpus:
         have, where = gpu_memory(gpus), f"GPU {gpus[0]}"
         parts.pop("process")  # host memory, not the GPU's
@@ -149,6 +156,7 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
             serving = 4 if config.inference.model.dtype == "float32" else 2
             inference = shape.params * serving + config.inference.cpu.kvcache_space_gib * GIB
             inference += INFERENCE_OVERHEAD
+            inference *= config.inference.replicas
         have = ram - inference if ram is not None else None
         where = "this machine's available memory less inference's share"
     need = sum(parts.values())

@@ -1,11 +1,13 @@
 """Turning a validated RLConfig into a launch plan: GPU map, derived settings, commands."""
 
+import secrets
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from launcher.rl_config import COMPONENTS, RLConfig
+from inference.admin import ADMIN_TOKEN_ENV, is_loopback
+from launcher.rl_config import RLConfig
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.rundir import RunDir
@@ -43,21 +45,39 @@ class Plan:
     def run(self) -> RunDir:
         return RunDir(self.config.trainer.output_dir)
 
+    admin_token: str | None = None
+    """One admin token for all inference servers of a run bound beyond loopback (RL_ADMIN_TOKEN
+    in their environment), so that the orchestrator's one `admin_token` file fits them all."""
+
+    @property
+    def inference_names(self) -> list[str]:
+        return inference_names(self.config.inference.replicas)
+
+    @property
+    def components(self) -> list[str]:
+        """Every process, in start order."""
+        return [*self.inference_names, "orchestrator", "trainer"]
+
     def env(self, component: str) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
+        if self.admin_token and component.startswith("inference"):
+            env[ADMIN_TOKEN_ENV] = self.admin_token
+        return env
 
     def command(self, component: str) -> list[str]:
         config_file = self.run.config_file(component)
-        return [sys.executable, "-m", f"{component}.main", "@", str(config_file)]
+        module = "inference" if component.startswith("inference") else component
+        return [sys.executable, "-m", f"{module}.main", "@", str(config_file)]
 
 
 def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[dict, list[str]]:
     """Pick each process's GPU set; the orchestrator never gets one."""
     warnings: list[str] = []
     inf, trn = config.inference_gpu_ids, config.trainer_gpu_ids
+    replicas = config.inference.replicas
     if inf is None and trn is None:
-        if len(available) >= 2:
-            inf, trn = [available[0]], [available[1]]
+        if len(available) >= replicas + 1:
+            inf, trn = available[:replicas], [available[replicas]]
         elif len(available) == 1:
             raise ConfigError(
                 "one GPU found but inference and trainer need one each: pass "
@@ -77,21 +97,46 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
         if not dry_run:
             raise ConfigError(message)
         warnings.append(message + " (dry run: continuing)")
-    return {"inference": inf, "orchestrator": [], "trainer": trn}, warnings
+    gpu_map = {"orchestrator": [], "trainer": trn}
+    if inf and len(inf) % replicas:
+        raise ConfigError(
+            f"inference.replicas = {replicas} cannot split --inference-gpu-ids {inf} evenly: "
+            f"list a multiple of {replicas} GPUs"
+        )
+    share = len(inf) // replicas
+    for i, name in enumerate(inference_names(replicas)):
+        gpu_map[name] = inf[i * share : (i + 1) * share]
+    return gpu_map, warnings
+
+
+def inference_names(replicas: int) -> list[str]:
+    """The inference processes' names: `inference`, then `inference-1`, `inference-2`, ..."""
+    return ["inference"] + [f"inference-{i}" for i in range(1, replicas)]
+
+
+def replica_config(config: RLConfig, name: str):
+    """The InferenceConfig of server `name`: its own port (`server.port` + its index)."""
+    index = inference_names(config.inference.replicas).index(name)
+    replica = config.inference.model_copy(deep=True)
+    replica.server.port += index
+    return replica
 
 
 def derive(config: RLConfig) -> RLConfig:
     """Fill settings one component derives from another (base URL, the dtype published
     weights are written in, data parallelism)."""
     server = config.inference.server
-    url = server_url(server.host, server.port) + "/v1"
+    urls = [
+        server_url(server.host, server.port + i) + "/v1" for i in range(config.inference.replicas)
+    ]
     client = config.orchestrator.client
     if client.base_url is None:
-        client.base_url = url
-    elif client.base_url.rstrip("/") != url:
+        client.base_url = urls[0] if len(urls) == 1 else urls
+    elif [u.rstrip("/") for u in client.base_urls] != urls:
         raise ConfigError(
-            f"orchestrator.client.base_url = {client.base_url!r} but inference serves at {url}: "
-            "leave base_url unset under `rl` (it is derived) or match inference.server.port"
+            f"orchestrator.client.base_url = {client.base_url!r} but inference serves at "
+            f"{', '.join(urls)}: leave base_url unset under `rl` (it is derived) or match "
+            "inference.server.port"
         )
     trainer_model = config.trainer.model
     if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
@@ -99,7 +144,9 @@ def derive(config: RLConfig) -> RLConfig:
     derive_lora(config)
     gpus = config.inference_gpu_ids
     if gpus and config.inference.parallel.dp is None:
-        config.inference.parallel.dp = len(gpus) // config.inference.parallel.tp
+        config.inference.parallel.dp = len(gpus) // (
+            config.inference.parallel.tp * config.inference.replicas
+        )
     return config
 
 
@@ -129,8 +176,10 @@ def derive_lora(config: RLConfig) -> None:
 def make_plan(config: RLConfig, dry_run: bool) -> Plan:
     config = derive(config)
     gpu_map, warnings = assign_gpus(config, detect_gpus(), dry_run)
-    if gpu_map["inference"] and not config.inference_gpu_ids:
-        config.inference_gpu_ids = gpu_map["inference"]
+    names = inference_names(config.inference.replicas)
+    all_inference = [g for name in names for g in gpu_map[name]]
+    if all_inference and not config.inference_gpu_ids:
+        config.inference_gpu_ids = all_inference
     if gpu_map["trainer"] and not config.trainer_gpu_ids:
         config.trainer_gpu_ids = gpu_map["trainer"]
     from launcher.memory import check_memory
@@ -138,19 +187,22 @@ def make_plan(config: RLConfig, dry_run: bool) -> Plan:
     memory, warning = check_memory(config, gpu_map)
     if warning is not None:
         warnings.append(warning)
-    return Plan(config=config, gpu_map=gpu_map, warnings=warnings, memory=memory)
+    token = None
+    if len(names) > 1 and not is_loopback(config.inference.server.host):
+        token = secrets.token_urlsafe(32)
+    return Plan(config, gpu_map, warnings, memory, admin_token=token)
 
 
 def describe(plan: Plan) -> str:
     """The GPU map and commands, as `--dry-run` and the start banner show them."""
     lines = ["GPU map:"]
-    for component in COMPONENTS:
+    for component in ("trainer", "orchestrator", *plan.inference_names):
         gpus = plan.gpu_map[component]
         lines.append(f"  {component:<13} {'GPUs ' + ','.join(map(str, gpus)) if gpus else 'CPU'}")
     if plan.memory:
         lines.append(plan.memory)
     lines.append("Commands (started in this order: inference, then orchestrator and trainer):")
-    for component in ("inference", "orchestrator", "trainer"):
+    for component in plan.components:
         env = plan.env(component)
         cmd = " ".join(plan.command(component))
         lines.append(f"  CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} {cmd}")

@@ -4,7 +4,7 @@ or a resume. A failed check is a ConfigError: one message, exit 2, nothing start
 import shutil
 from pathlib import Path
 
-from launcher.plan import Plan
+from launcher.plan import Plan, replica_config
 from rlcore.errors import ConfigError
 from rlcore.health import port_problem
 
@@ -97,8 +97,9 @@ def model_folder(name: str) -> Path | None:
 
 def run_checks(plan: Plan, clean: bool) -> int | None:
     """Every check before anything starts; returns the resolved resume step."""
-    server = plan.config.inference.server
-    check_port_free(server.host, server.port)
+    for name in plan.inference_names:
+        server = replica_config(plan.config, name).server
+        check_port_free(server.host, server.port)
     check_environments(plan)
     check_disk(plan, model_folder(plan.config.inference.model.name))
     return prepare_run_dir(plan, clean)

@@ -117,12 +117,14 @@ class RLConfig(BaseConfig):
                 f"{sorted(set(inf) & set(trn))}: give each process its own GPUs"
             )
         if inf:
-            par = self.inference.parallel
-            dp = par.dp if par.dp is not None else max(1, len(inf) // par.tp)
-            if dp * par.tp != len(inf):
+            par, replicas = self.inference.parallel, self.inference.replicas
+            dp = par.dp if par.dp is not None else max(1, len(inf) // (par.tp * replicas))
+            if dp * par.tp * replicas != len(inf):
+                fit = max(1, len(inf) // (par.tp * replicas))
                 raise ValueError(
-                    f"--inference-gpu-ids lists {len(inf)} GPU(s) but inference.parallel.dp × tp "
-                    f"= {dp} × {par.tp} = {dp * par.tp}: make them equal (e.g. "
-                    f"--inference.parallel.dp {max(1, len(inf) // par.tp)})"
+                    f"--inference-gpu-ids lists {len(inf)} GPU(s) but inference.replicas × "
+                    f"parallel.dp × tp = {replicas} × {dp} × {par.tp} = "
+                    f"{replicas * dp * par.tp}: make them equal (e.g. --inference.parallel.dp "
+                    f"{fit}, or list {replicas * dp * par.tp} GPUs)"
                 )
         return self

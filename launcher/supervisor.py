@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.plan import Plan
+from launcher.plan import Plan, replica_config
 from launcher.stall import dump_stacks
 from rlcore.files import atomic_write_text
 from rlcore.health import probe_health, server_url
@@ -24,7 +24,6 @@ from rlcore.protocol import HEALTH_ROUTE
 PR_SET_PDEATHSIG = 1
 STALLED = -1000
 """poll()'s code for a component stopped for making no progress."""
-STALL_WATCHED = ("orchestrator", "trainer", "inference")
 HEALTH_PROBE_S = 5.0
 """How often a started inference server's /health is asked (its progress signal)."""
 
@@ -88,21 +87,34 @@ class Supervisor:
         return child
 
     @property
-    def inference_url(self) -> str:
-        server = self.plan.config.inference.server
+    def inference(self) -> list[Child]:
+        """The inference servers started so far."""
+        return [self.children[n] for n in self.plan.inference_names if n in self.children]
+
+    def url(self, name: str) -> str:
+        server = replica_config(self.plan.config, name).server
         return server_url(server.host, server.port)
 
     def wait_healthy(self, timeout_s: float) -> None:
-        url = self.inference_url
+        """Until every inference server answers /health (or one exits: the supervision loop
+        reports it); TimeoutError(message, name) after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.children["inference"].proc.poll() is not None:
-                return  # reported by the supervision loop
-            if probe_health(url) is None:
-                self.children["inference"].last_progress = time.monotonic()
+        waiting = list(self.inference)
+        while waiting:
+            child = waiting[0]
+            if child.proc.poll() is not None:
                 return
+            if probe_health(self.url(child.name)) is None:
+                child.last_progress = time.monotonic()
+                waiting.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                url = self.url(child.name)
+                message = (
+                    f"{child.name} did not answer {url}{HEALTH_ROUTE} within {timeout_s:.0f} s"
+                )
+                raise TimeoutError(message, child.name)
             time.sleep(1.0)
-        raise TimeoutError(f"inference did not answer {url}{HEALTH_ROUTE} within {timeout_s:.0f} s")
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:
@@ -112,9 +124,9 @@ class Supervisor:
             code = child.proc.poll()
             if code is None:
                 continue
-            if child.name == "inference" or code != 0:
+            if child in self.inference or code != 0:
                 return child.name, code  # inference exiting at all (even 0) ends the run
-        done = [c for c in self.children.values() if c.name != "inference"]
+        done = [c for c in self.children.values() if c not in self.inference]
         if done and all(c.proc.poll() == 0 for c in done):
             return "done", 0
         stalled = self.check_stalls()
@@ -142,13 +154,13 @@ class Supervisor:
 
     def probe_inference(self) -> None:
         """Inference's progress: its /health answering (asked every HEALTH_PROBE_S)."""
-        child = self.children.get("inference")
         now = time.monotonic()
-        if child is None or now - self.last_health_probe < HEALTH_PROBE_S:
+        if now - self.last_health_probe < HEALTH_PROBE_S:
             return
         self.last_health_probe = now
-        if probe_health(self.inference_url) is None:
-            child.last_progress = time.monotonic()
+        for child in self.inference:
+            if probe_health(self.url(child.name)) is None:
+                child.last_progress = time.monotonic()
 
     def check_stalls(self) -> tuple[str, str] | None:
         """(component, message) for a trainer or orchestrator without a new metrics record,
@@ -157,14 +169,15 @@ class Supervisor:
         self.probe_inference()
         now = time.monotonic()
         timeout = self.plan.config.stall_timeout_s
-        watched = [self.children[n] for n in STALL_WATCHED if n in self.children]
+        watched = [self.children[n] for n in ("orchestrator", "trainer") if n in self.children]
+        watched += self.inference
         for child in sorted(watched, key=lambda c: c.last_progress):  # stalled longest first
             if now - child.last_progress <= timeout:
                 continue
             child = self.root_cause(child)
             name = child.name
             where = dump_stacks(child.proc.pid, child.log)
-            lacking = f"answered {HEALTH_ROUTE}" if name == "inference" else "made progress"
+            lacking = f"answered {HEALTH_ROUTE}" if child in self.inference else "made progress"
             return name, (
                 f"{name} has not {lacking} for {now - child.last_progress:.0f} s "
                 f"(stall_timeout_s = {timeout:g}); it is waiting in {where}; the stacks of all "
@@ -173,12 +186,14 @@ class Supervisor:
         return None
 
     def root_cause(self, stalled: Child) -> Child:
-        """The component to blame for `stalled`: inference when it does not answer /health
-        now (everything else waits on it), else `stalled` itself."""
-        inference = self.children.get("inference")
-        if stalled is inference or inference is None:
+        """The component to blame for `stalled`: an inference server that does not answer
+        /health now (everything else waits on it), else `stalled` itself."""
+        if stalled in self.inference:
             return stalled
-        return inference if probe_health(self.inference_url) is not None else stalled
+        for child in self.inference:
+            if probe_health(self.url(child.name)) is not None:
+                return child
+        return stalled
 
     # -- stop --------------------------------------------------------------------------------
     def stop_all(self, grace_s: float) -> None:
@@ -201,13 +216,13 @@ class Supervisor:
                 pass
 
     def write_state(self, status: str, **extra: object) -> None:
-        server = self.plan.config.inference.server
         state = {
             "status": status,
             "launcher_pid": os.getpid(),
             "pids": {c.name: c.proc.pid for c in self.children.values()},
             "gpu_map": self.plan.gpu_map,
-            "inference_url": f"http://{server.host}:{server.port}",
+            "inference_url": self.url("inference"),
+            "inference_urls": [self.url(n) for n in self.plan.inference_names],
             "updated": time.time(),
             **extra,
         }

@@ -114,9 +114,10 @@ class EvalConfig(BaseConfig):
 
 
 class ClientConfig(BaseConfig):
-    base_url: str | None = None
-    """OpenAI-compatible endpoint of the inference server, e.g. `http://127.0.0.1:8000/v1`;
-    None derives it from the inference config under `rl`, else uses `http://127.0.0.1:8000/v1`."""
+    base_url: str | list[str] | None = None
+    """OpenAI-compatible endpoint of the inference server, e.g. `http://127.0.0.1:8000/v1`, or a
+    list of several servers (requests go to the least-loaded one, weight updates to all); None
+    derives it from the inference config under `rl`, else uses `http://127.0.0.1:8000/v1`."""
 
     timeout_s: PositiveFloat = 600.0
     """Seconds one inference request may take before the step fails."""
@@ -130,6 +131,20 @@ class ClientConfig(BaseConfig):
     api_key_var: str = "VLLM_API_KEY"
     """Environment variable holding the key of a server that requires one (vLLM `--api-key`,
     or `VLLM_API_KEY` set for `inference`); the key itself never goes into a config."""
+
+    @field_validator("base_url")
+    @classmethod
+    def check_base_urls(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("base_url is an empty list: give at least one server URL")
+        return value
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Every server's URL (the default one when none is set)."""
+        if self.base_url is None:
+            return ["http://127.0.0.1:8000/v1"]
+        return [self.base_url] if isinstance(self.base_url, str) else list(self.base_url)
 
     @property
     def api_key(self) -> str:

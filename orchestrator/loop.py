@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import (
-    DEFAULT_BASE_URL,
     OrchestratorError,
     read_admin_token,
     update_weights,
@@ -29,6 +28,7 @@ from orchestrator.envs import EnvAdapter, Rollout, check_envs, load_env, make_cl
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
+from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
 from rlcore.errors import ConfigError
 from rlcore.metrics import step_line
@@ -73,12 +73,18 @@ async def run_async(config: OrchestratorConfig) -> None:
         config.seed,
         state.sampler,
     )
-    base_url = config.client.base_url or DEFAULT_BASE_URL
+    pool = ServerPool(config.client.base_urls)
     api_key = config.client.api_key
-    await wait_for_server(base_url, config.model.name, config.client.health_timeout_s, api_key)
+    await asyncio.gather(*(
+        wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key)
+        for s in pool.servers
+    ))  # fmt: skip
+    if len(pool) > 1:
+        logger.info(f"spreading requests over {len(pool)} inference servers")
     client = make_client(
-        base_url, config.client.timeout_s, config.client.max_concurrent, config.seq_len, api_key
+        pool, config.client.timeout_s, config.client.max_concurrent, config.seq_len, api_key
     )
+    client.pool = pool
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id
     # A fresh run starts on the base model, which inference serves from the start.
@@ -148,11 +154,15 @@ async def ensure_policy(
 
 
 async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
-    """Tell inference to load policy `step` (a ready one)."""
-    base_url = config.client.base_url or DEFAULT_BASE_URL
+    """Tell every inference server to load policy `step` (a ready one); returns when all
+    serve it, so nothing is generated from a mix of policies."""
     request = policy.receiver.load_request(step)
     token = read_admin_token(RunDir(config.output_dir).admin_token)
-    answer = await update_weights(base_url, request, config.client.timeout_s, token)
+    answers = await asyncio.gather(*(
+        update_weights(url, request, config.client.timeout_s, token)
+        for url in config.client.base_urls
+    ))  # fmt: skip
+    answer = answers[0]
     if answer is None:
         logger.warning(
             "inference has no /update_weights route (a plain vLLM server?): generation keeps "
@@ -248,6 +258,7 @@ async def train_step(
     metrics |= {"time/generate_s": generate_s, "progress/num_tokens": state.num_tokens}
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
     metrics["num_capped_requests"] = client.budget.take_num_capped()
+    metrics.update(client.pool.take_counts())
     logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
     monitor.log(step, metrics)
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from orchestrator.envs.classic import VerifiersEnv
+from orchestrator.servers import ServerPool
 
 ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv}
 
@@ -23,32 +24,55 @@ def load_env(config) -> EnvAdapter:
 
 
 def make_client(
-    base_url: str, timeout_s: float, max_concurrent: int, seq_len: int, api_key: str = "EMPTY"
+    pool: ServerPool, timeout_s: float, max_concurrent: int, seq_len: int, api_key: str = "EMPTY"
 ) -> Any:
-    """A verifiers chat client for `base_url` that keeps at most `max_concurrent` requests in
-    flight across all rollouts and fits every request into `seq_len` (`client.budget`)."""
-    from openai import AsyncOpenAI
+    """A verifiers chat client over the servers of `pool` that keeps at most `max_concurrent`
+    requests in flight across all rollouts, sends each to the least-loaded server (moving it to
+    another when its server fails) and fits every request into `seq_len` (`client.budget`)."""
+    from openai import APIConnectionError, AsyncOpenAI
     from verifiers.clients import OpenAIChatCompletionsClient
 
     from orchestrator.client import server_root
     from orchestrator.envs.budget import TokenBudget
 
-    budget = TokenBudget(server_root(base_url), seq_len, timeout_s)
+    budget = TokenBudget(server_root(pool.servers[0].base_url), seq_len, timeout_s)
+    subs = [
+        OpenAIChatCompletionsClient(
+            AsyncOpenAI(base_url=s.base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+        )
+        for s in pool.servers
+    ]
 
-    class LimitedClient(OpenAIChatCompletionsClient):
+    class PooledClient(OpenAIChatCompletionsClient):
         semaphore = asyncio.Semaphore(max_concurrent)
 
         async def get_native_response(self, prompt, model, sampling_args, tools=None, **kwargs):
             async with self.semaphore:
                 sampling_args = await budget.cap(model, prompt, sampling_args, tools)
-                return await super().get_native_response(
-                    prompt, model, sampling_args, tools, **kwargs
-                )
+                tried: set[int] = set()
+                while (index := pool.pick(tried)) is not None:
+                    server = pool.servers[index]
+                    server.in_flight += 1
+                    try:
+                        answer = await subs[index].get_native_response(
+                            prompt, model, sampling_args, tools, **kwargs
+                        )
+                    except APIConnectionError as err:  # unreachable or timed out
+                        tried.add(index)
+                        pool.mark_down(index, err)
+                        if len(tried) == len(subs):
+                            raise
+                        continue
+                    finally:
+                        server.in_flight -= 1
+                    server.served += 1
+                    return answer
 
-    openai_client = AsyncOpenAI(
-        base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
-    )
-    client = LimitedClient(openai_client)
+        async def close(self) -> None:
+            for sub in subs:
+                await sub.close()
+
+    client = PooledClient(subs[0].client)
     client.budget = budget
     return client
 

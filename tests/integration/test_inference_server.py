@@ -212,3 +212,33 @@ def test_update_waits_for_requests_in_flight(server, run_dir):
     for answer in answers:  # none aborted or cut short by the swap
         assert answer["choices"][0]["finish_reason"] in ("length", "stop")
         assert len(answer["choices"][0]["token_ids"]) == answer["usage"]["completion_tokens"]
+
+
+def test_a_timed_out_weight_apply_is_never_sent_again(run_dir, tiny_model_dir, tmp_path):
+    """The workers may still be applying a reload that timed out: no restore is sent, and
+    every later swap is refused (503) until inference restarts; the server stays up."""
+    config = tmp_path / "infer.toml"
+    config.write_text(
+        f'output_dir = "{run_dir}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
+        "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n[weights]\ntimeout_s = 3\n"
+    )
+    port = free_port()
+    slow = {"RL_FAULT_RELOAD_DELAY_S": "20"}
+    proc = InferenceProcess(
+        ["@", str(config), "--server.port", str(port)], tmp_path / "inf.log", env=slow
+    )
+    proc.start()
+    try:
+        proc.wait_ready(timeout_s=600)
+        step_1 = {"weight_dir": str(run_dir / "weights/step_1")}
+        status, body = post_json(proc.url + UPDATE_WEIGHTS_ROUTE, step_1)
+        assert status == 504 and "timed out after 3 s reloading" in body["detail"], body
+        status, body = post_json(proc.url + UPDATE_WEIGHTS_ROUTE, step_1)
+        assert status == 503 and "restart inference" in body["detail"], body
+        status, body = post_json(proc.url + RELOAD_WEIGHTS_ROUTE, {})
+        assert status == 503, body
+        assert chat(proc.url, max_tokens=2)["choices"][0]["token_ids"]  # still serving
+    finally:
+        proc.stop(grace_s=30)
+    log = proc.log_path.read_text()
+    assert "restoring" not in log, log[-3000:]

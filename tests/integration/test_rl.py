@@ -197,3 +197,25 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     files = [log, *(f for f in out.rglob("*") if f.is_file() and f.stat().st_size < 2**20)]
     for key in (secret, server_key):
         assert not [f for f in files if key in f.read_text(errors="replace")]
+
+
+def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, "--inference.replicas", "2", log=log)
+    try:
+        code = rl.wait(timeout=900)
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    assert code == 0, log.read_text()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    served = [sum(r.get(f"requests/server_{i}", 0) for r in records) for i in (0, 1)]
+    assert min(served) > 0, served  # both servers generated
+    swaps = [
+        [line.split("now serving ")[1].split()[0] for line in
+         (out / "logs" / f"{name}.log").read_text().splitlines() if "now serving" in line]
+        for name in ("inference", "inference-1")
+    ]  # fmt: skip
+    assert len(swaps[0]) >= 2 and swaps[0] == swaps[1], swaps  # every update reached both

@@ -340,3 +340,20 @@ def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys):
     out = dry_run([*two, *extra], capsys)
     assert "CUDA_VISIBLE_DEVICES='0'" in out and "CUDA_VISIBLE_DEVICES='1'" in out
     assert not (tmp_path / "two").exists()
+
+
+def test_inference_replicas_get_their_own_ports_gpus_and_urls():
+    from launcher.plan import assign_gpus, derive, replica_config
+
+    config = derive(RLConfig.model_validate({"inference": {"replicas": 2}}))
+    assert config.orchestrator.client.base_url == [
+        "http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"
+    ]  # fmt: skip
+    assert replica_config(config, "inference-1").server.port == 8001
+    gpus = {"inference_gpu_ids": [0, 1, 2, 3], "trainer_gpu_ids": [4]}
+    config = derive(RLConfig.model_validate({"inference": {"replicas": 2}, **gpus}))
+    gpu_map, _ = assign_gpus(config, [0, 1, 2, 3, 4], dry_run=False)
+    assert gpu_map["inference"] == [0, 1] and gpu_map["inference-1"] == [2, 3]
+    assert config.inference.parallel.dp == 2
+    with pytest.raises(ValueError, match="replicas × parallel.dp × tp = 3 × 1 × 1"):
+        RLConfig.model_validate({"inference": {"replicas": 3}, **gpus})

@@ -32,6 +32,8 @@ def test_terms_scale_with_tokens_shards_and_checkpointing(tiny_model_dir):
     sharded = trainer_peak(shape, 1024, 2, checkpointing=False, shards=4)
     assert sharded["optimizer"] == small["optimizer"] / 4
     assert trainer_peak(shape, 1024, 2, checkpointing=True)["activations"] < small["activations"]
+    adapters = trainer_peak(shape, 1024, 2, checkpointing=False, trainable=1000)
+    assert adapters["optimizer"] == 8000 and adapters["weights"] == small["weights"]
 
 
 def test_a_batch_too_large_for_this_machine_is_warned_about_with_the_knobs(tiny_model_dir):
