@@ -78,7 +78,7 @@ def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     trainer = Trainer(
         config, world, RunDir("unused"), model, optimizer, scheduler, build_loss(config.loss),
-        source, None, logger=None,
+        sender=None, logger=None,
     )  # fmt: skip
     vocab_size = model.config.get_text_config().vocab_size
     times, cpu_times = [], []

@@ -30,7 +30,8 @@ def set_resume_step(plan: Plan, step: int | None) -> None:
 
 def write_configs(plan: Plan) -> None:
     run = plan.run
-    write_config(plan.config, run.config_file("rl"))
+    if not plan.placement:  # inside a job rl.toml stays as submitted (a restart reads it)
+        write_config(plan.config, run.config_file("rl"))
     for component in COMPONENTS:
         write_config(getattr(plan.config, component), run.config_file(component))
     for name in plan.inference_names[1:]:

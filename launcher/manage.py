@@ -115,6 +115,11 @@ def cmd_status(args: list[str]) -> int:
     alive = launcher_pid is not None and _pid_alive(launcher_pid)
     print(f"run:          {run.root}")
     print(f"status:       {state.get('status', 'unknown')}{' (launcher running)' if alive else ''}")
+    if state.get("slurm_job_id"):
+        from launcher.slurm import job_state
+
+        job = state["slurm_job_id"]
+        print(f"slurm job:    {job} ({job_state(job) or 'state unknown'})")
     steps = _last_steps(run)
     pids = state.get("pids", {})
     for name in [*COMPONENTS, *sorted(n for n in pids if n.startswith("inference-"))]:
@@ -166,6 +171,8 @@ def cmd_stop(args: list[str]) -> int:
     if run is None:
         return USER_ERROR_EXIT_CODE
     state = json.loads(run.run_json.read_text()) if run.run_json.exists() else {}
+    if state.get("slurm_job_id"):
+        return stop_job(run, state["slurm_job_id"])
     pid = state.get("launcher_pid")
     if not pid or not _pid_alive(pid):
         print(f"rl: no running launcher for {run.root}")
@@ -178,6 +185,21 @@ def cmd_stop(args: list[str]) -> int:
         print(f"rl: error: launcher {pid} did not stop within 120 s", file=sys.stderr)
         return 1
     print(f"rl: stopped the run in {run.root}")
+    return 0
+
+
+def stop_job(run: RunDir, job_id: str) -> int:
+    """scancel the run's SLURM job (SIGTERM reaches the supervisor, which stops the rest)."""
+    from launcher.slurm import ACTIVE_STATES, cancel, job_state
+
+    state = job_state(job_id)
+    if state not in ACTIVE_STATES:
+        print(f"rl: SLURM job {job_id} of {run.root} is not running ({state or 'unknown'})")
+        return 0
+    if not cancel(job_id):
+        print(f"rl: error: scancel {job_id} failed", file=sys.stderr)
+        return 1
+    print(f"rl: cancelled SLURM job {job_id} of {run.root}")
     return 0
 
 

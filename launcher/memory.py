@@ -14,11 +14,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-ACTIVATION_BYTES_PER_HIDDEN = 40
+ACTIVATION_BYTES_PER_HIDDEN = 85
 """Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
 LOSS_HEAD_COPIES = 4
 """fp32 logits-sized tensors alive at once in the loss head (logits, log-softmax, grads)."""
-PROCESS_OVERHEAD = 1.0 * 2**30
+PROCESS_OVERHEAD = 0.3 * 2**30
 """torch, transformers and the Python process itself."""
 GIB = 2**30
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from inference.admin import ADMIN_TOKEN_ENV, is_loopback
 from launcher.rl_config import RLConfig
+from launcher.slurm import inside_job
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.rundir import RunDir
@@ -45,6 +46,11 @@ class Plan:
     def run(self) -> RunDir:
         return RunDir(self.config.trainer.output_dir)
 
+    placement: dict[str, list[str]] = field(default_factory=dict)
+    """Inside a SLURM job: the nodes each component is started on with srun (launcher.slurm)."""
+    urls: dict[str, str] = field(default_factory=dict)
+    """Inside a multi-node job: each inference server's address on its node."""
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
     admin_token: str | None = None
     """One admin token for all inference servers of a run bound beyond loopback (RL_ADMIN_TOKEN
     in their environment), so that the orchestrator's one `admin_token` file fits them all."""
@@ -67,7 +73,12 @@ class Plan:
     def command(self, component: str) -> list[str]:
         config_file = self.run.config_file(component)
         module = "inference" if component.startswith("inference") else component
-        return [sys.executable, "-m", f"{module}.main", "@", str(config_file)]
+        command = [sys.executable, "-m", f"{module}.main", "@", str(config_file.absolute())]
+        if self.placement:
+            from launcher.slurm import srun_command
+
+            return srun_command(self, component, command)
+        return command
 
 
 def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[dict, list[str]]:
@@ -175,7 +186,9 @@ def derive_lora(config: RLConfig) -> None:
 
 def make_plan(config: RLConfig, dry_run: bool) -> Plan:
     config = derive(config)
-    gpu_map, warnings = assign_gpus(config, detect_gpus(), dry_run)
+    # A job's GPUs are on its nodes, not on the machine that submits it.
+    submitting = config.slurm is not None and not inside_job()
+    gpu_map, warnings = assign_gpus(config, detect_gpus(), dry_run or submitting)
     names = inference_names(config.inference.replicas)
     all_inference = [g for name in names for g in gpu_map[name]]
     if all_inference and not config.inference_gpu_ids:
@@ -184,7 +197,7 @@ def make_plan(config: RLConfig, dry_run: bool) -> Plan:
         config.trainer_gpu_ids = gpu_map["trainer"]
     from launcher.memory import check_memory
 
-    memory, warning = check_memory(config, gpu_map)
+    memory, warning = check_memory(config, gpu_map) if not submitting else ("", None)
     if warning is not None:
         warnings.append(warning)
     token = None

@@ -23,7 +23,8 @@ USAGE = (
 )
 EXTRA_HELP = """\
   --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
-  --dry-run             print the resolved configs, GPU map and commands; start and write nothing
+  --dry-run             print the resolved configs, GPU map and commands (with [slurm]: the
+                        sbatch script); start and write nothing
   --clean               delete everything in output_dir (checkpoints too) before starting
   --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
                         in their environment, never written to a config or log
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         exit_with(str(err), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
+    if plan.config.slurm is not None:
+        sys.exit(run_slurm(plan, dry_run, clean="clean" in parsed.flags))
     if dry_run:
         print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(plan.config)}")
         print(describe(plan))
@@ -101,6 +104,28 @@ def main(argv: list[str] | None = None) -> None:
     code = launch(plan, clean="clean" in parsed.flags)
     print(f"rl: finished in {time.monotonic() - started:.0f} s with exit code {code}")
     sys.exit(code)
+
+
+def run_slurm(plan, dry_run: bool, clean: bool) -> int:
+    """[slurm]: print or submit the job script; inside the job, place the components on the
+    job's nodes and supervise them here."""
+    from launcher import slurm
+    from launcher.launch import launch, write_configs
+
+    try:
+        if dry_run:
+            print(slurm.job_script(plan, plan.run.config_file("rl")), end="")
+            return 0
+        if not slurm.inside_job():
+            return slurm.submit(plan, write_configs)
+        slurm.place_in_job(plan)
+    except ConfigError as err:
+        print(f"rl: error: {err}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    code = launch(plan, clean=clean)
+    print(f"rl: finished in {time.monotonic() - started:.0f} s with exit code {code}")
+    return code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from inference.config import InferenceConfig
 from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared
+from launcher.slurm import SlurmConfig
 from orchestrator.config import OrchestratorConfig
 from rlcore.config import BaseConfig, CkptConfig, WandbConfig, WeightTransferConfig
 from rlcore.schema import rename_deep
@@ -89,6 +90,10 @@ class RLConfig(BaseConfig):
 
     shutdown_grace_s: Annotated[float, Field(gt=0)] = 15.0
     """Seconds between SIGTERM and SIGKILL when stopping a component."""
+
+    slurm: SlurmConfig | None = None
+    """Run as a SLURM job: `rl` writes and submits an sbatch script (`--dry-run` prints it), and
+    inside the job starts each component with `srun` on its nodes; None runs here."""
 
     @model_validator(mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from rlcore.files import atomic_write_text
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
+from rlcore.rundir import RunDir
 
 PR_SET_PDEATHSIG = 1
 STALLED = -1000
@@ -92,6 +93,8 @@ class Supervisor:
         return [self.children[n] for n in self.plan.inference_names if n in self.children]
 
     def url(self, name: str) -> str:
+        if name in self.plan.urls:
+            return self.plan.urls[name]
         server = replica_config(self.plan.config, name).server
         return server_url(server.host, server.port)
 
@@ -217,16 +220,22 @@ class Supervisor:
 
     def write_state(self, status: str, **extra: object) -> None:
         state = {
-            "status": status,
             "launcher_pid": os.getpid(),
             "pids": {c.name: c.proc.pid for c in self.children.values()},
             "gpu_map": self.plan.gpu_map,
             "inference_url": self.url("inference"),
             "inference_urls": [self.url(n) for n in self.plan.inference_names],
-            "updated": time.time(),
             **extra,
         }
-        atomic_write_text(self.run.run_json, json.dumps(state, indent=2) + "\n")
+        record_state(self.run, status, **state)
+
+
+def record_state(run: RunDir, status: str, **state: object) -> None:
+    """run.json: the run's status for `rl status/list/stop` (inside a SLURM job, its id too)."""
+    if "SLURM_JOB_ID" in os.environ:
+        state.setdefault("slurm_job_id", os.environ["SLURM_JOB_ID"])
+    state = {"status": status, **state, "updated": time.time()}
+    atomic_write_text(run.run_json, json.dumps(state, indent=2) + "\n")
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -203,6 +203,10 @@ class TrainerConfig(SharedFields):
     """Train low-rank adapters instead of the whole model (`[lora]`); None trains every
     weight (full fine-tuning)."""
 
+    nodes: PositiveInt = 1
+    """Nodes the trainer spans: torchrun joins them at MASTER_ADDR:MASTER_PORT (from the
+    environment; `rl` sets them inside a SLURM job), node rank from NODE_RANK or SLURM_NODEID."""
+
     on_nonfinite: Literal["skip", "stop"] = "skip"
     """What a step whose loss or gradient norm is NaN/inf does: `skip` drops that update (the
     last good weights keep serving), `stop` ends the run."""

@@ -21,15 +21,34 @@ def visible_gpu_ids() -> list[str]:
     return [] if ids in ([], ["-1"]) else ids
 
 
-def maybe_reexec_under_torchrun(argv: list[str]) -> None:
-    """Exec torchrun with one rank per listed GPU when several are listed; else return."""
+def maybe_reexec_under_torchrun(argv: list[str], nodes: int = 1) -> None:
+    """Exec torchrun with one rank per listed GPU when several are listed, or across `nodes`
+    nodes (rendezvous at MASTER_ADDR:MASTER_PORT); else return."""
     num_gpus = len(visible_gpu_ids())
-    if num_gpus <= 1 or "LOCAL_RANK" in os.environ:
+    if (num_gpus <= 1 and nodes == 1) or "LOCAL_RANK" in os.environ:
         return
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc-per-node={num_gpus}", "-m", "trainer.main", *argv]
-    logger.info(f"{num_gpus} GPUs listed, re-executing under torchrun")
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if nodes == 1:
+        cmd.append("--standalone")
+    else:
+        cmd += multi_node_args(nodes)
+    cmd += [f"--nproc-per-node={max(num_gpus, 1)}", "-m", "trainer.main", *argv]
+    logger.info(f"{num_gpus} GPUs listed on each of {nodes} node(s), re-executing under torchrun")
     os.execv(sys.executable, cmd)
+
+
+def multi_node_args(nodes: int) -> list[str]:
+    from rlcore.errors import ConfigError
+
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "29517")
+    rank = os.environ.get("NODE_RANK", os.environ.get("SLURM_NODEID"))
+    if not addr or rank is None:
+        raise ConfigError(
+            f"trainer.nodes = {nodes} needs MASTER_ADDR (the first trainer node) and NODE_RANK "
+            "(or SLURM_NODEID) in the environment: run it under `rl` with [slurm], or set them"
+        )
+    return [f"--nnodes={nodes}", f"--node-rank={rank}", f"--master-addr={addr}",
+            f"--master-port={port}"]  # fmt: skip
 
 
 @dataclass

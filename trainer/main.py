@@ -14,7 +14,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
     setup_logging("trainer", config.log.level)
-    maybe_reexec_under_torchrun(argv)
+    try:
+        maybe_reexec_under_torchrun(argv, config.nodes)
+    except ConfigError as err:
+        exit_with(str(err), "trainer")
     from trainer.data import BatchError
     from trainer.train import TrainingError, run
 

@@ -1,0 +1,261 @@
+"""Running `rl` as a SLURM job. Outside a job, `rl` with a `[slurm]` table writes an sbatch
+script (or prints it under --dry-run) and submits it; inside the job the same supervisor runs,
+starting each component with `srun` on its own nodes:
+
+  nodes 0 .. I-1   one inference server each (all of the node's GPUs; I = nodes - trainer_nodes,
+                   or the one node of a one-node job, shared with everything else)
+  last T nodes     the trainer, under torchrun with a rendezvous at the first trainer node
+  the batch node   the orchestrator and the supervisor itself
+
+Everything meets in the run directory, which must be on a filesystem every node shares
+(checked inside the job before anything starts). Any failure ends the supervisor and with it
+the job; SLURM then stops every step that is left."""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from rlcore.config import BaseConfig, PositiveInt
+from rlcore.errors import ConfigError
+
+INSIDE_ENV = "RL_SLURM_JOB"
+"""Set by the job script: `rl` runs the supervisor here instead of submitting again."""
+MASTER_PORT = 29517
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
+
+
+class SlurmConfig(BaseConfig):
+    """Run as a SLURM job (`sbatch`): the table's presence turns it on."""
+
+    nodes: PositiveInt | None = None
+    """Nodes in the job; None means inference_nodes + trainer_nodes. One node runs everything
+    there (GPUs split as without SLURM)."""
+
+    inference_nodes: PositiveInt | None = None
+    """Nodes with one inference server each; None means nodes - trainer_nodes."""
+
+    trainer_nodes: PositiveInt = 1
+    """Nodes the trainer spans (torchrun across nodes, FSDP2 over all their GPUs)."""
+
+    gpus_per_node: Annotated[int, Field(ge=0)] = 8
+    """GPUs requested on each node (`--gpus-per-node`); 0 for CPU nodes."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str = "24:00:00"
+    """Wall-clock limit (`--time`)."""
+
+    job_name: str | None = None
+    """None uses the run directory's name."""
+
+    sbatch_lines: list[str] = []
+    """Extra `#SBATCH` options, e.g. `["--qos=high", "--mem=0"]`."""
+
+    setup: list[str] = []
+    """Shell lines run in the job before `rl` (e.g. `module load cuda`, `source
+    .venv/bin/activate`)."""
+
+    template: Path | None = None
+    """Your own sbatch template instead of the built-in one; `{job_name}`, `{nodes}`,
+    `{log}`, `{workdir}` and `{command}` are filled in."""
+
+    @model_validator(mode="after")
+    def check_nodes(self) -> "SlurmConfig":
+        if self.nodes is None:
+            self.nodes = (self.inference_nodes or 1) + self.trainer_nodes
+        if self.nodes > 1 and self.inference_nodes is None:
+            self.inference_nodes = self.nodes - self.trainer_nodes
+        if self.nodes > 1 and self.inference_nodes + self.trainer_nodes != self.nodes:
+            raise ValueError(
+                f"slurm.nodes = {self.nodes} but inference_nodes + trainer_nodes = "
+                f"{self.inference_nodes} + {self.trainer_nodes}: make them add up"
+            )
+        if self.nodes > 1 and self.inference_nodes < 1:
+            raise ValueError(
+                f"slurm.nodes = {self.nodes} leaves no node for inference after "
+                f"trainer_nodes = {self.trainer_nodes}: add nodes or lower trainer_nodes"
+            )
+        return self
+
+
+def inside_job() -> bool:
+    return os.environ.get(INSIDE_ENV) == "1" and "SLURM_JOB_ID" in os.environ
+
+
+# -- outside the job: the script and its submission ------------------------------------------------
+def job_script(plan, rl_toml: Path) -> str:
+    """The sbatch script that runs `rl @ rl_toml` inside the job."""
+    slurm = plan.config.slurm
+    run = plan.run
+    log = run.logs.absolute() / "slurm-%j.log"
+    workdir = Path.cwd()
+    command = shlex.join([sys.executable, "-m", "launcher.rl", "@", str(rl_toml.absolute())])
+    name = slurm.job_name or run.root.absolute().name
+    if slurm.template is not None:
+        try:
+            text = slurm.template.read_text()
+        except OSError as err:
+            raise ConfigError(f"slurm.template {slurm.template}: {err}") from None
+        return text.format(
+            job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
+        )
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={slurm.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --time={slurm.time}",
+        f"#SBATCH --output={log}",
+    ]
+    if slurm.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={slurm.gpus_per_node}")
+    if slurm.partition:
+        lines.append(f"#SBATCH --partition={slurm.partition}")
+    if slurm.account:
+        lines.append(f"#SBATCH --account={slurm.account}")
+    lines += [f"#SBATCH {line.strip()}" for line in slurm.sbatch_lines]
+    lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(workdir))}", *slurm.setup]
+    lines += [f"export {INSIDE_ENV}=1", f"exec {command}", ""]
+    return "\n".join(lines)
+
+
+def submit(plan, write_configs) -> int:
+    """Write the resolved configs and the script into the run directory, `sbatch` it, record
+    the job id in run.json; the launcher's exit code."""
+    from launcher.supervisor import record_state
+
+    if shutil.which("sbatch") is None:
+        raise ConfigError(
+            "[slurm] is set but `sbatch` is not on PATH: run rl on a SLURM login node, or drop "
+            "the [slurm] table to run here"
+        )
+    run = plan.run
+    write_configs(plan)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    script = run.root / "slurm" / "job.sbatch"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(job_script(plan, run.config_file("rl")))
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")
+    job_id = done.stdout.strip().split(";")[0]
+    record_state(run, "submitted", slurm_job_id=job_id)
+    print(f"rl: submitted SLURM job {job_id} ({script})", flush=True)
+    print(f"rl: follow it with: rl status {run.root} | rl logs {run.root} -f | rl stop {run.root}")
+    return 0
+
+
+def job_state(job_id: str) -> str | None:
+    """The job's state (PENDING, RUNNING, COMPLETED, FAILED, ...) from squeue or scontrol."""
+    for cmd in (
+        ["squeue", "-h", "-j", job_id, "-o", "%T"],
+        ["scontrol", "show", "job", job_id],
+    ):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if cmd[0] == "squeue" and out.strip():
+            return out.strip().splitlines()[0]
+        for field in out.split():
+            if field.startswith("JobState="):
+                return field.split("=", 1)[1]
+    return None
+
+
+def cancel(job_id: str) -> bool:
+    try:
+        return subprocess.run(["scancel", job_id], timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+# -- inside the job: placing the components ------------------------------------------------------
+def job_hosts() -> list[str]:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
+    )
+    hosts = out.stdout.split()
+    if not hosts:
+        raise ConfigError(f"cannot list the job's nodes ({nodelist!r}): {out.stderr.strip()}")
+    return hosts
+
+
+def srun_prefix(hosts: list[str], overlap: bool) -> list[str]:
+    cmd = ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}"]
+    cmd += ["--kill-on-bad-exit=1", "--export=ALL"]
+    return cmd + (["--overlap"] if overlap else [])
+
+
+def check_shared(run_root: Path, hosts: list[str]) -> None:
+    """Every node must see the run directory: a file written here is looked for on each."""
+    if len(hosts) < 2:
+        return
+    probe = run_root.absolute() / f".shared-probe-{os.environ.get('SLURM_JOB_ID', 'x')}"
+    probe.write_text("rl\n")
+    try:
+        cmd = [*srun_prefix(hosts, overlap=True), "test", "-f", str(probe)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    finally:
+        probe.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise ConfigError(
+            f"output_dir {run_root.absolute()} is not on a filesystem all nodes share "
+            f"({', '.join(hosts)}): rollouts, weights and checkpoints travel through it; put it "
+            "on the cluster's shared filesystem"
+        )
+
+
+def place_in_job(plan) -> None:
+    """Inside the job: put each component on its nodes (module docstring), fill the settings
+    that depend on the nodes (servers' addresses, the trainer's rendezvous) and check that the
+    run directory is shared."""
+    config, slurm = plan.config, plan.config.slurm
+    hosts = job_hosts()
+    if len(hosts) != slurm.nodes:
+        raise ConfigError(f"the job has {len(hosts)} node(s) but slurm.nodes = {slurm.nodes}")
+    check_shared(plan.run.root, hosts)
+    if len(hosts) == 1:
+        plan.placement = {name: hosts for name in (*plan.inference_names, "trainer")}
+        return
+    inference_hosts, trainer_hosts = hosts[: slurm.inference_nodes], hosts[-slurm.trainer_nodes :]
+    config.inference.replicas = len(inference_hosts)
+    config.inference.server.host = "0.0.0.0"
+    port = config.inference.server.port
+    urls = [f"http://{h}:{port + i}" for i, h in enumerate(inference_hosts)]
+    config.orchestrator.client.base_url = [f"{url}/v1" for url in urls]
+    config.trainer.nodes = len(trainer_hosts)
+    node_gpus = list(range(slurm.gpus_per_node))
+    if node_gpus:  # each server data-parallel over its node's GPUs
+        config.inference.parallel.dp = max(1, len(node_gpus) // config.inference.parallel.tp)
+    names = plan.inference_names
+    plan.placement = {name: [host] for name, host in zip(names, inference_hosts, strict=True)}
+    plan.placement["trainer"] = trainer_hosts
+    plan.urls = dict(zip(names, urls, strict=True))
+    plan.gpu_map = {"orchestrator": [], "trainer": node_gpus, **dict.fromkeys(names, node_gpus)}
+    plan.extra_env["trainer"] = {"MASTER_ADDR": trainer_hosts[0], "MASTER_PORT": str(MASTER_PORT)}
+    if plan.admin_token is None:
+        import secrets
+
+        plan.admin_token = secrets.token_urlsafe(32)
+
+
+def srun_command(plan, component: str, command: list[str]) -> list[str]:
+    """`command` started on the component's nodes, with its environment set there."""
+    hosts = plan.placement.get(component)
+    if not hosts:
+        return command
+    env = {**plan.env(component), **plan.extra_env.get(component, {})}
+    return [
+        *srun_prefix(hosts, overlap=True),
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        *command,
+    ]
