@@ -307,3 +307,34 @@ def test_wrong_model_name_fails_fast(served, tmp_path):
     done = orchestrator(tmp_path / "run", Path("not/the-model"), base_url)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "not model.name 'not/the-model'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_requests_move_off_a_server_that_hangs(served, tmp_path):
+    """Two servers, one of which hangs on every generation: its requests time out, move to the
+    real server, and the step completes with every rollout (the hanging one is left out)."""
+    from http.server import ThreadingHTTPServer
+
+    from tests.integration.test_faults_inference import HangingGeneration
+
+    model, root, base_url = served
+    HangingGeneration.model = str(model)
+    stand_in = ThreadingHTTPServer(("127.0.0.1", 0), HangingGeneration)
+    stand_in.daemon_threads = True
+    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+    out = root / "two-servers"
+    urls = json.dumps([base_url, f"http://127.0.0.1:{stand_in.server_address[1]}/v1"])
+    envs = env_toml(out, 'id = "rl-add-digits"')
+    try:
+        done = orchestrator(
+            out, model, urls, "--max-steps", "2", "--batch-size", "8",
+            "--rollouts-per-example", "2", "--client.timeout-s", "5", "@", envs,
+        )  # fmt: skip
+    finally:
+        stand_in.shutdown()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "its requests go to the other servers" in output, output[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["num_samples"] for r in records] == [8, 8]  # nothing lost to the hanging server
+    assert sum(r["requests/server_0"] for r in records) == 16
+    assert sum(r["requests/server_1"] for r in records) == 0
