@@ -12,6 +12,7 @@ from pathlib import Path
 
 from launcher.export_cmd import cmd_export
 from launcher.rl_config import COMPONENTS
+from launcher.tasks_cmd import cmd_tasks
 from rlcore.errors import USER_ERROR_EXIT_CODE
 from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
@@ -59,6 +60,13 @@ port = 8000
 
 
 def cmd_init(args: list[str]) -> int:
+    if args and args[0] == "--tasks":
+        from launcher.tasks_cmd import init_from_tasks
+
+        if len(args) != 2:
+            print("rl: error: usage: rl init --tasks FILE.json", file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
+        return init_from_tasks(args[1], INIT_TEMPLATE)
     env_id = args[0] if args else "rl-add-digits"
     name = env_id.split("/")[-1]
     print(INIT_TEMPLATE.format(env_id=env_id, name=name), end="")
@@ -292,6 +300,7 @@ HANDLERS = {
     "delete": cmd_delete,
     "plot": cmd_plot,
     "export": cmd_export,
+    "tasks": cmd_tasks,
 }
 
 

@@ -32,6 +32,10 @@ EXTRA_HELP = """\
 subcommands (RUN: a run directory, or a run's name under outputs/):
   run @ FILE ...        the same as `rl @ FILE ...`
   init [ENV_ID]         print a commented rl.toml to start from
+  init --tasks FILE     the same for MCP tasks: connects to the first task's server and
+                        describes its tools in the system prompt
+  tasks FILE --name N [--out DIR]  check a tasks.json (MCP tool tasks), write it as a dataset
+                        (default data/tasks/N) and print the [[env]] lines to train on it
   status [RUN]          components, step, latest checkpoint and disk use of a run
   list [DIR]            runs under DIR (default outputs/): status, step, checkpoint, disk use
   logs [RUN] [COMP] [-f]  print (or follow) a run's logs
@@ -45,7 +49,7 @@ Shared keys: set once (top level, or in one sub-config) they fill every componen
 them; two places with different values are an error naming both.
 {shared}"""
 
-SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot", "export")
+SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot", "export", "tasks")
 API_KEY_FLAG = "--wandb-api-key"
 
 

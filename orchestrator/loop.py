@@ -284,7 +284,8 @@ def check_errors(step: int, rollouts: list[Rollout], batch: Batch) -> None:
 
 def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dict:
     rollouts = [r for group in groups for r in group]
-    rewards = [r.reward for r in rollouts]
+    # Errored rollouts have no real reward: they are counted in num_errors instead.
+    rewards = [r.reward for r in rollouts if r.error is None] or [0.0]
     metrics: dict = {"reward": sum(rewards) / len(rewards)}
     for name in sorted({k for r in rollouts for k in r.metrics}):
         values = [r.metrics[name] for r in rollouts if name in r.metrics]

@@ -1,0 +1,193 @@
+"""`rl-tasks`: agent tasks from a tasks.json (see rl_tasks.taskfile), each on its own MCP
+server. Per rollout: connect to the task's server (a stdio server is started for the rollout
+and always stopped), call its setup tool, show the model the server's other tools and how to
+call them, run up to `max_turns` model turns (tool calls parsed from the model's text, tool
+results fed back as user turns, which are not model tokens and so are masked out of the loss),
+then call the evaluate tool: its answer (a number, or JSON with `reward`) is the reward.
+
+A server that fails or hangs (`tool_timeout_s`) ends that rollout with an error: it is counted
+and left out of training, and the run goes on.
+
+    [[orchestrator.env]]
+    id = "rl-tasks"
+    args = { dataset = "data/tasks/NAME" }     # written by `rl tasks FILE.json --name NAME`
+    # or  args = { tasks = "tasks.json" }
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import verifiers as vf
+from datasets import Dataset, load_from_disk
+
+from rl_tasks.link import McpError, McpLink
+from rl_tasks.taskfile import load_tasks, server_spec, setup_tools
+
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+CALL_SYNTAX = (
+    'To use a tool, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>; its '
+    "result comes back in <tool_response>...</tool_response>. When the task is done, answer "
+    "without a tool call."
+)
+
+
+class TaskServerError(vf.Error):
+    """The task's MCP server failed or hung."""
+
+
+def task_rows(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dataset rows: the prompt as a user turn, the whole task (JSON) in `info`."""
+    return [
+        {"prompt": [{"role": "user", "content": t["prompt"]}], "answer": "",
+         "info": {"rl_task": json.dumps(t)}}
+        for t in tasks
+    ]  # fmt: skip
+
+
+def describe_tools(tools: list[dict[str, Any]]) -> str:
+    """The tools and the call syntax, for a system prompt."""
+    lines = ["You can use these tools:"]
+    for tool in tools:
+        params = ", ".join(tool["parameters"].get("properties", {}))
+        lines.append(f"- {tool['name']}({params}): {tool['description'].strip()}")
+    return "\n".join([*lines, CALL_SYNTAX])
+
+
+def parse_calls(message: Any) -> list[dict[str, Any]]:
+    """Tool calls in an assistant message: the API's `tool_calls`, else <tool_call> blocks."""
+    calls = []
+    for call in getattr(message, "tool_calls", None) or []:
+        calls.append({"name": call.name, "arguments": call.arguments})
+    text = getattr(message, "content", None) or ""
+    for block in TOOL_CALL.findall(text if isinstance(text, str) else ""):
+        try:
+            parsed = json.loads(block)
+        except ValueError:
+            calls.append({"error": f"not JSON: {block[:200]}"})
+            continue
+        calls.append(parsed if isinstance(parsed, dict) else {"error": "not an object"})
+    return calls
+
+
+def reward_of(text: str) -> float:
+    """A number, or JSON with `reward` (also {"result": ...} around either)."""
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = text
+    if isinstance(value, dict) and "result" in value and "reward" not in value:
+        return reward_of(str(value["result"]))
+    if isinstance(value, dict):
+        value = value.get("reward")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TaskServerError(f"the evaluate tool answered {text[:200]!r}, not a reward") from None
+
+
+class TasksEnv(vf.MultiTurnEnv):
+    def __init__(self, tool_timeout_s: float, system_prompt: str | None, **kwargs):
+        super().__init__(**kwargs)
+        self.tool_timeout_s = tool_timeout_s
+        self.task_system_prompt = system_prompt
+
+    async def setup_state(self, state: vf.State) -> vf.State:
+        task = json.loads(state["info"]["rl_task"])
+        name, spec = server_spec(task)
+        state["task_reward"] = 0.0
+        link = McpLink(name, spec, self.tool_timeout_s)
+        state["mcp"] = link
+        try:
+            await link.open()
+            for setup in setup_tools(task):
+                await self.checked_call(link, setup, "setup")
+            hidden = {s["name"] for s in setup_tools(task)} | {task["evaluate_tool"]["name"]}
+            tools = [t for t in await link.list_tools() if t["name"] not in hidden]
+        except McpError as err:
+            raise TaskServerError(str(err)) from None
+        system = self.task_system_prompt or describe_tools(tools)
+        if task.get("system_prompt"):
+            system = f"{task['system_prompt']}\n\n{system}"
+        state["prompt"] = [vf.SystemMessage(content=system), *state["prompt"]]
+        return state
+
+    async def checked_call(self, link: McpLink, spec: dict, role: str) -> str:
+        text, is_error = await link.call(spec["name"], spec.get("arguments", {}))
+        if is_error:
+            raise McpError(f"the {role} tool {spec['name']} answered an error: {text[:200]}")
+        return text
+
+    @vf.stop
+    async def no_tool_call(self, state: vf.State) -> bool:
+        if not state["trajectory"]:
+            return False
+        return not parse_calls(state["trajectory"][-1]["completion"][-1])
+
+    async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs):
+        replies = []
+        for call in parse_calls(messages[-1]):
+            replies.append(await self.run_call(state["mcp"], call))
+        return [vf.UserMessage(content="\n".join(replies))]
+
+    async def run_call(self, link: McpLink, call: dict[str, Any]) -> str:
+        if "error" in call:
+            return f"<tool_response>\nerror: the tool call is {call['error']}\n</tool_response>"
+        arguments = call.get("arguments") or {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = {}
+        try:
+            text, _ = await link.call(str(call.get("name")), arguments)
+        except McpError as err:
+            if "hung" in str(err) or "not connected" in str(err):
+                raise TaskServerError(str(err)) from None
+            text = f"error: {err}"
+        return f"<tool_response>\n{text}\n</tool_response>"
+
+    @vf.cleanup
+    async def evaluate_and_close(self, state: vf.State) -> None:
+        link: McpLink | None = state.pop("mcp", None)
+        if link is None:
+            return
+        try:
+            if state.get("error") is None:
+                task = json.loads(state["info"]["rl_task"])
+                text = await self.checked_call(link, task["evaluate_tool"], "evaluate")
+                state["task_reward"] = reward_of(text)
+        except (McpError, TaskServerError) as err:
+            state["error"] = TaskServerError(str(err))
+        finally:
+            await link.close()
+
+
+def task_reward(state: vf.State, **kwargs) -> float:
+    return float(state.get("task_reward") or 0.0)
+
+
+def load_environment(
+    dataset: str | None = None,
+    tasks: str | None = None,
+    max_turns: int = 4,
+    tool_timeout_s: float = 30.0,
+    system_prompt: str | None = None,
+) -> vf.Environment:
+    """Tasks from a `rl tasks` dataset folder (`dataset`) or straight from a tasks.json
+    (`tasks`); `system_prompt` replaces the generated tool description."""
+    if (dataset is None) == (tasks is None):
+        raise ValueError("rl-tasks takes one of args.dataset (a `rl tasks` folder) or args.tasks")
+    if dataset is not None:
+        rows = load_from_disk(str(Path(dataset))).to_list()
+    else:
+        rows = task_rows(load_tasks(Path(tasks)))
+    return TasksEnv(
+        tool_timeout_s=tool_timeout_s,
+        system_prompt=system_prompt,
+        dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(rows),
+        rubric=vf.Rubric(funcs=[task_reward]),
+        max_turns=max_turns,
+    )

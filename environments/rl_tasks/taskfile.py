@@ -1,0 +1,153 @@
+"""tasks.json: one task or a list of them, as agent builders write them (HUD style):
+
+    {"id": "task-001", "prompt": "...",
+     "mcp_config": {"NAME": {"url": "http://...", "headers": {...}}      (streamable HTTP)
+                    or {"NAME": {"command": "...", "args": [...], "env": {...}, "cwd": "..."}},
+     "setup_tool": {"name": "...", "arguments": {...}}     (optional; or a list of them)
+     "evaluate_tool": {"name": "...", "arguments": {...}},
+     "metadata": {...}}                                    (optional)
+
+`load_tasks` checks every task and raises TaskError naming the task's index and field. Pure
+Python: `rl tasks` and the environment both use it."""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+TASK_KEYS = {
+    "id",
+    "prompt",
+    "mcp_config",
+    "setup_tool",
+    "evaluate_tool",
+    "metadata",
+    "system_prompt",
+}
+URL_KEYS = {"url", "headers"}
+STDIO_KEYS = {"command", "args", "env", "cwd"}
+TOOL_KEYS = {"name", "arguments"}
+VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used; the message names the file, task and field."""
+
+
+def load_tasks(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:
+        raise TaskError(f"{path}: not valid JSON ({err})") from None
+    tasks = data if isinstance(data, list) else [data]
+    if not tasks:
+        raise TaskError(f"{path}: holds no task (an empty list)")
+    for index, task in enumerate(tasks):
+        check_task(task, f"{path}: task {index}")
+    return [{"id": t.get("id") or f"task-{i:03d}", **t} for i, t in enumerate(tasks)]
+
+
+def check_task(task: Any, where: str) -> None:
+    if not isinstance(task, dict):
+        raise TaskError(f"{where}: a task is a JSON object, got {type(task).__name__}")
+    if "id" in task:
+        where = f"{where} ({task['id']!r})"
+    unknown = sorted(set(task) - TASK_KEYS)
+    if unknown:
+        raise TaskError(f"{where}: unknown field(s) {unknown}; known: {sorted(TASK_KEYS)}")
+    prompt = task.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TaskError(f"{where}: `prompt` is missing or empty: give the task's instructions")
+    check_servers(task.get("mcp_config"), f"{where}: mcp_config")
+    if "setup_tool" in task:
+        setups = task["setup_tool"]
+        for i, spec in enumerate(setups if isinstance(setups, list) else [setups]):
+            check_tool(
+                spec, f"{where}: setup_tool" + (f"[{i}]" if isinstance(setups, list) else "")
+            )
+    if "evaluate_tool" not in task:
+        raise TaskError(f"{where}: `evaluate_tool` is missing: the reward comes from it")
+    check_tool(task["evaluate_tool"], f"{where}: evaluate_tool")
+    if "metadata" in task and not isinstance(task["metadata"], dict):
+        raise TaskError(f"{where}: `metadata` must be an object")
+
+
+def check_servers(config: Any, where: str) -> None:
+    if not isinstance(config, dict) or not config:
+        raise TaskError(f"{where}: expected an object naming one MCP server, got {config!r}")
+    if len(config) != 1:
+        raise TaskError(f"{where}: names {len(config)} servers; a task connects to one")
+    name, spec = next(iter(config.items()))
+    where = f"{where}.{name}"
+    if not isinstance(spec, dict):
+        raise TaskError(f"{where}: expected an object with `url` or `command`")
+    if ("url" in spec) == ("command" in spec):
+        raise TaskError(f"{where}: give exactly one of `url` (HTTP) or `command` (stdio)")
+    allowed = URL_KEYS if "url" in spec else STDIO_KEYS
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise TaskError(
+            f"{where}: unknown key(s) {unknown} for this server; allowed {sorted(allowed)}"
+        )
+    for key in ("url", "command", "cwd"):
+        if key in spec and (not isinstance(spec[key], str) or not spec[key]):
+            raise TaskError(f"{where}.{key}: expected a non-empty string")
+    if "args" in spec and not (
+        isinstance(spec["args"], list) and all(isinstance(a, str) for a in spec["args"])
+    ):
+        raise TaskError(f"{where}.args: expected a list of strings")
+    for key in ("headers", "env"):
+        value = spec.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise TaskError(f"{where}.{key}: expected an object of strings")
+
+
+def check_tool(spec: Any, where: str) -> None:
+    if not isinstance(spec, dict):
+        raise TaskError(f'{where}: expected {{"name": ..., "arguments": {{...}}}}, got {spec!r}')
+    unknown = sorted(set(spec) - TOOL_KEYS)
+    if unknown:
+        raise TaskError(
+            f"{where}: unknown key(s) {unknown}; a tool spec has `name` and `arguments`"
+        )
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise TaskError(f"{where}.name: the tool's name is missing")
+    if not isinstance(spec.get("arguments", {}), dict):
+        raise TaskError(f"{where}.arguments: expected an object")
+
+
+def server_spec(task: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(name, spec) of the task's one server."""
+    return next(iter(task["mcp_config"].items()))
+
+
+def setup_tools(task: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = task.get("setup_tool")
+    return [] if spec is None else spec if isinstance(spec, list) else [spec]
+
+
+def expand(value: str, env: dict[str, str] | None = None) -> str:
+    """`$VAR` and `${VAR}` from the environment (or `.env` in the working folder); a variable
+    that is not set is an error naming it, never an empty string sent to a server."""
+    env = {**dotenv(), **os.environ} if env is None else env
+
+    def one(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env:
+            raise TaskError(f"${name} is not set: export it or put it in .env")
+        return env[name]
+
+    return VAR.sub(one, value)
+
+
+def dotenv(path: Path = Path(".env")) -> dict[str, str]:
+    values = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and not key.startswith("#"):
+                values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
+    return values

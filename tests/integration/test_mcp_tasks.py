@@ -1,0 +1,93 @@
+"""Agent tasks with MCP tools (`rl tasks`, env `rl-tasks`) on the tiny model: a real stdio MCP
+server (examples/mcp_tasks/server.py) records its calls; every rollout sets up and evaluates
+its task on a server of its own, and servers that crash or hang cost their rollouts only."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.helpers import (
+    REPO,
+    free_port,
+    kill_sessions,
+    run_state,
+    start_rl,
+    tiny_rl_toml,
+)  # fmt: skip
+
+pytestmark = pytest.mark.integration
+SERVER = str(REPO / "examples" / "mcp_tasks" / "server.py")
+
+
+def task(i: int, server: dict, record: Path) -> dict:
+    return {
+        "id": f"t{i}",
+        "prompt": "Open the locker and submit the word inside.",
+        "mcp_config": {"locker": {**server, "env": {"RECORD_FILE": str(record)}}},
+        "setup_tool": {"name": "setup", "arguments": {"word": f"word{i}"}},
+        "evaluate_tool": {"name": "evaluate", "arguments": {"expected": f"word{i}", "floor": 0.25}},
+    }
+
+
+def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    good = {"command": "python", "args": [SERVER]}
+    crash = {"command": "python", "args": ["-c", "raise SystemExit(3)"]}
+    hang = {"command": "python", "args": ["-c", "import time; time.sleep(600)"]}
+    tasks = [task(i, good, record) for i in range(6)]
+    tasks += [task(6, crash, record), task(7, hang, record)]
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_text(json.dumps(tasks))
+    data = tmp_path / "tasks_data"
+    cmd = [sys.executable, "-m", "launcher.rl", "tasks", str(tasks_file), "--name", "t",
+           "--out", str(data)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and f'dataset = "{data}"' in done.stdout, done.stderr
+
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    toml = (
+        tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=2)
+        .replace(
+            'id = "rl-add-digits"',
+            f'id = "rl-tasks"\nargs = {{ dataset = "{data}", max_turns = 2, tool_timeout_s = 10 }}',
+        )
+        .replace("seq_len = 256", "seq_len = 512")
+    )
+    config.write_text(toml)
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, log=log)
+    try:
+        code = rl.wait(timeout=900)
+    finally:
+        kill_sessions({rl.pid, *run_state(out).get("pids", {}).values()})
+    assert code == 0, log.read_text()[-3000:]
+
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    setups = {c["pid"] for c in calls if c["tool"] == "setup"}
+    evaluations = {c["pid"] for c in calls if c["tool"] == "evaluate"}
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["component"] == "orchestrator" and "reward" in r]
+    errors = sum(r["num_errors"] for r in steps)
+    assert len(steps) == 2 and len(setups) + errors == 2 * 8  # one server per rollout
+    assert setups == evaluations  # every rollout that was set up was evaluated
+    assert all(r["reward"] == pytest.approx(0.25) for r in steps), steps  # the evaluator's
+    assert not [pid for pid in setups if psutil.pid_exists(pid)]  # every server stopped
+
+
+def test_bad_task_files_exit_2_naming_task_and_field(tmp_path):
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_text(json.dumps([
+        {"prompt": "ok", "mcp_config": {"s": {"command": "x"}}, "evaluate_tool": {"name": "e"}},
+        {"prompt": "ok", "mcp_config": {"s": {"url": "http://h", "command": "x"}},
+         "evaluate_tool": {"name": "e"}},
+    ]))  # fmt: skip
+    cmd = [sys.executable, "-m", "launcher.rl", "tasks", str(tasks_file), "--name", "bad"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "task 1: mcp_config.s: give exactly one of `url`" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
