@@ -34,6 +34,11 @@ class TrainerModelConfig(ModelConfig):
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
 
+    logprob_chunk_tokens: PositiveInt | None = 2048
+    """Compute the loss's logprobs from the final hidden states this many tokens at a time, only
+    at loss positions, never holding [tokens x vocab] fp32 logits for a whole micro-batch
+    (trainer/logprob_head.py); None computes full logits as transformers does."""
+
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention kernel passed to transformers."""
 

@@ -85,8 +85,19 @@ def compute_loss(
     num_batch_tokens: int,
 ) -> tuple[torch.Tensor, LossSums]:
     """This micro-batch's share of the batch loss (`logits` is [T, vocab])."""
+    logprobs, entropy = token_logprobs(logits, micro_batch.target_ids, temperature)
+    return loss_from_logprobs(logprobs, entropy, micro_batch, token_loss, num_batch_tokens)
+
+
+def loss_from_logprobs(
+    logprobs: torch.Tensor,
+    entropy: torch.Tensor,
+    micro_batch: MicroBatch,
+    token_loss: TokenLoss,
+    num_batch_tokens: int,
+) -> tuple[torch.Tensor, LossSums]:
+    """`compute_loss` from per-token logprobs and entropies ([T] each, e.g. the chunked head's)."""
     mb = micro_batch
-    logprobs, entropy = token_logprobs(logits, mb.target_ids, temperature)
     mask = mb.loss_mask
     log_ratio = torch.where(mask, logprobs - mb.inference_logprobs, 0.0)
     ratio = torch.exp(log_ratio)

@@ -52,6 +52,10 @@ def load_model(
         from trainer.lora import apply_lora
 
         apply_lora(model, lora)
+    if config.logprob_chunk_tokens is not None:
+        from trainer.logprob_head import install
+
+        install(model, config.logprob_chunk_tokens, model.compute_dtype)
     if config.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if world.distributed:

@@ -29,7 +29,8 @@ from trainer.ckpt import load_checkpoint, prune_checkpoints, save_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
 from trainer.dist import World, setup_world, teardown_world
-from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss
+from trainer.logprob_head import LogprobRequest, request_logprobs
+from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss, loss_from_logprobs
 from trainer.metrics import MetricsLogger
 from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
@@ -219,17 +220,35 @@ def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, Loss
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
         # No cache and no attention mask: transformers then reads sample boundaries from the
         # restarting position ids and masks attention block-diagonally.
-        with compute_context(model, world):
-            out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
-        logits = out.logits[0]
-        loss, mb_sums = compute_loss(
-            logits, mb, batch.temperature, trainer.token_loss, num_loss_tokens
-        )
+        loss, mb_sums = micro_batch_loss(trainer, mb, batch.temperature, num_loss_tokens)
         # FSDP averages gradients over ranks; the loss is a sum over the whole batch.
         (loss * world.world_size).backward()
         total_loss += loss.detach()
         sums.add(mb_sums)
     return total_loss, sums
+
+
+def micro_batch_loss(
+    trainer: Trainer, mb, temperature: float, num_loss_tokens: int
+) -> tuple[torch.Tensor, LossSums]:
+    """Forward one micro-batch; the chunked head (trainer/logprob_head.py) answers logprobs
+    and entropies directly, else the loss is computed from full logits."""
+    model, world = trainer.model, trainer.world
+    chunked = trainer.config.model.logprob_chunk_tokens is not None
+    if chunked:
+        request_logprobs(model, LogprobRequest(mb.target_ids, mb.loss_mask, temperature))
+    try:
+        with compute_context(model, world):
+            out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+    finally:
+        if chunked:
+            request_logprobs(model, None)
+    if chunked:
+        answer = out.logits[0].float()
+        return loss_from_logprobs(
+            answer[:, 0], answer[:, 1], mb, trainer.token_loss, num_loss_tokens
+        )
+    return compute_loss(out.logits[0], mb, temperature, trainer.token_loss, num_loss_tokens)
 
 
 def apply_update(trainer: Trainer, total_loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
