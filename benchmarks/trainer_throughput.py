@@ -35,6 +35,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--checkpointing", action="store_true", help="model.activation_checkpointing = true"
     )
+    parser.add_argument(
+        "--logprob-chunk-tokens",
+        type=lambda v: None if v == "none" else int(v),
+        default=2048,
+        help="model.logprob_chunk_tokens ('none': full logits)",
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
     return parser.parse_args()
@@ -64,6 +70,7 @@ def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float
                 "name": args.model,
                 "dtype": dtype,
                 "activation_checkpointing": args.checkpointing,
+                "logprob_chunk_tokens": args.logprob_chunk_tokens,
             },
             "seq_len": args.seq_len,
             "data": {
@@ -108,7 +115,10 @@ def estimate(args: argparse.Namespace, dtype: str) -> str:
         return "no estimate (the model folder does not say its shape)"
     tokens = args.micro_batch_tokens or args.batch_size * args.seq_len
     compute_bytes = 4 if dtype == "float32" else 2
-    return describe(trainer_peak(shape, tokens, compute_bytes, args.checkpointing))
+    parts = trainer_peak(
+        shape, tokens, compute_bytes, args.checkpointing, head_chunk=args.logprob_chunk_tokens
+    )
+    return describe(parts)
 
 
 def main() -> None:

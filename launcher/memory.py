@@ -62,10 +62,12 @@ def model_shape(folder: Path) -> ModelShape | None:
 
 def trainer_peak(
     shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1,
-    trainable: int | None = None,
+    trainable: int | None = None, head_chunk: int | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """The estimate's terms in bytes (see the module docstring); `trainable`: the parameters
-    that train when fewer than all do (LoRA adapters), for gradients and optimizer state."""
+    that train when fewer than all do (LoRA adapters), for gradients and optimizer state;
+    `head_chunk`: the chunked logprob head's chunk (`model.logprob_chunk_tokens`), which bounds
+    the loss head's logits to that many tokens."""
     p = shape.params
     t = shape.params if trainable is None else trainable
     layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
@@ -79,7 +81,7 @@ def trainer_peak(
         "optimizer": 8 * t / shards,
         "compute copy": (compute_bytes * p if compute_bytes < 4 else 0) / shards,
         "activations": activations,
-        "loss head": LOSS_HEAD_COPIES * tokens * shape.vocab * 4,
+        "loss head": LOSS_HEAD_COPIES * min(tokens, head_chunk or tokens) * shape.vocab * 4,
         "process": PROCESS_OVERHEAD,
     }
 
@@ -145,6 +147,7 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     parts = trainer_peak(
         shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1),
         trainable=None if adapters is None else adapters * shape.layers,
+        head_chunk=trainer.model.logprob_chunk_tokens,
     )  # fmt: skip
     if gpus:
         have, where = gpu_memory(gpus), f"GPU {gpus[0]}"

@@ -214,6 +214,7 @@ def test_update_waits_for_requests_in_flight(server, run_dir):
         assert len(answer["choices"][0]["token_ids"]) == answer["usage"]["completion_tokens"]
 
 
+@pytest.mark.slow
 def test_a_timed_out_weight_apply_is_never_sent_again(run_dir, tiny_model_dir, tmp_path):
     """The workers may still be applying a reload that timed out: no restore is sent, and
     every later swap is refused (503) until inference restarts; the server stays up."""

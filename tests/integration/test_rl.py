@@ -107,6 +107,7 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
     assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
 
 
+@pytest.mark.slow
 def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path):
     """The server blocks on its first weight update: the orchestrator and trainer then wait
     too, but the stop names inference, the wait it is in, and its stacks are in its log."""
