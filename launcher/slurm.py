@@ -179,9 +179,12 @@ def cancel(job_id: str) -> bool:
 # -- inside the job: placing the components ------------------------------------------------------
 def job_hosts() -> list[str]:
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-    out = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
-    )
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise ConfigError(f"cannot list the job's nodes with scontrol: {err}") from None
     hosts = out.stdout.split()
     if not hosts:
         raise ConfigError(f"cannot list the job's nodes ({nodelist!r}): {out.stderr.strip()}")
@@ -203,6 +206,8 @@ def check_shared(run_root: Path, hosts: list[str]) -> None:
     try:
         cmd = [*srun_prefix(hosts, overlap=True), "test", "-f", str(probe)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"checking that all nodes see {run_root} took over 300 s") from None
     finally:
         probe.unlink(missing_ok=True)
     if done.returncode != 0:

@@ -86,12 +86,13 @@ def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
         kill_sessions(run_sessions(out, rl.pid))
 
 
-def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_path):
+def run_until_stalled(model: Path, tmp_path: Path, hang: dict) -> tuple[int, str, Path]:
+    """A 10-step run with a fault hook that hangs one component (`hang`: its env variable);
+    rl's exit code, its console text and the run directory, once every process has gone."""
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=10))
+    config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=10))
     log = tmp_path / "rl.log"
-    hang = {"RL_FAULT_HANG_AT_STEP": "2"}
     rl = start_rl(config, "--stall-timeout-s", "60", log=log, env=hang)
     try:
         code = rl.wait(timeout=600)
@@ -99,7 +100,11 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
         wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
     finally:
         kill_sessions(run_sessions(out, rl.pid))
-    text = log.read_text()
+    return code, log.read_text(), out
+
+
+def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_path):
+    code, text, out = run_until_stalled(tiny_model_dir, tmp_path, {"RL_FAULT_HANG_AT_STEP": "2"})
     assert code == 1, text
     assert "trainer has not made progress" in text and "in trainer/train.py" in text, text
     assert "hang_for_tests" in text
@@ -111,19 +116,8 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
 def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path):
     """The server blocks on its first weight update: the orchestrator and trainer then wait
     too, but the stop names inference, the wait it is in, and its stacks are in its log."""
-    out = tmp_path / "run"
-    config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=10))
-    log = tmp_path / "rl.log"
     hang = {"RL_FAULT_INFERENCE_HANG_AT_UPDATE": "1"}
-    rl = start_rl(config, "--stall-timeout-s", "60", log=log, env=hang)
-    try:
-        code = rl.wait(timeout=600)
-        sessions = run_sessions(out, rl.pid)
-        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
-    finally:
-        kill_sessions(run_sessions(out, rl.pid))
-    text = log.read_text()
+    code, text, out = run_until_stalled(tiny_model_dir, tmp_path, hang)
     assert code == 1, text
     assert "inference has not answered /health" in text and "inference/admin.py" in text, text
     inference_log = (out / "logs" / "inference.log").read_text()
