@@ -39,8 +39,12 @@ class TrainerModelConfig(ModelConfig):
     at loss positions, never holding [tokens x vocab] fp32 logits for a whole micro-batch
     (trainer/logprob_head.py); None computes full logits as transformers does."""
 
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    """Attention kernel passed to transformers."""
+    attn_implementation: Literal[
+        "auto", "varlen", "sdpa", "eager", "flash_attention_2", "flash_attention_3"
+    ] = "auto"
+    """Attention kernel. `auto`: on CUDA in bf16/fp16 flash-attn's kernels when installed, else
+    `varlen` (torch's variable-length flash attention: packed samples without a dense mask);
+    sdpa on CPU or in fp32. The log says which one runs (trainer/attention.py)."""
 
     ac: ActivationCheckpointConfig | None = None
     """prime-rl's activation-checkpointing table (read as `activation_checkpointing = true`)."""

@@ -18,12 +18,12 @@ from trainer.dist import World
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def compute_dtype(config: TrainerModelConfig, model: nn.Module) -> torch.dtype:
+def compute_dtype(config: TrainerModelConfig, model_config) -> torch.dtype:
     """The dtype of the forward and backward pass (and of published weights): `model.dtype`,
-    or for `auto` the dtype the checkpoint was stored in."""
+    or for `auto` the dtype the checkpoint was stored in (its HF config says)."""
     if config.dtype != "auto":
         return DTYPES[config.dtype]
-    stored = getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None)
+    stored = getattr(model_config, "dtype", None) or getattr(model_config, "torch_dtype", None)
     if isinstance(stored, str):
         stored = DTYPES.get(stored)
     return stored if isinstance(stored, torch.dtype) else torch.float32
@@ -36,15 +36,20 @@ def load_model(
     when distributed; `model.compute_dtype` says what the forward pass runs in and
     `model.serving_dtype` what published weights are written in. With `lora`, only adapters
     on the target layers train (trainer/lora.py)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    from trainer.attention import choose_attention
+
+    model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
+    dtype = compute_dtype(config, model_config)
+    attention = choose_attention(config.attn_implementation, world.device, dtype)
     model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=torch.float32,
-        attn_implementation=config.attn_implementation,
+        attn_implementation=attention,
         trust_remote_code=config.trust_remote_code,
     )
-    model.compute_dtype = compute_dtype(config, model)
+    model.compute_dtype = dtype
     serving = config.serving_dtype
     model.serving_dtype = DTYPES[serving] if serving else model.compute_dtype
     model.config.use_cache = False

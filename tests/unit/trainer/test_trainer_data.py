@@ -4,7 +4,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from rlcore.protocol import Batch, Sample, write_batch
 from trainer.config import OptimConfig
@@ -65,22 +64,6 @@ def test_ranks_get_equal_micro_batch_counts_and_all_tokens(world_size):
     assert len({len(mbs) for mbs in per_rank}) == 1
     masked = sum(int(mb.loss_mask.sum()) for mbs in per_rank for mb in mbs)
     assert masked == sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
-
-
-def test_packed_rows_do_not_attend_across_samples(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    batch = random_batch(0, num_samples=3, vocab_size=1000)
-    (packed,) = split_for_ranks(batch, 200, 0, 1)
-    with torch.no_grad():
-        out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
-        logits, offset = out.logits[0], 0
-        for sample in batch.samples:  # packing keeps the input order within a row
-            ids = torch.tensor([sample.prompt_ids + sample.completion_ids])
-            alone = model(input_ids=ids).logits[0]
-            torch.testing.assert_close(logits[offset : offset + ids.shape[1]], alone)
-            offset += ids.shape[1]
 
 
 def test_wait_for_batch_reads_and_times_out(tmp_path: Path):

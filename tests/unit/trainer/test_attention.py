@@ -1,0 +1,75 @@
+"""Packed rows: every attention implementation attends within each sample only, and `auto`
+picks the kernel the machine has."""
+
+import logging
+
+import pytest
+import torch
+from test_trainer_data import random_batch
+
+from rlcore.errors import ConfigError
+from trainer import attention
+from trainer.attention import choose_attention, segment_bounds
+from trainer.data import split_for_ranks
+
+
+def packed_and_alone(model_dir, implementation: str, device: str, dtype: torch.dtype):
+    """Logits of three samples packed into one row, and of each sample run alone with sdpa."""
+    from transformers import AutoModelForCausalLM
+
+    attention.register_varlen()
+    load = dict(dtype=dtype, attn_implementation=implementation)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **load).to(device)
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    batch = random_batch(0, num_samples=3, vocab_size=1000)
+    (packed,) = split_for_ranks(batch, 200, 0, 1)
+    packed = packed.to(torch.device(device))
+    with torch.no_grad():
+        out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
+        alone = []
+        for sample in batch.samples:  # packing keeps the input order within a row
+            ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=device)
+            alone.append(reference(input_ids=ids).logits[0])
+    return out.logits[0], torch.cat(alone)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager", "varlen"])
+def test_packed_rows_do_not_attend_across_samples(tiny_model_dir, implementation):
+    packed, alone = packed_and_alone(tiny_model_dir, implementation, "cpu", torch.float32)
+    torch.testing.assert_close(packed, alone)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not attention.varlen_available(), reason="needs CUDA and torch varlen_attn")
+def test_varlen_flash_kernel_matches_per_sample_sdpa(tiny_model_dir):
+    packed, alone = packed_and_alone(tiny_model_dir, "varlen", "cuda", torch.bfloat16)
+    torch.testing.assert_close(packed.float(), alone.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_segment_bounds_follow_restarting_positions():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3], [5, 6, 7, 0, 1, 2, 3, 4, 5]])
+    cu_seqlens, longest = segment_bounds(positions)
+    assert cu_seqlens.tolist() == [0, 3, 5, 9, 12, 18] and cu_seqlens.dtype == torch.int32
+    assert longest == 6
+
+
+def test_auto_picks_sdpa_on_cpu_and_says_so(caplog):
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        assert choose_attention("auto", torch.device("cpu"), torch.bfloat16) == "sdpa"
+    assert "attention: sdpa (attn_implementation = auto)" in caplog.text
+
+
+def test_auto_prefers_flash_attn_then_varlen_on_cuda(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(attention, "varlen_available", lambda: True)
+    monkeypatch.setattr(attention, "flash_attn_version", lambda: None)
+    assert choose_attention("auto", cuda, torch.bfloat16) == "varlen"
+    assert choose_attention("auto", cuda, torch.float32) == "sdpa"  # flash kernels need bf16
+    monkeypatch.setattr(attention, "flash_attn_version", lambda: 2)
+    assert choose_attention("auto", cuda, torch.bfloat16) == "flash_attention_2"
+
+
+def test_flash_attention_without_the_package_names_the_fix(monkeypatch):
+    monkeypatch.setattr(attention, "flash_attn_version", lambda: None)
+    with pytest.raises(ConfigError, match="needs the flash-attn package.*or use auto"):
+        choose_attention("flash_attention_2", torch.device("cuda"), torch.bfloat16)
