@@ -50,17 +50,20 @@ def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_inside(path: Path, root: Path) -> Path:
-    """`path` resolved, if it lies inside `root` (resolved); else a 403 WeightDirError."""
+def check_inside(path: Path, root: Path | tuple[Path, ...]) -> Path:
+    """`path` resolved, if it lies inside `root` or one of several roots (resolved); else a
+    403 WeightDirError."""
+    roots = root if isinstance(root, tuple) else (root,)
     resolved = path.expanduser().resolve()
-    if not resolved.is_relative_to(root):
-        raise WeightDirError(
-            403, f"weight_dir {str(path)!r} is outside the allowed root {str(root)!r}"
-        )
+    if not any(resolved.is_relative_to(r) for r in roots):
+        allowed = " or ".join(repr(str(r)) for r in roots)
+        raise WeightDirError(403, f"weight_dir {str(path)!r} is outside the allowed root {allowed}")
     return resolved
 
 
-def check_weight_dir(path: Path, root: Path, expected: dict[str, tuple[int, ...]] | None) -> Path:
+def check_weight_dir(
+    path: Path, root: Path | tuple[Path, ...], expected: dict[str, tuple[int, ...]] | None
+) -> Path:
     """Validate a weight folder without loading it; returns its resolved path."""
     folder = check_inside(path, root)
     if not folder.is_dir():
@@ -116,12 +119,13 @@ class WeightUpdater(WeightLoader):
     (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
 
     def __init__(
-        self, engine, base: str, root: Path, timeout_s: float, pause_mode: str,
-        adapters: AdapterSwapper | None = None,
+        self, engine, base: str, root: Path | tuple[Path, ...], timeout_s: float,
+        pause_mode: str, adapters: AdapterSwapper | None = None,
     ):  # fmt: skip
         self.engine = engine
         self.adapters = adapters
-        self.root = root.expanduser().resolve()
+        roots = root if isinstance(root, tuple) else (root,)
+        self.root = tuple(r.expanduser().resolve() for r in roots)
         self.timeout_s = timeout_s
         self.pause_mode = pause_mode
         self.state = WeightState(base=base, current=base)
@@ -221,7 +225,9 @@ TRANSPORTS = {"filesystem": WeightUpdater}
 def build_loader(config, engine, base: str, root: Path, weights, adapters=None) -> WeightLoader:
     """The loader of the configured transport (`config`: WeightTransferConfig, `weights`: the
     inference WeightsConfig with the swap's timeout and pause mode, `adapters`: the LoRA
-    AdapterSwapper when serving LoRA)."""
+    AdapterSwapper when serving LoRA). Folders load from the run directory `root`, or from
+    `weight_transfer.dir` when the trainer keeps them there."""
+    roots = (root,) if config.dir is None else (root, config.dir)
     return TRANSPORTS[config.type](
-        engine, base, root, weights.timeout_s, weights.pause_mode, adapters
+        engine, base, roots, weights.timeout_s, weights.pause_mode, adapters
     )

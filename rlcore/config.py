@@ -6,9 +6,9 @@ importing torch, vLLM or verifiers.
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 NONE_STRINGS = ("None", "none", "null")
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -138,9 +138,24 @@ class FilesystemTransferConfig(BaseConfig):
     type: Literal["filesystem"] = "filesystem"
     """Weight transport; `filesystem` is the only one so far."""
 
+    background: bool = True
+    """Write each policy folder in a background thread: the trainer's step only gathers the
+    weights and copies them to host memory, and the next step trains while the folder is
+    written (one write in flight at most; STABLE only once complete). False writes in the
+    foreground."""
 
-# A second transport joins the union: Annotated[FilesystemTransferConfig | OtherConfig, ...].
-WeightTransferConfig = Annotated[FilesystemTransferConfig, Field(discriminator="type")]
+    dir: Path | None = None
+    """Keep the policy folders here instead of inside the run directory, e.g. `/dev/shm` (in
+    memory: faster writes and loads, one machine only): the trainer makes `<output_dir>/weights`
+    a link to `<dir>/rl-weights-<id>`; None keeps them in `<output_dir>/weights`."""
+
+
+# The transports, told apart by `type` (a table without it is the filesystem transport). A
+# second one joins as `Annotated[OtherConfig, Tag("other")]` inside the Union.
+WeightTransferConfig = Annotated[
+    Union[Annotated[FilesystemTransferConfig, Tag("filesystem")]],  # noqa: UP007 - grows
+    Discriminator(lambda v: (v.get("type") if isinstance(v, dict) else v.type) or "filesystem"),
+]
 
 
 class SharedFields(BaseConfig):

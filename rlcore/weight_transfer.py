@@ -37,6 +37,10 @@ class WeightSender(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Finish whatever is in flight; called once at the end of training."""
 
+    def metrics(self) -> dict[str, float]:
+        """Timings of the last publish, logged with the step (seconds)."""
+        return {}
+
 
 class WeightReceiver(ABC):
     """Orchestrator side: which policies exist, and how inference is told to load one."""

@@ -34,7 +34,7 @@ from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss, loss_fro
 from trainer.metrics import MetricsLogger
 from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
-from trainer.weights import build_sender
+from trainer.weights import build_sender, place_weights
 
 logger = logging.getLogger("trainer")
 HANG_ENV = "RL_FAULT_HANG_AT_STEP"
@@ -60,13 +60,25 @@ def run(config: TrainerConfig) -> None:
     world = setup_world()
     try:
         trainer = setup_trainer(config, world)
-        for step in range(trainer.start_step + 1, config.max_steps + 1):
-            train_and_publish(trainer, step)
+        try:
+            for step in range(trainer.start_step + 1, config.max_steps + 1):
+                train_and_publish(trainer, step)
+        except BaseException:
+            close_quietly(trainer)  # the last finished step's policy still lands
+            raise
         trainer.sender.close()
         if trainer.logger:
             trainer.logger.finish()
     finally:
         teardown_world(world)
+
+
+def close_quietly(trainer: "Trainer") -> None:
+    """Finish in-flight writes while an error propagates; their own errors are only logged."""
+    try:
+        trainer.sender.close()
+    except Exception as err:
+        logger.warning(f"the last policy folder could not be written: {err}")
 
 
 def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | None]:
@@ -76,6 +88,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     # A checkpoint may complete while ranks look: every rank takes rank 0's answer.
     resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
     if world.is_main:
+        place_weights(run_dir, config.weight_transfer.dir)
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()
     return run_dir, resume_step
@@ -153,6 +166,7 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
     if world.is_main:
         shutil.rmtree(run_dir.rollout_dir(step - 1), ignore_errors=True)  # consumed
     metrics |= {"data_wait_s": data_wait_s, "publish_s": time.perf_counter() - publish_start}
+    metrics |= trainer.sender.metrics()
 
     # -- checkpoint
     ckpt = config.ckpt

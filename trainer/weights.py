@@ -5,17 +5,27 @@ The filesystem transport publishes the policy as `weights/step_<n>`: an HF safet
 folder + rename, then STABLE; it deletes weight folders that no one can need any more. A LoRA
 policy (`trainer.lora`) is published as its adapter alone, in PEFT's folder layout
 (trainer/lora.py), a few MB instead of the whole model.
+
+Off the critical path (`weight_transfer.background`): the step only gathers the weights and
+copies them to host memory (pinned buffers, reused, from a GPU); a thread writes the folder and
+marks it STABLE while the next step trains. One write is in flight at most: the next publish
+waits for it, and `close` waits for the last one.
 """
 
+import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from rlcore.config import WeightTransferConfig
+from rlcore.errors import ConfigError
 from rlcore.files import atomic_folder
 from rlcore.rundir import RunDir, remove_steps
 from rlcore.weight_transfer import WeightSender
@@ -47,6 +57,27 @@ def full_state_dict(
     if not world.is_main:
         return None
     return drop_tied_copies(model, {k: cast(v, dtype) for k, v in state.items()})
+
+
+def to_host(
+    state: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], fresh: bool
+) -> dict[str, torch.Tensor]:
+    """Host copies of `state` that a background writer can own while training goes on: GPU
+    tensors land in pinned `buffers` (allocated once, reused every step), CPU tensors that may
+    alias live parameters are cloned (`fresh`: they are already copies, kept as they are)."""
+    host, on_gpu = {}, False
+    for name, tensor in state.items():
+        if tensor.is_cuda:
+            buffer = buffers.get(name)
+            if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+                buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                buffers[name] = buffer
+            host[name], on_gpu = buffer.copy_(tensor, non_blocking=True), True
+        else:
+            host[name] = tensor if fresh else tensor.clone()
+    if on_gpu:
+        torch.cuda.synchronize()
+    return host
 
 
 def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -87,17 +118,26 @@ def publish_weights(
     source: Path | None,
     source_name: str,
 ) -> None:
-    """Write weights/step_<step> atomically and mark it STABLE (all ranks call): the whole
-    model as an HF folder, or a LoRA model's adapter as a PEFT folder."""
+    """Write weights/step_<step> atomically and mark it STABLE, in the foreground (all ranks
+    call)."""
     state = full_state_dict(model, world, trainable_only=is_lora(model))
     if world.is_main:
-        with atomic_folder(run_dir.weight_dir(step)) as tmp:
-            if is_lora(model):
-                write_adapter(tmp, model, state, source_name)
-            else:
-                write_model_folder(tmp, model, state, source, source_name)
-        run_dir.mark_weights_stable(step)
+        write_policy(run_dir, step, model, state, source, source_name)
     world.barrier()
+
+
+def write_policy(
+    run_dir: RunDir, step: int, model: nn.Module, state: dict, source: Path | None,
+    source_name: str,
+) -> None:  # fmt: skip
+    """The policy folder from a gathered state dict: the whole model as an HF folder, or a
+    LoRA model's adapter as a PEFT folder; STABLE once complete."""
+    with atomic_folder(run_dir.weight_dir(step)) as tmp:
+        if is_lora(model):
+            write_adapter(tmp, model, state, source_name)
+        else:
+            write_model_folder(tmp, model, state, source, source_name)
+    run_dir.mark_weights_stable(step)
 
 
 def write_model_folder(
@@ -123,11 +163,74 @@ def fix_architectures(config_file: Path, architectures: list[str] | None, dtype=
     config_file.write_text(json.dumps(config, indent=2) + "\n")
 
 
+def place_weights(run_dir: RunDir, root: Path | None) -> None:
+    """`weight_transfer.dir`: make `<output_dir>/weights` a link to `<root>/rl-weights-<id>`
+    (the id is fixed per run directory, so a resumed run finds its folders again); None: a
+    plain folder. Raises ConfigError when `root` cannot hold it."""
+    link = run_dir.weights
+    if root is None:
+        if link.is_symlink():  # an earlier attempt kept them elsewhere
+            link.unlink()
+        return
+    ident = hashlib.sha1(str(run_dir.root.resolve()).encode()).hexdigest()[:12]
+    target = root.expanduser() / f"rl-weights-{ident}"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and link.resolve() == target.resolve():
+            return
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists():
+            shutil.rmtree(link)
+        run_dir.root.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target.resolve(), target_is_directory=True)
+    except OSError as err:
+        raise ConfigError(
+            f"weight_transfer.dir = {str(root)!r}: cannot keep the policy folders there "
+            f"({err.strerror or err}); pick a writable folder (e.g. /dev/shm) or unset it"
+        ) from None
+
+
 def prune_weights(run_dir: RunDir, step: int, async_level: int) -> None:
     """Delete weight folders older than any batch still to come can be generated from: after
     step n the orchestrator may still use policies >= n - async_level - 1."""
     oldest_needed = step - async_level - 1
     remove_steps(run_dir.weights, lambda s: s >= oldest_needed)
+
+
+class BackgroundWriter:
+    """Runs one write at a time in a thread; an error in it is raised by the next `wait`."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.last_write_s = 0.0
+
+    def submit(self, write: Callable[[], None]) -> float:
+        """Start `write` once the previous one is done; returns the seconds spent waiting."""
+        waited = self.wait()
+        self.thread = threading.Thread(target=self.run, args=(write,), name="weight-writer")
+        self.thread.start()
+        return waited
+
+    def run(self, write: Callable[[], None]) -> None:
+        start = time.perf_counter()
+        try:
+            write()
+        except BaseException as err:  # handed to the training thread by wait()
+            self.error = err
+        self.last_write_s = time.perf_counter() - start
+
+    def wait(self) -> float:
+        """Block until the write in flight (if any) is done; re-raise its error."""
+        start = time.perf_counter()
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return time.perf_counter() - start
 
 
 @dataclass
@@ -141,9 +244,29 @@ class FilesystemSender(WeightSender):
     """The model's local folder: tokenizer, chat template and generation config come from it."""
     source_name: str
     async_level: int
+    background: bool = True
+    writer: BackgroundWriter = field(default_factory=BackgroundWriter)
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
 
     def publish(self, step: int) -> None:
-        publish_weights(self.run_dir, step, self.model, self.world, self.source, self.source_name)
+        if not self.background:
+            publish_weights(self.run_dir, step, self.model, self.world, self.source,
+                            self.source_name)  # fmt: skip
+            return
+        start = time.perf_counter()
+        state = full_state_dict(self.model, self.world, trainable_only=is_lora(self.model))
+        if not self.world.is_main:
+            return
+        waited = self.writer.wait()  # the buffers may still be in use by the last write
+        state = to_host(state, self.buffers, fresh=self.world.distributed)
+        args = (self.run_dir, step, self.model, state, self.source, self.source_name)
+        self.writer.submit(lambda: write_policy(*args))
+        self.timings = {
+            "publish_copy_s": time.perf_counter() - start - waited,
+            "publish_wait_s": waited,
+            "publish_write_s": self.writer.last_write_s,  # the previous policy's write
+        }
 
     def prune(self, step: int) -> None:
         if self.world.is_main:
@@ -153,6 +276,14 @@ class FilesystemSender(WeightSender):
         # The base model is always written fresh; a resumed step's folder is kept and reused.
         if step == 0 or not self.run_dir.weights_stable(step):
             self.publish(step)
+            self.close()
+
+    def close(self) -> None:
+        if self.world.is_main:
+            self.writer.wait()
+
+    def metrics(self) -> dict[str, float]:
+        return self.timings
 
 
 TRANSPORTS = {"filesystem": FilesystemSender}
@@ -162,4 +293,6 @@ def build_sender(
     config: WeightTransferConfig, run_dir: RunDir, model: nn.Module, world: World,
     source: Path | None, source_name: str, async_level: int,
 ) -> WeightSender:  # fmt: skip
-    return TRANSPORTS[config.type](run_dir, model, world, source, source_name, async_level)
+    return TRANSPORTS[config.type](
+        run_dir, model, world, source, source_name, async_level, config.background
+    )

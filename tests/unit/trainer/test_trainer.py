@@ -69,6 +69,7 @@ def test_bf16_compute_keeps_fp32_master_weights_and_publishes_bf16(
         assert not torch.equal(param, before[name]), f"{name} did not move at lr 1e-6"
         assert param.dtype == torch.float32
     trainer.sender.publish(1)
+    trainer.sender.close()  # the folder is written in the background
     folder = RunDir(tmp_path).weight_dir(1)
     with safe_open(folder / "model.safetensors", "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
