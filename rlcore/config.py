@@ -99,6 +99,11 @@ class CkptConfig(BaseConfig):
     enabled: bool = True
     """Whether to write checkpoints at all."""
 
+    background: bool = True
+    """Trainer: copy the state to host memory during the step and write it in a background
+    thread (DCP async save) while training goes on; the checkpoint counts only once complete.
+    False writes it before the next step starts."""
+
     @model_validator(mode="after")
     def validate_resume_step(self) -> "CkptConfig":
         if self.resume_step is not None and self.resume_step < -1:

@@ -3,12 +3,18 @@
 scheduler, RNG states and step. A DONE marker is written last; the MANIFEST that makes the
 checkpoint count is written once every part (trainer, orchestrator) is DONE. A LoRA model's
 checkpoint holds the adapter and its optimizer state only: the frozen base is loaded from the
-model source at every start."""
+model source at every start.
+
+In the background (`ckpt.background`, the default): DCP's async save copies the state to host
+memory (pinned from a GPU) during the step, and a thread writes it while training goes on; rank
+0 writes DONE (and prunes) only once every rank's data is on disk. One save is in flight at
+most; the next save and the end of training wait for it."""
 
 import os
 import random
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from rlcore.rundir import DONE, MANIFEST, RunDir
+from trainer.background import BackgroundWriter
 from trainer.dist import World
 from trainer.lora import is_lora, trainable_names
 
@@ -69,20 +76,96 @@ def save_checkpoint(
     extra: dict[str, Any],
     parts: tuple[str, ...],
 ) -> None:
-    """Save the state after `step` steps (all ranks call); `extra` is stored on every rank."""
+    """Save the state after `step` steps in the foreground (all ranks call); `extra` is stored
+    on every rank."""
+    folder = start_save(run_dir, step, scheduler, world, extra)
+    model_state, optim_state = train_state(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
+    world.barrier()
+    if world.is_main:
+        finish_save(run_dir, step, parts)
+
+
+def start_save(run_dir: RunDir, step: int, scheduler: Any, world: World, extra: dict) -> Path:
+    """A fresh folder for `step`'s trainer part, with this rank's small states in it."""
     folder = run_dir.part_dir(step, PART)
     if world.is_main:
         shutil.rmtree(folder, ignore_errors=True)  # an earlier interrupted save of this step
         folder.mkdir(parents=True)
     world.barrier()
-    model_state, optim_state = train_state(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
     local = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state(), **extra}
     torch.save(local, folder / f"rank_{world.rank}.pt")
-    world.barrier()
+    return folder
+
+
+def finish_save(run_dir: RunDir, step: int, parts: tuple[str, ...]) -> None:
+    """Rank 0, once every rank's data is written: DONE (and the MANIFEST if all parts are)."""
     time.sleep(float(os.environ.get(SAVE_DELAY_ENV) or 0))
-    if world.is_main:
-        run_dir.mark_part_done(step, PART, parts)
+    run_dir.mark_part_done(step, PART, parts)
+
+
+class Checkpointer:
+    """Saves trainer checkpoints, in the background or not, and prunes old ones."""
+
+    def __init__(self, run_dir: RunDir, world: World, parts: tuple[str, ...], keep: int | None,
+                 background: bool):  # fmt: skip
+        self.run_dir, self.world, self.parts, self.keep = run_dir, world, parts, keep
+        self.background = background
+        self.writer = BackgroundWriter("checkpoint-writer")
+        self.group, self.stager = None, None
+        if background:
+            self.group, self.stager = async_resources(world)
+
+    def save(self, step: int, model: nn.Module, optimizer, scheduler, extra: dict) -> dict:
+        """Checkpoint the state after `step`; returns timings (seconds) for the step's metrics."""
+        run_dir, world = self.run_dir, self.world
+        if not self.background:
+            save_checkpoint(run_dir, step, model, optimizer, scheduler, world, extra, self.parts)
+            if world.is_main:
+                prune_checkpoints(run_dir, self.keep)
+            return {}
+        waited = self.writer.wait()  # one save in flight
+        folder = start_save(run_dir, step, scheduler, world, extra)
+        model_state, optim_state = train_state(model, optimizer)
+        future = dcp.async_save(
+            {"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp",
+            process_group=self.group, async_stager=self.stager,
+        )  # fmt: skip
+        self.writer.submit(lambda: self.finish(future, step))
+        return {"ckpt_wait_s": waited, "ckpt_write_s": self.writer.last_write_s}
+
+    def finish(self, future, step: int) -> None:
+        future.result()  # on rank 0 it returns once every rank's data and the metadata are written
+        if self.world.is_main:
+            finish_save(self.run_dir, step, self.parts)
+            prune_checkpoints(self.run_dir, self.keep)
+
+    def close(self) -> None:
+        """Wait for the save in flight; raise its error."""
+        try:
+            self.writer.wait()
+        finally:
+            if self.stager is not None:
+                self.stager.close()
+                self.stager = None
+
+
+def async_resources(world: World):
+    """A gloo group of its own for DCP's background collectives (they must not interleave with
+    the training thread's), and a stager that copies to pinned memory from a GPU."""
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    group = None
+    if world.distributed:
+        import torch.distributed as dist
+
+        group = dist.new_group(backend="gloo")
+    on_gpu = world.device.type == "cuda"
+    options = StagingOptions(
+        use_pinned_memory=on_gpu, use_shared_memory=False, use_async_staging=False,
+        use_non_blocking_copy=on_gpu,
+    )  # fmt: skip
+    return group, DefaultStager(options)
 
 
 def load_checkpoint(

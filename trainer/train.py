@@ -25,7 +25,7 @@ from rlcore.protocol import Batch
 from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.toml_io import write_config
 from rlcore.weight_transfer import WeightSender
-from trainer.ckpt import load_checkpoint, prune_checkpoints, save_checkpoint
+from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
 from trainer.dist import World, setup_world, teardown_world
@@ -52,6 +52,7 @@ class Trainer:
     scheduler: Any
     token_loss: TokenLoss
     sender: WeightSender
+    checkpointer: Checkpointer
     logger: MetricsLogger | None
     start_step: int = 0
 
@@ -67,6 +68,7 @@ def run(config: TrainerConfig) -> None:
             close_quietly(trainer)  # the last finished step's policy still lands
             raise
         trainer.sender.close()
+        trainer.checkpointer.close()
         if trainer.logger:
             trainer.logger.finish()
     finally:
@@ -75,10 +77,12 @@ def run(config: TrainerConfig) -> None:
 
 def close_quietly(trainer: "Trainer") -> None:
     """Finish in-flight writes while an error propagates; their own errors are only logged."""
-    try:
-        trainer.sender.close()
-    except Exception as err:
-        logger.warning(f"the last policy folder could not be written: {err}")
+    for what, close in (("policy folder", trainer.sender.close),
+                        ("checkpoint", trainer.checkpointer.close)):  # fmt: skip
+        try:
+            close()
+        except Exception as err:
+            logger.warning(f"the last {what} could not be written: {err}")
 
 
 def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | None]:
@@ -110,9 +114,11 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         config.weight_transfer, run_dir, model, world, source_dir(source), source,
         config.async_level,
     )  # fmt: skip
+    parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
+    checkpointer = Checkpointer(run_dir, world, parts, config.ckpt.keep, config.ckpt.background)
     trainer = Trainer(
         config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss), sender,
-        logger=None,
+        checkpointer, logger=None,
     )  # fmt: skip
     saved: dict[str, Any] = {}
     if resume_step is not None:
@@ -172,13 +178,10 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
     ckpt = config.ckpt
     if is_checkpoint_step(step, ckpt.interval, config.max_steps, ckpt.enabled):
         save_start = time.perf_counter()
-        parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
         extra = {"wandb_run_id": trainer.logger.wandb_run.id} if has_wandb(trainer) else {}
-        save_checkpoint(
-            run_dir, step, trainer.model, trainer.optimizer, trainer.scheduler, world, extra, parts
+        metrics |= trainer.checkpointer.save(
+            step, trainer.model, trainer.optimizer, trainer.scheduler, extra
         )
-        if world.is_main:
-            prune_checkpoints(run_dir, config.ckpt.keep)
         metrics["ckpt_s"] = time.perf_counter() - save_start
     if trainer.logger:
         trainer.logger.log(step, metrics)

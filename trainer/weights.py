@@ -15,9 +15,7 @@ waits for it, and `close` waits for the last one.
 import hashlib
 import json
 import shutil
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from rlcore.errors import ConfigError
 from rlcore.files import atomic_folder
 from rlcore.rundir import RunDir, remove_steps
 from rlcore.weight_transfer import WeightSender
+from trainer.background import BackgroundWriter
 from trainer.dist import World
 from trainer.lora import is_lora, write_adapter
 
@@ -198,41 +197,6 @@ def prune_weights(run_dir: RunDir, step: int, async_level: int) -> None:
     remove_steps(run_dir.weights, lambda s: s >= oldest_needed)
 
 
-class BackgroundWriter:
-    """Runs one write at a time in a thread; an error in it is raised by the next `wait`."""
-
-    def __init__(self) -> None:
-        self.thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self.last_write_s = 0.0
-
-    def submit(self, write: Callable[[], None]) -> float:
-        """Start `write` once the previous one is done; returns the seconds spent waiting."""
-        waited = self.wait()
-        self.thread = threading.Thread(target=self.run, args=(write,), name="weight-writer")
-        self.thread.start()
-        return waited
-
-    def run(self, write: Callable[[], None]) -> None:
-        start = time.perf_counter()
-        try:
-            write()
-        except BaseException as err:  # handed to the training thread by wait()
-            self.error = err
-        self.last_write_s = time.perf_counter() - start
-
-    def wait(self) -> float:
-        """Block until the write in flight (if any) is done; re-raise its error."""
-        start = time.perf_counter()
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-        error, self.error = self.error, None
-        if error is not None:
-            raise error
-        return time.perf_counter() - start
-
-
 @dataclass
 class FilesystemSender(WeightSender):
     """`weights/step_<n>/` folders in the run directory (all ranks call `publish`)."""
@@ -245,7 +209,7 @@ class FilesystemSender(WeightSender):
     source_name: str
     async_level: int
     background: bool = True
-    writer: BackgroundWriter = field(default_factory=BackgroundWriter)
+    writer: BackgroundWriter = field(default_factory=lambda: BackgroundWriter("weight-writer"))
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 

@@ -106,8 +106,9 @@ def test_kill_and_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
     toml = write_toml(tmp_path / "run.toml", tiny_model_dir, rd.root)
     proc = subprocess.Popen([TRAINER, "@", str(toml)], env=ENV, stdout=subprocess.DEVNULL)
     try:
+        # both are written in the background while training goes on
         wait_for(lambda: rd.weights_stable(3), "weights/step_3/STABLE")
-        assert rd.checkpoint_complete(2)
+        wait_for(lambda: rd.checkpoint_complete(2), "checkpoint 2 to complete")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
