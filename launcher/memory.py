@@ -62,17 +62,20 @@ def model_shape(folder: Path) -> ModelShape | None:
 
 def trainer_peak(
     shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1,
-    trainable: int | None = None, head_chunk: int | None = None,
+    trainable: int | None = None, head_chunk: int | None = None, checkpoint_freq: int = 1,
 ) -> dict[str, float]:  # fmt: skip
     """The estimate's terms in bytes (see the module docstring); `trainable`: the parameters
     that train when fewer than all do (LoRA adapters), for gradients and optimizer state;
     `head_chunk`: the chunked logprob head's chunk (`model.logprob_chunk_tokens`), which bounds
-    the loss head's logits to that many tokens."""
+    the loss head's logits to that many tokens; `checkpoint_freq`: with checkpointing, only
+    every n-th layer recomputes, the others keep their activations."""
     p = shape.params
     t = shape.params if trainable is None else trainable
     layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
     if checkpointing:
-        activations = tokens * shape.hidden * compute_bytes * shape.layers + layer_bytes
+        recomputed = -(-shape.layers // checkpoint_freq)
+        kept = (shape.layers - recomputed) * layer_bytes
+        activations = tokens * shape.hidden * compute_bytes * recomputed + layer_bytes + kept
     else:
         activations = layer_bytes * shape.layers
     return {
@@ -148,6 +151,7 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
         shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1),
         trainable=None if adapters is None else adapters * shape.layers,
         head_chunk=trainer.model.logprob_chunk_tokens,
+        checkpoint_freq=trainer.model.activation_checkpointing_freq,
     )  # fmt: skip
     if gpus:
         have, where = gpu_memory(gpus), f"GPU {gpus[0]}"

@@ -13,7 +13,7 @@ class ActivationCheckpointConfig(BaseConfig):
     """prime-rl's `[model.ac]` table: its presence turns activation checkpointing on."""
 
     freq: PositiveInt = 1
-    """Checkpoint every `freq`-th layer in prime-rl; here every layer is checkpointed."""
+    """Checkpoint every `freq`-th decoder layer (read as `activation_checkpointing_freq`)."""
 
 
 class TrainerModelConfig(ModelConfig):
@@ -34,6 +34,14 @@ class TrainerModelConfig(ModelConfig):
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
 
+    activation_checkpointing_freq: PositiveInt = 1
+    """With activation checkpointing, recompute every n-th decoder layer only (1: all layers;
+    2: half of them, trading memory for speed)."""
+
+    compile: bool = False
+    """Compile each decoder layer with torch.compile (faster steps on GPUs after a compile of
+    a minute or so at the start; needs a C++ compiler on CPU)."""
+
     logprob_chunk_tokens: PositiveInt | None = 2048
     """Compute the loss's logprobs from the final hidden states this many tokens at a time, only
     at loss positions, never holding [tokens x vocab] fp32 logits for a whole micro-batch
@@ -53,6 +61,7 @@ class TrainerModelConfig(ModelConfig):
     def auto_setup_ac(self) -> "TrainerModelConfig":
         if self.ac is not None:
             note_renamed("model.ac", "model.activation_checkpointing = true")
+            self.activation_checkpointing_freq = self.ac.freq
             self.activation_checkpointing, self.ac = True, None
         return self
 

@@ -62,13 +62,30 @@ def load_model(
 
         install(model, config.logprob_chunk_tokens, model.compute_dtype)
     if config.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_layers(model, config.activation_checkpointing_freq)
+    if config.compile:
+        for layer in decoder_layers(model):
+            layer.compile()
     if world.distributed:
         shard_model(model, world, model.compute_dtype)
     else:
         model.to(world.device)
     model.train()
     return model
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks (the classes it names in `_no_split_modules`), in order."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def checkpoint_layers(model: nn.Module, freq: int) -> None:
+    """Activation checkpointing on every `freq`-th decoder layer (the first, then every freq-th
+    after it); the others keep their activations."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for i, layer in enumerate(decoder_layers(model)):
+        layer.gradient_checkpointing = i % freq == 0
 
 
 def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
@@ -79,10 +96,8 @@ def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
 
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     model.to(world.device)
-    layer_classes = set(getattr(model, "_no_split_modules", None) or [])
-    for module in model.modules():
-        if type(module).__name__ in layer_classes:
-            fully_shard(module, mp_policy=policy)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
 
 

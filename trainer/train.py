@@ -213,15 +213,38 @@ def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
     if trainer.world.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     lr = trainer.scheduler.get_last_lr()[0]
-    total_loss, sums = forward_backward(trainer, batch)
-    max_norm = trainer.config.optim.max_norm or float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
-    if hasattr(grad_norm, "full_tensor"):
-        grad_norm = grad_norm.full_tensor()
-    applied = apply_update(trainer, total_loss, grad_norm)
+    try:
+        total_loss, sums = forward_backward(trainer, batch)
+        max_norm = trainer.config.optim.max_norm or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        applied = apply_update(trainer, total_loss, grad_norm)
+    except torch.OutOfMemoryError as err:
+        raise TrainingError(out_of_memory_message(trainer, batch, err)) from None
     metrics = step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
     metrics["skipped_update"] = float(not applied)
     return metrics
+
+
+def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) -> str:
+    """What ran out, and the knobs that lower the trainer's peak memory."""
+    config, world = trainer.config, trainer.world
+    used = ""
+    if world.device.type == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        used = f" ({(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB in use)"
+    model = config.model
+    return (
+        f"{world.device} out of memory{used} at step {batch.step + 1} on a batch of "
+        f"{batch.num_tokens} tokens: lower data.micro_batch_tokens "
+        f"(now {config.data.micro_batch_tokens or config.seq_len}) or seq_len (now "
+        f"{config.seq_len}), set model.activation_checkpointing = true (now "
+        f"{model.activation_checkpointing}, every {model.activation_checkpointing_freq} "
+        f"layer(s)), keep model.logprob_chunk_tokens set (now {model.logprob_chunk_tokens}), or "
+        f"give the trainer more GPUs (--trainer-gpu-ids); `rl --dry-run` estimates the peak. "
+        f"({str(err).splitlines()[0][:200]})"
+    )
 
 
 def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, LossSums]:

@@ -1,0 +1,70 @@
+"""Memory and speed options of the policy model: activation checkpointing on every n-th layer,
+and torch.compile per decoder layer, give the gradients of the plain model."""
+
+import pytest
+import torch
+
+from trainer.config import TrainerConfig
+from trainer.data import fake_batch
+from trainer.model import decoder_layers
+from trainer.train import setup_trainer, train_step
+
+
+def gradients_after_one_step(model_dir, out, fake_config, world, **model_options):
+    model = {"name": str(model_dir), "dtype": "float32", **model_options}
+    config = fake_config(model_dir, out, ckpt={"enabled": False}, model=model)
+    trainer = setup_trainer(config, world)
+    trainer.optimizer.step = lambda: None  # keep the weights: compare the gradients themselves
+    trainer.optimizer.zero_grad = lambda set_to_none=True: None
+    batch = fake_batch(config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    train_step(trainer, batch)
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+    return trainer.model, grads
+
+
+def test_checkpointing_every_second_layer(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    _, plain = gradients_after_one_step(tiny_model_dir, tmp_path / "a", fake_config, cpu_world)
+    model, sparse = gradients_after_one_step(
+        tiny_model_dir, tmp_path / "b", fake_config, cpu_world,
+        activation_checkpointing=True, activation_checkpointing_freq=2,
+    )  # fmt: skip
+    flags = [layer.gradient_checkpointing for layer in decoder_layers(model)]
+    assert len(flags) >= 2 and flags == [i % 2 == 0 for i in range(len(flags))]
+    for name, grad in plain.items():
+        torch.testing.assert_close(sparse[name], grad, msg=name)
+
+
+def test_prime_rl_ac_table_sets_the_frequency():
+    config = TrainerConfig.model_validate({"model": {"ac": {"freq": 3}}})
+    assert config.model.activation_checkpointing and config.model.activation_checkpointing_freq == 3
+
+
+@pytest.mark.slow
+def test_compiled_layers_give_the_same_gradients(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    _, plain = gradients_after_one_step(tiny_model_dir, tmp_path / "a", fake_config, cpu_world)
+    model, compiled = gradients_after_one_step(
+        tiny_model_dir, tmp_path / "b", fake_config, cpu_world, compile=True
+    )
+    assert all(layer._compiled_call_impl is not None for layer in decoder_layers(model))
+    for name, grad in plain.items():
+        torch.testing.assert_close(compiled[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    from trainer.train import TrainingError
+
+    config = fake_config(tiny_model_dir, tmp_path, ckpt={"enabled": False})
+    trainer = setup_trainer(config, cpu_world)
+
+    def no_memory(*args, **kwargs):  # what a GPU raises when an allocation does not fit
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.27 GiB")
+
+    trainer.model.forward = no_memory
+    batch = fake_batch(config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    with pytest.raises(TrainingError) as failure:
+        train_step(trainer, batch)
+    message = str(failure.value)
+    knobs = ("data.micro_batch_tokens (now 32)", "seq_len (now 32)", "9.27 GiB",
+             "model.activation_checkpointing = true", "--trainer-gpu-ids")  # fmt: skip
+    for knob in knobs:
+        assert knob in message, message
