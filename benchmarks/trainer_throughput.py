@@ -1,113 +1,197 @@
-"""Trainer throughput on synthetic batches (no orchestrator, no weight publishing).
+"""Trainer throughput on synthetic batches, with weight publishing and checkpoints on the step's
+timeline.
 
     .venv/bin/python benchmarks/trainer_throughput.py                  # default model, CPU
-    .venv/bin/python benchmarks/trainer_throughput.py --model PATH --dtypes float32 --steps 5
+    python benchmarks/trainer_throughput.py --preset single-16k         # GPU: 1 x 16,384 tokens
+    python benchmarks/trainer_throughput.py --preset packed-8x2k        # GPU: 8 x 2,048 packed
 
-Times `train_step` (pack, forward, backward, clip, AdamW) on batches of `--batch-size` samples
-of `--seq-len` tokens, after one warm-up step, and prints seconds per step and tokens per second
-for each dtype.
+Each step runs what the trainer runs: `train_step` (pack, forward, backward, clip, AdamW), then
+the weight publish of the configured transport (background by default) and, every
+`--ckpt-interval` steps, a checkpoint. Prints per dtype: seconds per step, tokens/s, MFU on a GPU
+(model FLOPs against `--peak-tflops`, 989 for an H100's dense bf16), peak memory next to the
+pre-flight estimate, and the seconds publish and checkpoint keep the training thread waiting
+(plus their background write times). The presets build a Qwen3-0.6B-shaped model from its
+config (random weights, no hub) into the cache folder.
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import save  # noqa: E402
 from rlcore.config import DEFAULT_MODEL  # noqa: E402
+
+H100_BF16_TFLOPS = 989.0
+# Qwen3-0.6B's shape (its config.json), built with random weights.
+QWEN3_06B = dict(
+    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+    rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
+)  # fmt: skip
+PRESETS = {  # the two setups of the GPU throughput table: (batch size, tokens per sample)
+    "single-16k": (1, 16384),
+    "packed-8x2k": (8, 2048),
+}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF folder")
-    parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated dtypes")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="a GPU setup (see above)")
+    parser.add_argument("--model", default=None, help="model name or HF folder")
+    parser.add_argument("--dtypes", default=None, help="comma-separated compute dtypes")
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample")
     parser.add_argument(
-        "--micro-batch-tokens",
-        type=int,
-        default=None,
+        "--micro-batch-tokens", type=int, default=None,
         help="tokens per forward pass (data.micro_batch_tokens); default: the whole batch",
-    )
+    )  # fmt: skip
+    parser.add_argument("--attn", default="auto", help="model.attn_implementation")
     parser.add_argument(
         "--checkpointing", action="store_true", help="model.activation_checkpointing = true"
     )
+    parser.add_argument("--compile", action="store_true", help="model.compile = true")
     parser.add_argument(
-        "--logprob-chunk-tokens",
-        type=lambda v: None if v == "none" else int(v),
-        default=2048,
+        "--logprob-chunk-tokens", type=lambda v: None if v == "none" else int(v), default=2048,
         help="model.logprob_chunk_tokens ('none': full logits)",
-    )
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
+    parser.add_argument("--ckpt-interval", type=int, default=2, help="checkpoint every n steps")
+    parser.add_argument(
+        "--foreground", action="store_true",
+        help="publish and checkpoint in the foreground (weight_transfer/ckpt.background = false)",
+    )  # fmt: skip
+    parser.add_argument("--weights-dir", default=None, help="weight_transfer.dir (/dev/shm)")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="for MFU (GPU: 989)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
-    return parser.parse_args()
+    parser.add_argument("--json", default=None, help="where to write the figures (JSON)")
+    args = parser.parse_args()
+    if args.preset:
+        args.batch_size, args.seq_len = PRESETS[args.preset]
+        args.checkpointing = True
+        args.model = args.model or str(qwen3_06b_folder())
+        args.dtypes = args.dtypes or "bfloat16"
+    args.model = args.model or DEFAULT_MODEL
+    args.dtypes = args.dtypes or "bfloat16,float32"
+    return args
 
 
-def bench(args: argparse.Namespace, dtype: str) -> tuple[list[float], list[float], float]:
-    """Wall-clock and process CPU seconds per timed step, and the peak memory in bytes (GPU
-    memory allocated, or the process's peak resident memory on CPU: on CPU run one dtype per
-    process to read it)."""
-    import resource
+def qwen3_06b_folder() -> Path:
+    """A Qwen3-0.6B-shaped model with random weights, built once into the cache folder."""
+    from rlcore.models import cache_dir, cached_build
 
-    import torch
+    def build(out: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from rlcore.models import resolve_model
-    from rlcore.rundir import RunDir
+        config = Qwen3Config(**QWEN3_06B, architectures=["Qwen3ForCausalLM"])
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model.save_pretrained(out)
+
+    return cached_build(cache_dir() / "qwen3-0.6b-shape-random", build)
+
+
+def trainer_config(args: argparse.Namespace, dtype: str, out: Path):
     from trainer.config import TrainerConfig
-    from trainer.data import fake_batch
-    from trainer.dist import setup_world
-    from trainer.loss import build_loss
-    from trainer.model import load_model
-    from trainer.optim import build_optimizer
-    from trainer.train import Trainer, train_step
 
-    config = TrainerConfig.model_validate(
+    return TrainerConfig.model_validate(
         {
             "model": {
-                "name": args.model,
-                "dtype": dtype,
-                "activation_checkpointing": args.checkpointing,
+                "name": args.model, "dtype": dtype, "attn_implementation": args.attn,
+                "activation_checkpointing": args.checkpointing, "compile": args.compile,
                 "logprob_chunk_tokens": args.logprob_chunk_tokens,
             },
             "seq_len": args.seq_len,
+            "max_steps": args.steps + 1,
+            "output_dir": str(out),
             "data": {
                 "fake": {"batch_size": args.batch_size},
                 "micro_batch_tokens": args.micro_batch_tokens or args.batch_size * args.seq_len,
             },
+            "ckpt": {"interval": args.ckpt_interval, "keep": 1, "background": not args.foreground},
+            "weight_transfer": {"background": not args.foreground, "dir": args.weights_dir},
         }
-    )
-    world = setup_world()
-    source = resolve_model(args.model)
-    model = load_model(config.model, source, world)
-    optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
-    trainer = Trainer(
-        config, world, RunDir("unused"), model, optimizer, scheduler, build_loss(config.loss),
-        sender=None, logger=None,
     )  # fmt: skip
-    vocab_size = model.config.get_text_config().vocab_size
-    times, cpu_times = [], []
-    for step in range(args.steps + 1):
-        batch = fake_batch(config.data.fake, args.seq_len, vocab_size, step, 0)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        train_step(trainer, batch)
-        if world.device.type == "cuda":
-            torch.cuda.synchronize()
-        if step > 0:  # the first step pays for lazy initialisation
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu_start)
-    if world.device.type == "cuda":
-        peak = float(torch.cuda.max_memory_allocated())
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
-    return times, cpu_times, peak
+
+
+def bench(args: argparse.Namespace, dtype: str) -> dict:
+    """Timed steps (after one warm-up) of train + publish + periodic checkpoint."""
+    import torch
+
+    from trainer.data import fake_batch
+    from trainer.dist import setup_world, teardown_world
+    from trainer.train import setup_trainer
+
+    world = setup_world()
+    with tempfile.TemporaryDirectory(prefix="rl-bench-") as out:
+        trainer = setup_trainer(trainer_config(args, dtype, Path(out)), world)
+        vocab_size = trainer.model.config.get_text_config().vocab_size
+        rows = []
+        for step in range(1, args.steps + 2):
+            batch = fake_batch(trainer.config.data.fake, args.seq_len, vocab_size, step - 1, 0)
+            rows.append(timed_step(trainer, batch, step, args.ckpt_interval))
+        trainer.sender.close()
+        trainer.checkpointer.close()
+        ckpt_write_s = trainer.checkpointer.writer.last_write_s
+        peak = (torch.cuda.max_memory_allocated() if world.device.type == "cuda" else None) or rows[
+            -1
+        ]["peak_memory_gib"] * 2**30
+    teardown_world(world)
+    return {"rows": rows[1:], "peak": float(peak), "model": trainer.model,
+            "ckpt_write_s": ckpt_write_s}  # fmt: skip
+
+
+def timed_step(trainer, batch, step: int, ckpt_interval: int) -> dict:
+    """One step of the trainer's loop: train, publish, maybe checkpoint (wall seconds each)."""
+    import torch
+
+    from trainer.train import train_step
+
+    sync = torch.cuda.synchronize if trainer.world.device.type == "cuda" else (lambda: None)
+    staged_before = trainer.checkpointer.staging_wait_s
+    start = time.perf_counter()
+    metrics = train_step(trainer, batch)
+    sync()
+    train_s = time.perf_counter() - start
+    staging_s = trainer.checkpointer.staging_wait_s - staged_before
+    trainer.sender.publish(step)
+    trainer.sender.prune(step)
+    publish_s = time.perf_counter() - start - train_s
+    ckpt_s = 0.0
+    if step % ckpt_interval == 0:
+        t = time.perf_counter()
+        args = (trainer.model, trainer.optimizer, trainer.scheduler, {})
+        metrics |= trainer.checkpointer.save(step, *args)
+        ckpt_s = time.perf_counter() - t
+    metrics |= trainer.sender.metrics()
+    total_s = time.perf_counter() - start
+    return metrics | {"train_s": train_s, "publish_s": publish_s, "ckpt_s": ckpt_s,
+                      "staging_s": staging_s, "total_s": total_s}  # fmt: skip
+
+
+def flops_per_token(model, sample_len: int) -> float:
+    """Training FLOPs per token: 6 x parameters (matmuls, forward and backward) plus causal
+    attention, 6 x layers x query width x sample length (the convention of published MFU
+    figures; activation recompute is not counted)."""
+    config = model.config.get_text_config()
+    params = sum(p.numel() for p in model.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    width = config.num_attention_heads * head_dim
+    return 6 * params + 6 * config.num_hidden_layers * width * sample_len
 
 
 def estimate(args: argparse.Namespace, dtype: str) -> str:
     """The pre-flight estimate of the same setup (launcher.memory)."""
-    from launcher.memory import describe, model_shape, trainer_peak
+    import torch
+
+    from launcher.memory import background_copies, describe, model_shape, trainer_peak
     from rlcore.models import resolve_model
 
     shape = model_shape(Path(resolve_model(args.model)))
@@ -118,34 +202,66 @@ def estimate(args: argparse.Namespace, dtype: str) -> str:
     parts = trainer_peak(
         shape, tokens, compute_bytes, args.checkpointing, head_chunk=args.logprob_chunk_tokens
     )
+    if not torch.cuda.is_available():  # the background writes' copies are host memory
+        parts["background copies"] = background_copies(
+            shape, None, not args.foreground, not args.foreground
+        )
     return describe(parts)
+
+
+def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: float | None) -> dict:
+    """Print the dtype's figures; returns them for the JSON file."""
+    rows, num_tokens = result["rows"], args.batch_size * args.seq_len
+
+    def med(key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows)
+
+    step_s = med("total_s")
+    tokens_s = num_tokens / step_s
+    mfu, mfu_pct = "", None
+    if peak_tflops:
+        flops = flops_per_token(result["model"], args.seq_len) * tokens_s
+        mfu_pct = 100 * flops / (peak_tflops * 1e12)
+        mfu = f", MFU {mfu_pct:.1f}% of {peak_tflops:g} TFLOP/s"
+    ckpt_rows = [r for r in rows if r["ckpt_s"] > 0] or [{"ckpt_s": 0.0}]
+    print(
+        f"{dtype:>9}: {step_s:.3f} s/step, {tokens_s:,.0f} tokens/s{mfu}\n"
+        f"{'':>9}  timeline per step: train {med('train_s'):.3f} s, publish {med('publish_s'):.3f}"
+        f" s (background write {med('publish_write_s'):.3f} s, waited {med('publish_wait_s'):.3f}"
+        f" s), checkpoint {statistics.median(r['ckpt_s'] for r in ckpt_rows):.3f} s every "
+        f"{args.ckpt_interval} steps (background write {result['ckpt_write_s']:.3f} s, the next "
+        f"update waited {max(r['staging_s'] for r in rows):.3f} s for its copy)\n"
+        f"{'':>9}  peak memory {result['peak'] / 2**30:.2f} GiB; pre-flight estimate "
+        f"{estimate(args, dtype)}",
+        flush=True,
+    )
+    return {"step_s": step_s, "tokens_s": tokens_s, "mfu_pct": mfu_pct,
+            "peak_memory_gib": result["peak"] / 2**30, "steps": rows}  # fmt: skip
 
 
 def main() -> None:
     args = parse_args()
+    import logging
+
     import torch
 
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     torch.set_num_threads(args.threads)
-    num_tokens = args.batch_size * args.seq_len
-    device = "cuda" if torch.cuda.is_available() else f"cpu ({args.threads} threads)"
-    mbt = args.micro_batch_tokens or num_tokens
+    on_gpu = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if on_gpu else f"cpu ({args.threads} threads)"
+    peak_tflops = args.peak_tflops or (H100_BF16_TFLOPS if on_gpu else None)
+    mbt = args.micro_batch_tokens or args.batch_size * args.seq_len
     print(
         f"model {args.model}, {args.batch_size} x {args.seq_len} tokens, {device}, "
-        f"{mbt} tokens per forward pass"
+        f"{mbt} tokens per forward pass, activation checkpointing {args.checkpointing}"
     )
-    for dtype in args.dtypes.split(","):
-        times, cpu_times, peak = bench(args, dtype)
-        median = statistics.median(times)
-        print(
-            f"{dtype:>9}: {median:.2f} s/step (min {min(times):.2f}, max {max(times):.2f}), "
-            f"{num_tokens / median:.0f} tokens/s; {statistics.median(cpu_times):.1f} CPU-s/step "
-            "(a busy shared CPU inflates wall time, not CPU time)",
-            flush=True,
-        )
-        print(
-            f"{'':>9}  peak memory {peak / 2**30:.2f} GiB; "
-            f"pre-flight estimate {estimate(args, dtype)}"
-        )
+    figures = {dtype: report(args, dtype, bench(args, dtype), peak_tflops)
+               for dtype in args.dtypes.split(",")}  # fmt: skip
+    data = {"device": device, "args": vars(args), "figures": figures}
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    else:
+        save(f"trainer_throughput-{args.preset or 'custom'}", data)
 
 
 if __name__ == "__main__":

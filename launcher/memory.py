@@ -89,6 +89,18 @@ def trainer_peak(
     }
 
 
+def background_copies(
+    shape: ModelShape, trainable: int | None, ckpt_background: bool, publish_background: bool
+) -> float:
+    """Host memory the background writes hold while they run: a checkpoint's staged copy
+    (fp32 weights and AdamW moments of what trains) and the published policy (at most fp32);
+    on CPU it comes on top of the training peak."""
+    t = shape.params if trainable is None else trainable
+    staged = 4 * t + 8 * t if ckpt_background else 0
+    published = 4 * t if publish_background else 0
+    return float(staged + published)
+
+
 def describe(parts: dict[str, float]) -> str:
     total = sum(parts.values())
     terms = ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts.items() if value)
@@ -147,9 +159,10 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     lora = trainer.lora
     # Adapters: about two rank x hidden matrices per target layer per block.
     adapters = None if lora is None else 2 * lora.rank * shape.hidden * len(lora.target_modules)
+    trainable = None if adapters is None else adapters * shape.layers
     parts = trainer_peak(
         shape, tokens, compute_bytes, trainer.model.activation_checkpointing, max(len(gpus), 1),
-        trainable=None if adapters is None else adapters * shape.layers,
+        trainable=trainable,
         head_chunk=trainer.model.logprob_chunk_tokens,
         checkpoint_freq=trainer.model.activation_checkpointing_freq,
     )  # fmt: skip
@@ -157,6 +170,10 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
         have, where = gpu_memory(gpus), f"GPU {gpus[0]}"
         parts.pop("process")  # host memory, not the GPU's
     else:
+        transfer = trainer.weight_transfer
+        parts["background copies"] = background_copies(
+            shape, trainable, trainer.ckpt.background, getattr(transfer, "background", False)
+        )
         ram = available_ram()
         inference = 0.0
         if not gpu_map.get("inference"):

@@ -112,7 +112,8 @@ class Checkpointer:
         self.run_dir, self.world, self.parts, self.keep = run_dir, world, parts, keep
         self.background = background
         self.writer = BackgroundWriter("checkpoint-writer")
-        self.group, self.stager = None, None
+        self.group, self.stager, self.staging = None, None, None
+        self.staging_wait_s = 0.0
         if background:
             self.group, self.stager = async_resources(world)
 
@@ -127,12 +128,27 @@ class Checkpointer:
         waited = self.writer.wait()  # one save in flight
         folder = start_save(run_dir, step, scheduler, world, extra)
         model_state, optim_state = train_state(model, optimizer)
-        future = dcp.async_save(
+        response = dcp.async_save(
             {"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp",
             process_group=self.group, async_stager=self.stager,
         )  # fmt: skip
-        self.writer.submit(lambda: self.finish(future, step))
-        return {"ckpt_wait_s": waited, "ckpt_write_s": self.writer.last_write_s}
+        self.staging = response.staging_completion
+        self.writer.submit(lambda: self.finish(response.upload_completion, step))
+        staged_s, self.staging_wait_s = self.staging_wait_s, 0.0
+        return {"ckpt_wait_s": waited, "ckpt_write_s": self.writer.last_write_s,
+                "ckpt_staging_wait_s": staged_s}  # fmt: skip
+
+    def before_update(self) -> None:
+        """Called before the optimizer changes the weights: the copy of the last save must be
+        complete (it runs in the background during the next forward and backward)."""
+        if self.staging is None:
+            return
+        start = time.perf_counter()
+        try:
+            self.staging.result()
+        finally:
+            self.staging = None
+            self.staging_wait_s += time.perf_counter() - start
 
     def finish(self, future, step: int) -> None:
         future.result()  # on rank 0 it returns once every rank's data and the metadata are written
@@ -143,6 +159,7 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the save in flight; raise its error."""
         try:
+            self.before_update()
             self.writer.wait()
         finally:
             if self.stager is not None:
@@ -152,7 +169,8 @@ class Checkpointer:
 
 def async_resources(world: World):
     """A gloo group of its own for DCP's background collectives (they must not interleave with
-    the training thread's), and a stager that copies to pinned memory from a GPU."""
+    the training thread's), and a stager that copies the state in a thread of its own (to pinned
+    memory from a GPU) while the next step's forward and backward run."""
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
     group = None
@@ -162,7 +180,7 @@ def async_resources(world: World):
         group = dist.new_group(backend="gloo")
     on_gpu = world.device.type == "cuda"
     options = StagingOptions(
-        use_pinned_memory=on_gpu, use_shared_memory=False, use_async_staging=False,
+        use_pinned_memory=on_gpu, use_shared_memory=False, use_async_staging=True,
         use_non_blocking_copy=on_gpu,
     )  # fmt: skip
     return group, DefaultStager(options)

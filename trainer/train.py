@@ -297,6 +297,7 @@ def apply_update(trainer: Trainer, total_loss: torch.Tensor, grad_norm: torch.Te
     bad = (~torch.isfinite(total_loss)).float() + (~torch.isfinite(grad_norm.detach())).float()
     finite = float(trainer.world.all_reduce_sum(bad.reshape(1).to(total_loss.device))) == 0
     if finite:
+        trainer.checkpointer.before_update()
         trainer.optimizer.step()
     else:
         message = (

@@ -46,3 +46,14 @@ def test_a_batch_too_large_for_this_machine_is_warned_about_with_the_knobs(tiny_
     assert warning is not None and "--trainer.data.micro-batch-tokens (now 4194304)" in warning
     assert "activation-checkpointing" in warning and "loss head" in warning
     assert float(line.split("about ")[1].split(" GiB")[0]) * GIB > 16 * GIB
+
+
+def test_on_cpu_the_background_writes_copies_are_counted_unless_they_are_off(tiny_model_dir):
+    shape = model_shape(tiny_model_dir)
+    config = RLConfig.model_validate({"model": {"name": str(tiny_model_dir)}})
+    line, _ = check_memory(config, {"trainer": [], "inference": []})
+    assert f"background copies {16 * shape.params / GIB:.1f}" in line
+    config.trainer.ckpt.background = False
+    config.trainer.weight_transfer.background = False
+    line, _ = check_memory(config, {"trainer": [], "inference": []})
+    assert "background copies" not in line  # a zero term is left out

@@ -21,6 +21,7 @@ def test_a_checkpoint_holds_its_step_while_training_goes_on(
     shape = (trainer.config.data.fake, 32, trainer.model.config.vocab_size)
     train_step(trainer, fake_batch(*shape, 0, 0))
     saved = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    moments = [s["exp_avg"].clone() for s in trainer.optimizer.state_dict()["state"].values()]
     monkeypatch.setenv(ckpt.SAVE_DELAY_ENV, "1.0")
     args = (trainer.model, trainer.optimizer, trainer.scheduler, {})
     trainer.checkpointer.save(1, *args)
@@ -33,7 +34,10 @@ def test_a_checkpoint_holds_its_step_while_training_goes_on(
     ckpt.load_checkpoint(run_dir, 1, fresh.model, fresh.optimizer, fresh.scheduler, cpu_world)
     for name, value in fresh.model.state_dict().items():
         torch.testing.assert_close(value, saved[name], msg=name)
-    assert fresh.optimizer.state_dict()["state"], "the optimizer state came back"
+    restored = [s["exp_avg"] for s in fresh.optimizer.state_dict()["state"].values()]
+    assert len(restored) == len(moments) > 0, "the optimizer state came back"
+    for value, expected in zip(restored, moments, strict=True):
+        torch.testing.assert_close(value, expected)
 
 
 def test_a_failed_background_save_stops_the_run_and_keeps_the_last_good_checkpoint(
