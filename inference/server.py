@@ -169,11 +169,13 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
     from vllm.entrypoints.launchers.app import build_app
     from vllm.entrypoints.launchers.launcher import serve_http
 
+    from inference.generate_compat import add_generate_compat
     from inference.lora import build_adapter_swapper
     from inference.weights import build_loader
 
     supported_tasks = await engine.get_supported_tasks()
     app = build_app(args, supported_tasks, engine.model_config)
+    add_generate_compat(app)
     adapters = build_adapter_swapper(config, engine, app.state)
     loader = build_loader(
         config.weight_transfer, engine, model_path, config.output_dir, config.weights, adapters

@@ -40,6 +40,9 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         # generation_config.json (hub models set top_k, top_p...): the trainer could not
         # reproduce them.
         "--generation-config", "vllm",
+        # Token-in/token-out /inference/v1/generate, which verifiers v1 tasksets sample from
+        # (their client reads each logprob's token as `token_id:<id>`).
+        "--enable-scale-out", "--return-tokens-as-token-ids",
     ]  # fmt: skip
     if config.model.trust_remote_code:
         argv.append("--trust-remote-code")

@@ -63,13 +63,14 @@ class SamplingConfig(BaseConfig):
         return self
 
 
-EnvType = Literal["verifiers"]
+EnvType = Literal["verifiers", "v1"]
 
 
 class EnvConfig(BaseConfig):
     type: EnvType = "verifiers"
     """Environment type: `verifiers` is a classic verifiers environment, loaded with
-    `load_environment(id, **args)`."""
+    `load_environment(id, **args)` (a package that exports a v1 Taskset instead loads as `v1`);
+    `v1` is a verifiers v1 taskset (`args`: its config fields, plus `harness`, `max_turns`)."""
 
     id: str
     """Verifiers environment id, e.g. `rl-add-digits` or `owner/name` (resolved to the

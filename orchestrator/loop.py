@@ -84,7 +84,8 @@ async def run_async(config: OrchestratorConfig) -> None:
     client = make_client(
         pool, config.client.timeout_s, config.client.max_concurrent, config.seq_len, api_key
     )
-    client.pool = pool
+    client.pool, client.base_model = pool, config.model.name
+    client.api_key_var = config.client.api_key_var
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id
     # A fresh run starts on the base model, which inference serves from the start.
@@ -106,6 +107,7 @@ async def run_async(config: OrchestratorConfig) -> None:
     finally:
         finished = state.step >= config.max_steps
         monitor.close(config.max_steps if finished else None, config.weights_timeout_s)
+        await asyncio.gather(*(env.close() for env in [*envs, *eval_envs]))
         await client.close()
 
 

@@ -1,13 +1,17 @@
 """Environments by `type`: the adapters the orchestrator can load (see base.py)."""
 
 import asyncio
+import logging
 from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from orchestrator.envs.classic import VerifiersEnv
+from orchestrator.envs.v1 import V1Env, is_v1_module
 from orchestrator.servers import ServerPool
 
-ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv}
+ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv, "v1": V1Env}
+
+logger = logging.getLogger("orchestrator")
 
 __all__ = ["ENV_TYPES", "EnvAdapter", "Rollout", "Turn", "check_envs", "load_env"]
 
@@ -19,8 +23,13 @@ def check_envs(envs: list, where: str) -> None:
 
 
 def load_env(config) -> EnvAdapter:
-    """The adapter for one `[[env]]` or `[[eval.env]]` table."""
-    return ENV_TYPES[config.type](config.id, config.args)
+    """The adapter for one `[[env]]` or `[[eval.env]]` table; a `verifiers` id whose package is
+    a v1 taskset (no `load_environment`) loads as `v1`."""
+    env_type = config.type
+    if env_type == "verifiers" and is_v1_module(config.id):
+        logger.info(f"environment {config.id!r} is a verifiers v1 taskset: loading it as type v1")
+        env_type = "v1"
+    return ENV_TYPES[env_type](config.id, config.args)
 
 
 def make_client(

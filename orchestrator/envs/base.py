@@ -65,3 +65,6 @@ class EnvAdapter(ABC):
     ) -> list[Rollout]:
         """Run `num_rollouts` rollouts of one example against `client` (make_client) and
         score them as a group. A rollout that failed has `error` set and is not trained on."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release what the environment holds (servers, subprocesses); called once at the end."""
