@@ -59,7 +59,7 @@ def is_v1_module(env_id: str) -> bool:
     `load_environment` (so `type = "verifiers"` can load it as v1)."""
     try:
         module = importlib.import_module(module_name(env_id))
-    except ImportError:
+    except Exception:  # noqa: BLE001 - the classic loader reports why it does not import
         return False
     if hasattr(module, "load_environment") or not hasattr(module, "__all__"):
         return False
@@ -140,14 +140,23 @@ class V1Env(EnvAdapter):
     async def run_group(
         self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
     ) -> list[Rollout]:
-        """`num_rollouts` episodes of one task, each against the least-loaded server."""
+        """`num_rollouts` episodes of one task, each against the least-loaded server (counted in
+        its requests; a server that fails costs the episode)."""
         await self.start()
         index = int(example["example_id"])
         slots = self.env.slots(self.tasks[index], num_rollouts)
 
         async def one(slot) -> Rollout:
             async with client.semaphore:
-                episode = await self.env.run_slot(slot, model_context(client, model, sampling))
+                pool = client.pool
+                server = pool.servers[pool.pick(set()) or 0]
+                server.in_flight += 1
+                try:
+                    context = model_context(client, server.base_url, model, sampling)
+                    episode = await self.env.run_slot(slot, context)
+                finally:
+                    server.in_flight -= 1
+                server.served += 1
             return to_rollout(index, episode)
 
         return list(await asyncio.gather(*(one(s) for s in slots)))
@@ -166,19 +175,16 @@ class V1Env(EnvAdapter):
             await stack.aclose()
 
 
-def model_context(client: Any, model: str, sampling: dict) -> Any:
-    """The v1 model context of one episode: the least-loaded server's generate route, the
-    tokenizer of the base model's local folder, the run's sampling parameters."""
+def model_context(client: Any, base_url: str, model: str, sampling: dict) -> Any:
+    """The v1 model context of one episode: the server's generate route, the tokenizer of the
+    base model's local folder, the run's sampling parameters."""
     from verifiers.v1.clients import ModelContext, TrainClientConfig
     from verifiers.v1.types import SamplingConfig
 
     from rlcore.models import resolve_model
 
-    pool = client.pool
-    index = pool.pick(set())
-    server = pool.servers[0 if index is None else index]
     config = TrainClientConfig(
-        base_url=server.base_url,
+        base_url=base_url,
         api_key_var=getattr(client, "api_key_var", None) or "VLLM_API_KEY",
         renderer_model_name=str(resolve_model(client.base_model)),
     )

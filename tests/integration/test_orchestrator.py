@@ -338,3 +338,46 @@ def test_requests_move_off_a_server_that_hangs(served, tmp_path):
     assert [r["num_samples"] for r in records] == [8, 8]  # nothing lost to the hanging server
     assert sum(r["requests/server_0"] for r in records) == 16
     assert sum(r["requests/server_1"] for r in records) == 0
+
+
+def test_a_v1_taskset_samples_through_the_generate_route(served):
+    """`type = "v1"` for training, and the same package detected behind the default type for
+    eval: every rollout ran the harness, was scored by the taskset's reward, and its tokens and
+    logprobs are the server's (re-scored), with the chat template's prompt."""
+    from transformers import AutoTokenizer
+
+    model, root, base_url = served
+    out = root / "run_v1"
+    evals = (
+        '[eval]\ninterval = 2\neval_base_model = false\n[[eval.env]]\nid = "rl-add-digits-v1"\n'
+        'args = { split = "eval" }\nnum_examples = 2\n'
+    )
+    envs = env_toml(out, 'type = "v1", id = "rl-add-digits-v1"', extra=evals)
+    done = run_with_trainer(
+        out, model, base_url, "--max-steps", "2", "--batch-size", "8",
+        "--rollouts-per-example", "4", "@", envs,
+    )  # fmt: skip
+    assert (
+        "'rl-add-digits-v1' is a verifiers v1 taskset: loading it as type v1"
+        in done.stdout + done.stderr
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    steps = [m for m in metrics(out) if "reward" in m]
+    assert [m["step"] for m in steps] == [0, 1]
+    assert all(m["num_errors"] == 0 and "metrics/correct_sum" in m for m in steps)
+    assert [m["step"] for m in metrics(out) if "eval/rl-add-digits-v1/reward" in m] == [2]
+    run_dir = RunDir(out)
+    for step in range(2):
+        batch = read_batch(run_dir.rollout_dir(step))
+        lines = (run_dir.rollout_dir(step) / "samples.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        assert len(batch.samples) == len(records) == 8
+        for sample, record in zip(batch.samples, records, strict=True):
+            assert record["error"] is None and record["reward"] in (0.0, 1.0)
+            assert record["metrics"]["correct_sum"] == record["reward"]
+            messages = [{"role": "user", "content": record["prompt"]}]
+            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            ids = prompt["input_ids"] if isinstance(prompt, dict) else prompt
+            assert sample.prompt_ids == list(ids)
+            check_sample(sample, tokenizer, base_url, model)
+            assert set(sample.completion_mask) == {1}
