@@ -154,6 +154,9 @@ class V1Env(EnvAdapter):
                 try:
                     context = model_context(client, server.base_url, model, sampling)
                     episode = await self.env.run_slot(slot, context)
+                except Exception as err:  # noqa: BLE001 - an episode's failure is its rollout's
+                    logger.warning(f"v1 episode of {self.id!r} task {index} failed: {err}")
+                    return Rollout(index, None, None, 0.0, error=f"{type(err).__name__}: {err}")
                 finally:
                     server.in_flight -= 1
                 server.served += 1

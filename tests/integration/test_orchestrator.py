@@ -355,7 +355,7 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
     envs = env_toml(out, 'type = "v1", id = "rl-add-digits-v1"', extra=evals)
     done = run_with_trainer(
         out, model, base_url, "--max-steps", "2", "--batch-size", "8",
-        "--rollouts-per-example", "4", "@", envs,
+        "--rollouts-per-example", "4", "@", envs, "--num-saved-samples", "8",
     )  # fmt: skip
     assert (
         "'rl-add-digits-v1' is a verifiers v1 taskset: loading it as type v1"
@@ -376,8 +376,9 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
             assert record["error"] is None and record["reward"] in (0.0, 1.0)
             assert record["metrics"]["correct_sum"] == record["reward"]
             messages = [{"role": "user", "content": record["prompt"]}]
-            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-            ids = prompt["input_ids"] if isinstance(prompt, dict) else prompt
-            assert sample.prompt_ids == list(ids)
+            prompt = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_dict=True
+            )
+            assert sample.prompt_ids == list(prompt["input_ids"])
             check_sample(sample, tokenizer, base_url, model)
             assert set(sample.completion_mask) == {1}
