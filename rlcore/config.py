@@ -100,9 +100,9 @@ class CkptConfig(BaseConfig):
     """Whether to write checkpoints at all."""
 
     background: bool = True
-    """Trainer: copy the state to host memory during the step and write it in a background
-    thread (DCP async save) while training goes on; the checkpoint counts only once complete.
-    False writes it before the next step starts."""
+    """Trainer: copy the state to host memory while the next step's forward and backward run
+    (its optimizer step waits for the copy) and write it in a background thread (DCP async
+    save); the checkpoint counts only once complete. False writes it before the next step."""
 
     @model_validator(mode="after")
     def validate_resume_step(self) -> "CkptConfig":
