@@ -49,7 +49,7 @@ temperature = 1.0
 
 [[orchestrator.env]]
 id = "{env_id}"
-args = {{}}                    # keyword arguments for the environment's load_environment
+args = {{}}                    # load_environment's keyword arguments (v1 taskset: its config)
 
 [inference.server]
 port = 8000
