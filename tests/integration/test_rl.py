@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -144,7 +145,9 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
         kill_sessions(run_sessions(out, rl.pid))
     text = log.read_text()
     assert code == 0, text
-    assert "restarting in" in text and f"resuming from step {killed_after}" in text, text
+    # The run may have checkpointed again between the read and the kill (tiny steps are fast).
+    resumed = re.search(r"resuming from step (\d+)", text)
+    assert "restarting in" in text and resumed and int(resumed[1]) >= killed_after, text
     assert run.latest_checkpoint() == 4 and run.weights_stable(4)
     steps = [json.loads(line) for line in run.metrics.read_text().splitlines()]
     assert {r["step"] for r in steps if r["component"] == "trainer"} == {1, 2, 3, 4}
