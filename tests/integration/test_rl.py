@@ -200,7 +200,11 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
 def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
+    # async_level 0: every batch waits for the previous step's policy, so each update is served
+    # (with 1, a fast trainer may publish step 2 before batch 2 asks and step 1 is skipped)
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4).replace(
+        "async_level = 1", "async_level = 0"
+    ))  # fmt: skip
     log = tmp_path / "rl.log"
     rl = start_rl(config, "--inference.replicas", "2", log=log)
     try:
@@ -216,4 +220,4 @@ def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_mode
          (out / "logs" / f"{name}.log").read_text().splitlines() if "now serving" in line]
         for name in ("inference", "inference-1")
     ]  # fmt: skip
-    assert len(swaps[0]) >= 2 and swaps[0] == swaps[1], swaps  # every update reached both
+    assert len(swaps[0]) == 3 and swaps[0] == swaps[1], swaps  # every update reached both
