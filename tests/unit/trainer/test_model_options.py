@@ -22,6 +22,8 @@ def gradients_after_one_step(model_dir, out, fake_config, world, **model_options
     return trainer.model, grads
 
 
+# gradients_after_one_step replaces optimizer.step, which torch's scheduler notices
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
 def test_checkpointing_every_second_layer(tiny_model_dir, tmp_path, fake_config, cpu_world):
     _, plain = gradients_after_one_step(tiny_model_dir, tmp_path / "a", fake_config, cpu_world)
     model, sparse = gradients_after_one_step(
