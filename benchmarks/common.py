@@ -40,3 +40,13 @@ def save(name: str, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"\nwrote {path}")
     return path
+
+
+def swap_weights(server, body: dict) -> dict:
+    """POST /update_weights to an InferenceProcess with its admin token; the answer."""
+    from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
+
+    status, answer = server.admin_post(UPDATE_WEIGHTS_ROUTE, body)
+    if status != 200:
+        raise RuntimeError(f"/update_weights answered {status}: {answer}")
+    return answer

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import print_table, save  # noqa: E402
+from benchmarks.common import print_table, save, swap_weights  # noqa: E402
 
 
 def folder_bytes(path: Path) -> int:
@@ -82,6 +82,7 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
 
     source, world, model = trainer[:3]
     run = RunDir(root)
+    run.claim()  # before the server's log appears in it
     flags = ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),
              "--model.dtype", args.dtype, "--cpu.kvcache-space-gib", "1"]  # fmt: skip
     if lora:
@@ -95,7 +96,7 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
             publish_weights(run, step, model, world, Path(source), source)
             saves.append(time.perf_counter() - started)
             started = time.perf_counter()
-            answer = post(f"{server.url}/update_weights", {"weight_dir": str(run.weight_dir(step))})
+            answer = swap_weights(server, {"weight_dir": str(run.weight_dir(step))})
             loads.append(time.perf_counter() - started)
             started = time.perf_counter()
             complete(server.url, answer.get("model", source))

@@ -10,18 +10,16 @@ torch.distributed.checkpoint (model + AdamW state).
 """
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import print_table, save  # noqa: E402
+from benchmarks.common import print_table, save, swap_weights  # noqa: E402
 
 
 def folder_bytes(path: Path) -> int:
@@ -39,14 +37,6 @@ def plain_copy_s(src: Path, dst: Path) -> float:
             with f.open("rb") as fh:
                 os.fsync(fh.fileno())
     return time.perf_counter() - started
-
-
-def post(url: str, body: dict) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=600) as response:
-        response.read()
 
 
 def setup_trainer_side(dtype: str):
@@ -73,6 +63,7 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
     from trainer.weights import publish_weights
 
     run = RunDir(root)
+    run.claim()  # before the server's log appears in it
     server = InferenceProcess(
         ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),
          "--model.dtype", args.dtype, "--cpu.kvcache-space-gib", "1"],
@@ -86,7 +77,7 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
             publish_weights(run, step, model, world, Path(source), source)
             saves.append(time.perf_counter() - started)
             started = time.perf_counter()
-            post(f"{server.url}/update_weights", {"weight_dir": str(run.weight_dir(step))})
+            swap_weights(server, {"weight_dir": str(run.weight_dir(step))})
             loads.append(time.perf_counter() - started)
             copies.append(plain_copy_s(run.weight_dir(step), root / f"copy_{step}"))
     finally:

@@ -1,56 +1,39 @@
 """The admin routes that swap the served weights: POST /update_weights (a transport's load
-request, e.g. {"weight_dir": ...}) and POST /reload_weights.
-
-On a loopback address they are open, like the rest of the server. Bound to any other address
-they need `Authorization: Bearer <token>`: a fresh token per start, written to the run
+request, e.g. {"weight_dir": ...}) and POST /reload_weights. Both need `Authorization: Bearer
+<token>` on every address (rlcore.admin_token): a fresh token per start, written to the run
 directory's `admin_token` (owner-only), where the orchestrator reads it."""
 
-import ipaddress
 import logging
 import os
-import secrets
 import time
 
-from rlcore.files import atomic_write_text
+from rlcore.admin_token import authorized, issue_token
 from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 
 logger = logging.getLogger("inference")
-ADMIN_TOKEN_ENV = "RL_ADMIN_TOKEN"
-"""A token given by `rl` (the same for all of a run's servers) instead of a fresh one."""
 HANG_ENV = "RL_FAULT_INFERENCE_HANG_AT_UPDATE"
 """Fault-injection hook for the stall tests: the n-th weight update blocks the server."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def issue_admin_token(config) -> str | None:
-    """A new token in `<output_dir>/admin_token` (mode 600) unless the server binds loopback."""
-    if is_loopback(config.server.host):
-        return None
-    token = os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(32)
-    atomic_write_text(RunDir(config.output_dir).admin_token, token + "\n", mode=0o600)
-    logger.info(f"admin routes need the token in {RunDir(config.output_dir).admin_token}")
+def issue_admin_token(config) -> str:
+    """The token of this start, in `<output_dir>/admin_token` (mode 600 from its first byte)."""
+    run_dir = RunDir(config.output_dir)
+    token = issue_token(run_dir)
+    logger.info(f"admin routes need the token in {run_dir.admin_token}")
     return token
 
 
-def add_admin_routes(app, loader, token: str | None) -> None:
+def add_admin_routes(app, loader, token: str) -> None:
     """The two routes, ahead of vLLM's so that its dev-mode routes of the same names never
-    shadow them; `token` (None: open) guards both."""
+    shadow them; `token` guards both."""
     from fastapi import APIRouter, Body, Header
     from fastapi.responses import JSONResponse
 
-    from inference.weights import WeightDirError
+    from inference.weight_dirs import WeightDirError
 
     def refused(authorization: str | None) -> JSONResponse | None:
-        if token is None or authorization == f"Bearer {token}":
+        if authorized(authorization, token):
             return None
         logger.info("refused an admin request without the right token")
         return JSONResponse(

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from rlcore.config import (
+    DEFAULT_RUN_DIR,
     BaseConfig,
     FilesystemTransferConfig,
     LogConfig,
@@ -136,8 +137,8 @@ class InferenceConfig(BaseConfig):
     """Extra vLLM engine arguments by their `vllm serve` name, e.g. `{gpu_memory_utilization =
     0.8}`; checked against vLLM's own list at start."""
 
-    output_dir: Path = Path("outputs")
-    """Run directory; `/update_weights` only loads folders inside it."""
+    output_dir: Path = DEFAULT_RUN_DIR
+    """Run directory; `/update_weights` only loads policy folders from its `weights/`."""
 
     replicas: PositiveInt = 1
     """Servers `rl` starts from this config, each on its own share of `--inference-gpu-ids` and

@@ -27,7 +27,7 @@ def is_adapter_dir(folder: Path) -> bool:
 def check_adapter_dir(folder: Path, max_rank: int) -> None:
     """A readable PEFT LoRA folder whose rank the server can take; else a WeightDirError
     (nothing is loaded)."""
-    from inference.weights import WeightDirError, tensor_shapes
+    from inference.weight_dirs import WeightDirError, tensor_shapes
 
     try:
         config = json.loads((folder / ADAPTER_CONFIG).read_text())
@@ -63,7 +63,7 @@ class AdapterSwapper:
         """Serve the adapter in `folder` under the folder's name; the previous one goes."""
         from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest
 
-        from inference.weights import WeightDirError
+        from inference.weight_dirs import WeightDirError
 
         check_adapter_dir(folder, self.max_rank)
         start, name = time.monotonic(), folder.name

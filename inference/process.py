@@ -6,6 +6,7 @@ Light module: standard library only. Example:
     with InferenceProcess(args, log_path=run / "inference.log") as server:
         server.wait_ready(timeout_s=600)
         requests.post(server.url + "/v1/chat/completions", json=...)
+        server.admin_post("/update_weights", {"weight_dir": str(run / "weights/step_1")})
 """
 
 import json
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.health import probe_health
 from rlcore.protocol import HEALTH_ROUTE
 
@@ -26,7 +28,8 @@ class InferenceProcess:
     """`python -m inference.main ARGS` in its own process group, logging to `log_path`.
 
     `stop()` sends SIGTERM to the server (which shuts its engine down), then SIGKILL to the whole
-    group after `grace_s`."""
+    group after `grace_s`. The server's admin token is chosen here (`admin_token`, given to it
+    as RL_ADMIN_TOKEN), so `admin_post` can swap weights."""
 
     def __init__(
         self,
@@ -38,7 +41,9 @@ class InferenceProcess:
         """`url` defaults to the `--server.host` / `--server.port` flags found in `args`."""
         self.args = args
         self.log_path = Path(log_path)
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.admin_token = (env or {}).get(ADMIN_TOKEN_ENV) or new_token()
+        extra = {"PYTHONUNBUFFERED": "1", ADMIN_TOKEN_ENV: self.admin_token}
+        self.env = {**os.environ, **extra, **(env or {})}
         self.proc: subprocess.Popen | None = None
         host = arg_value(args, "--server.host", "127.0.0.1")
         self.url = url or f"http://{host}:{arg_value(args, '--server.port', '8000')}"
@@ -55,6 +60,11 @@ class InferenceProcess:
                 start_new_session=True,
             )
         return self
+
+    def admin_post(self, route: str, payload: dict, timeout_s: float = 600.0):
+        """POST to an admin route with this server's token: (status, parsed body)."""
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        return post_json(self.url + route, payload, timeout_s, headers)
 
     def wait_ready(self, timeout_s: float = 900.0) -> None:
         """Wait until GET /health answers 200; raise if the process exits or time runs out."""
@@ -115,10 +125,12 @@ def health_ok(url: str) -> bool:
     return probe_health(url) is None
 
 
-def post_json(url: str, payload: dict, timeout_s: float = 600.0) -> tuple[int, dict]:
+def post_json(
+    url: str, payload: dict, timeout_s: float = 600.0, headers: dict[str, str] | None = None
+) -> tuple[int, dict]:
     """POST JSON, return (status, parsed body) also for 4xx/5xx answers."""
     request = urllib.request.Request(
-        url, json.dumps(payload).encode(), {"Content-Type": "application/json"}
+        url, json.dumps(payload).encode(), {"Content-Type": "application/json", **(headers or {})}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:

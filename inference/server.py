@@ -42,9 +42,9 @@ def run(config: InferenceConfig) -> None:
         from inference.vllm_args import build_vllm_args
 
         args = build_vllm_args(config, model_path, on_cpu)
+        write_resolved_config(config)
     except ConfigError as err:
         exit_with(str(err), PROG)
-    write_resolved_config(config)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     device = "cpu" if on_cpu else f"gpu (CUDA_VISIBLE_DEVICES={visible})"
     logger.info(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
@@ -134,7 +134,11 @@ def setup_device_env(config: InferenceConfig) -> bool:
 
 
 def write_resolved_config(config: InferenceConfig) -> None:
-    write_config(config, RunDir(config.output_dir).config_file(PROG))
+    """The first write into the run folder, so claim it first (a ConfigError when it is not
+    one: rlcore.ownership)."""
+    run_dir = RunDir(config.output_dir)
+    run_dir.claim()
+    write_config(config, run_dir.config_file(PROG))
 
 
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:

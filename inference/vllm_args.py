@@ -7,10 +7,12 @@ import contextlib
 import difflib
 import io
 import json
+import os
 from typing import Any
 
 from inference.config import InferenceConfig
 from rlcore.errors import ConfigError
+from rlcore.secrets import resolve, scrub
 
 
 def vllm_parser() -> argparse.ArgumentParser:
@@ -108,7 +110,11 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
     from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
 
     parser = vllm_parser()
-    extra = user_argv(config.vllm_args, parser)
+    vllm_args = resolve(config.vllm_args, "vllm_args")  # $VAR secrets, in this process only
+    api_key = vllm_args.pop("api_key", None) or vllm_args.pop("api-key", None)
+    if api_key:  # vLLM reads it from there; it never appears in argv or vLLM's own logs
+        os.environ["VLLM_API_KEY"] = str(api_key)
+    extra = user_argv(vllm_args, parser)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
@@ -117,9 +123,9 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
     except SystemExit:
         lines = stderr.getvalue().strip().splitlines()
         reason = lines[-1].removeprefix(f"{parser.prog}: error: ") if lines else "invalid value"
-        raise ConfigError(rejected(extra, reason)) from None
+        raise ConfigError(scrub(rejected(extra, reason), vllm_args)) from None
     except (TypeError, ValueError) as err:
-        raise ConfigError(rejected(extra, str(err))) from None
+        raise ConfigError(scrub(rejected(extra, str(err)), vllm_args)) from None
     return args
 
 

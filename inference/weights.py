@@ -1,9 +1,9 @@
 """In-place weight swaps for a running vLLM engine (`/update_weights`, `/reload_weights`).
 
-A folder is checked before any weight is touched: it must lie inside the allowed root, hold an
-HF `config.json` and safetensors files whose tensor names and shapes match the base model. Only
-then is generation paused (in-flight requests finish first), the workers reload from the
-folder through vLLM's `reload_weights` RPC, the prefix cache is cleared and generation resumes.
+A folder is checked before any weight is touched (inference/weight_dirs.py: inside the run's
+own policy folder, no link out, an HF folder matching the served model). Only then is
+generation paused (in-flight requests finish first), the workers reload from the folder
+through vLLM's `reload_weights` RPC, the prefix cache is cleared and generation resumes.
 A failed reload restores the previous weights, so the server keeps serving a whole policy. A
 reload that times out is another matter: the workers may still be writing, so nothing is sent
 to them again (no restore, no later swap: 503 until inference restarts).
@@ -12,7 +12,6 @@ server runs with `inference.lora` (inference/lora.py).
 """
 
 import asyncio
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -20,86 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from inference.lora import AdapterSwapper, is_adapter_dir
+from inference.weight_dirs import (
+    WeightDirError,
+    allowed_root,
+    check_inside,
+    check_weight_dir,
+    tensor_shapes,
+)
+from rlcore.rundir import RunDir
 from rlcore.weight_transfer import WeightLoader
 
-CONFIG_FILE = "config.json"
 RELOAD_DELAY_ENV = "RL_FAULT_RELOAD_DELAY_S"
 """Fault-injection hook for the timeout tests: seconds each weight reload sleeps first."""
-
-
-class WeightDirError(ValueError):
-    """A weight folder that cannot be loaded; `status` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from the safetensors headers in `folder` (no tensor data read)."""
-    from safetensors import safe_open
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        try:
-            with safe_open(file, framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 - safe_open is not a dict
-                    shapes[name] = tuple(handle.get_slice(name).get_shape())
-        except Exception as err:  # safetensors raises its own error types for corrupt files
-            raise WeightDirError(422, f"{file} is not a readable safetensors file: {err}") from None
-    return shapes
-
-
-def check_inside(path: Path, root: Path | tuple[Path, ...]) -> Path:
-    """`path` resolved, if it lies inside `root` or one of several roots (resolved); else a
-    403 WeightDirError."""
-    roots = root if isinstance(root, tuple) else (root,)
-    resolved = path.expanduser().resolve()
-    if not any(resolved.is_relative_to(r) for r in roots):
-        allowed = " or ".join(repr(str(r)) for r in roots)
-        raise WeightDirError(403, f"weight_dir {str(path)!r} is outside the allowed root {allowed}")
-    return resolved
-
-
-def check_weight_dir(
-    path: Path, root: Path | tuple[Path, ...], expected: dict[str, tuple[int, ...]] | None
-) -> Path:
-    """Validate a weight folder without loading it; returns its resolved path."""
-    folder = check_inside(path, root)
-    if not folder.is_dir():
-        raise WeightDirError(404, f"weight_dir {str(folder)!r} does not exist or is not a folder")
-    try:
-        json.loads((folder / CONFIG_FILE).read_text())
-    except (OSError, ValueError) as err:
-        raise WeightDirError(422, f"{folder} has no valid {CONFIG_FILE}: {err}") from None
-    shapes = tensor_shapes(folder)
-    if not shapes:
-        raise WeightDirError(422, f"{folder} holds no *.safetensors files")
-    if expected:
-        check_same_tensors(folder, shapes, expected)
-    return folder
-
-
-def check_same_tensors(
-    folder: Path, shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]
-) -> None:
-    # A tied lm_head may be saved or left out, so it is optional on both sides.
-    optional = {"lm_head.weight"}
-    missing = sorted(set(expected) - set(shapes) - optional)
-    extra = sorted(set(shapes) - set(expected) - optional)
-    wrong = sorted(n for n in set(shapes) & set(expected) if shapes[n] != expected[n])
-    problems = []
-    if missing:
-        problems.append(f"missing tensors {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-    if extra:
-        problems.append(f"unexpected tensors {extra[:3]}{' ...' if len(extra) > 3 else ''}")
-    if wrong:
-        name = wrong[0]
-        problems.append(f"{name} has shape {shapes[name]}, the served model {expected[name]}")
-    if problems:
-        raise WeightDirError(
-            422, f"{folder} does not match the served model: " + "; ".join(problems)
-        )
 
 
 @dataclass
@@ -111,21 +42,20 @@ class WeightState:
     """The weights serving now."""
 
 
-class WeightUpdater(WeightLoader):
-    """The filesystem transport's loader: swaps the engine's weights in place from a folder,
-    one swap at a time.
+class FilesystemLoader(WeightLoader):
+    """The filesystem transport's loader: swaps the engine's weights in place from a folder of
+    the run's `weights/`, one swap at a time.
 
     Consumes: folder paths from the admin routes. Waits for: in-flight requests to finish
     (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
 
     def __init__(
-        self, engine, base: str, root: Path | tuple[Path, ...], timeout_s: float,
-        pause_mode: str, adapters: AdapterSwapper | None = None,
+        self, engine, base: str, run_dir: RunDir, timeout_s: float, pause_mode: str,
+        adapters: AdapterSwapper | None = None,
     ):  # fmt: skip
         self.engine = engine
         self.adapters = adapters
-        roots = root if isinstance(root, tuple) else (root,)
-        self.root = tuple(r.expanduser().resolve() for r in roots)
+        self.run_dir = run_dir
         self.timeout_s = timeout_s
         self.pause_mode = pause_mode
         self.state = WeightState(base=base, current=base)
@@ -148,10 +78,11 @@ class WeightUpdater(WeightLoader):
         weight_dir = request.get("weight_dir")
         if not isinstance(weight_dir, str):
             raise WeightDirError(422, f'expected a JSON body {{"weight_dir": PATH}}, got {request}')
-        path = check_inside(Path(weight_dir), self.root)
+        root = allowed_root(self.run_dir)
+        path = check_inside(Path(weight_dir), root)
         if is_adapter_dir(path):
             return await self.load_adapter(path)
-        folder = check_weight_dir(path, self.root, self.expected)
+        folder = check_weight_dir(path, root, self.expected)
         return await self.swap(str(folder))
 
     async def load_adapter(self, folder: Path) -> dict[str, Any]:
@@ -219,15 +150,13 @@ class WeightUpdater(WeightLoader):
             raise WeightDirError(504, message) from None
 
 
-TRANSPORTS = {"filesystem": WeightUpdater}
+TRANSPORTS = {"filesystem": FilesystemLoader}
 
 
-def build_loader(config, engine, base: str, root: Path, weights, adapters=None) -> WeightLoader:
+def build_loader(config, engine, base: str, output_dir: Path, weights, adapters=None):
     """The loader of the configured transport (`config`: WeightTransferConfig, `weights`: the
     inference WeightsConfig with the swap's timeout and pause mode, `adapters`: the LoRA
-    AdapterSwapper when serving LoRA). Folders load from the run directory `root`, or from
-    `weight_transfer.dir` when the trainer keeps them there."""
-    roots = (root,) if config.dir is None else (root, config.dir)
+    AdapterSwapper when serving LoRA). Policies load only from the run's own `weights/`."""
     return TRANSPORTS[config.type](
-        engine, base, roots, weights.timeout_s, weights.pause_mode, adapters
+        engine, base, RunDir(output_dir), weights.timeout_s, weights.pause_mode, adapters
     )

@@ -17,6 +17,7 @@ from launcher.supervisor import (
 )
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.metrics import read_records, reward_curve
+from rlcore.secrets import externalize
 from rlcore.toml_io import write_config
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -29,13 +30,23 @@ def set_resume_step(plan: Plan, step: int | None) -> None:
 
 
 def write_configs(plan: Plan) -> None:
+    """The resolved configs, each literal secret replaced by a `$RL_SECRET_...` reference whose
+    value the processes get in their environment only (rlcore.secrets)."""
     run = plan.run
+    data, plan.secret_env = externalize(plan.config.model_dump(mode="json"), "")
     if not plan.placement:  # inside a job rl.toml stays as submitted (a restart reads it)
-        write_config(plan.config, run.config_file("rl"))
+        write_config(data, run.config_file("rl"))
     for component in COMPONENTS:
-        write_config(getattr(plan.config, component), run.config_file(component))
+        write_config(data[component], run.config_file(component))
     for name in plan.inference_names[1:]:
-        write_config(replica_config(plan.config, name), run.config_file(name))
+        replica, _ = externalize(replica_config(plan.config, name).model_dump(mode="json"),
+                                 "inference")  # fmt: skip
+        write_config(replica, run.config_file(name))
+    if plan.secret_env:
+        names = ", ".join(sorted(plan.secret_env))
+        print(f"rl: literal secrets in the config reach the processes in their environment "
+              f"only ({names}); the configs in {run.configs} name these variables",
+              flush=True)  # fmt: skip
 
 
 def launch(plan: Plan, clean: bool) -> int:

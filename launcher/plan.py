@@ -1,14 +1,13 @@
 """Turning a validated RLConfig into a launch plan: GPU map, derived settings, commands."""
 
-import secrets
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from inference.admin import ADMIN_TOKEN_ENV, is_loopback
 from launcher.rl_config import RLConfig
 from launcher.slurm import inside_job
+from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.rundir import RunDir
@@ -51,9 +50,12 @@ class Plan:
     urls: dict[str, str] = field(default_factory=dict)
     """Inside a multi-node job: each inference server's address on its node."""
     extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict)
+    """Literal secrets of the config, by the `$RL_SECRET_...` names the written configs use
+    (rlcore.secrets); every process gets them in its environment."""
     admin_token: str | None = None
-    """One admin token for all inference servers of a run bound beyond loopback (RL_ADMIN_TOKEN
-    in their environment), so that the orchestrator's one `admin_token` file fits them all."""
+    """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
+    environment only), so that the orchestrator's one `admin_token` file fits them all."""
 
     @property
     def inference_names(self) -> list[str]:
@@ -66,6 +68,7 @@ class Plan:
 
     def env(self, component: str) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
+        env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token
         return env
@@ -200,10 +203,7 @@ def make_plan(config: RLConfig, dry_run: bool) -> Plan:
     memory, warning = check_memory(config, gpu_map) if not submitting else ("", None)
     if warning is not None:
         warnings.append(warning)
-    token = None
-    if len(names) > 1 and not is_loopback(config.inference.server.host):
-        token = secrets.token_urlsafe(32)
-    return Plan(config, gpu_map, warnings, memory, admin_token=token)
+    return Plan(config, gpu_map, warnings, memory, admin_token=new_token())
 
 
 def describe(plan: Plan) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from launcher.plan import Plan, replica_config
 from rlcore.errors import ConfigError
 from rlcore.health import port_problem
+from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -25,6 +26,19 @@ def check_environments(plan: Plan) -> None:
     check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
         check_envs(orch.eval.env, "orchestrator [[eval.env]]")
+    announce_local_programs([*orch.env, *(orch.eval.env if orch.eval else [])])
+
+
+def announce_local_programs(envs: list) -> None:
+    """MCP tasks whose servers are local commands start programs on this machine: say which,
+    once, before anything starts."""
+    from rl_tasks.taskfile import programs_in_args
+
+    programs = [p for env in envs if env.id == "rl-tasks" for p in programs_in_args(env.args)]
+    if programs:
+        listed = "\n".join(f"    {p}" for p in dict.fromkeys(programs))
+        print(f"rl: the tasks start these local programs on this machine (their MCP servers, "
+              f"one per rollout):\n{listed}", flush=True)  # fmt: skip
 
 
 def _folder_bytes(path: Path) -> int:
@@ -64,15 +78,35 @@ def check_disk(plan: Plan, model_dir: Path | None) -> None:
 
 def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     """Resolve the resume step once for every process and clear what the new attempt must not
-    see (rlcore.rundir owns the rules). Never deletes checkpoints unless `clean` is set."""
+    see (rlcore.rundir owns the rules). Never deletes checkpoints unless `clean` is set, and
+    then only what a verified run created (rlcore.ownership)."""
     run = plan.run
     resume_step = plan.config.trainer.ckpt.resume_step
     if clean and run.root.exists():
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
-        for child in run.root.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        clean_run(run.root)
     return run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
+
+
+def clean_run(root: Path) -> None:
+    """--clean: delete what the run in `root` created; anything else stays (and is named)."""
+    if root.is_dir() and read_run_id(root) is None and not any(root.iterdir()):
+        return  # an empty folder: nothing to clean
+    verified_run(root, "--clean: output_dir")
+    removal = remove_run_files(root, keep_marker=True)
+    print(f"rl: --clean removed {', '.join(removal.removed) or 'nothing'} from {root}")
+    if removal.kept:
+        print(f"rl: --clean kept {', '.join(removal.kept)} (not created by rl)")
+
+
+def check_output_dir(plan: Plan, clean: bool) -> None:
+    """What a start would refuse about output_dir, without writing (dry runs)."""
+    root = plan.run.root
+    if clean and root.is_dir() and (read_run_id(root) is not None or any(root.iterdir())):
+        verified_run(root, "--clean: output_dir")
+    else:
+        check_claimable(root)
 
 
 def model_folder(name: str) -> Path | None:

@@ -3,13 +3,14 @@
 rl --trainer @ train.toml --orchestrator @ orch.toml --inference @ infer.toml [--flags]
 rl @ rl.toml [--flags]
 rl run @ config.toml [--flags]            (the same as `rl @ config.toml`)
-rl init | status | list | logs | stop | delete | plot | export   (run management, see --help)
+rl SUBCOMMAND ...                         (run management: launcher/commands/, see --help)
 """
 
 import os
 import sys
 import time
 
+from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
 from rlcore.entry import parse_config
@@ -25,31 +26,20 @@ EXTRA_HELP = """\
   --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
   --dry-run             print the resolved configs, GPU map and commands (with [slurm]: the
                         sbatch script); start and write nothing
-  --clean               delete everything in output_dir (checkpoints too) before starting
+  --clean               start over: delete what the earlier run in output_dir created
+                        (checkpoints too; only in a folder rl marked as a run, never other
+                        files, never through a link)
   --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
                         in their environment, never written to a config or log
 
-subcommands (RUN: a run directory, or a run's name under outputs/):
-  run @ FILE ...        the same as `rl @ FILE ...`
-  init [ENV_ID]         print a commented rl.toml to start from
-  init --tasks FILE     the same for MCP tasks: connects to the first task's server and
-                        describes its tools in the system prompt
-  tasks FILE --name N [--out DIR]  check a tasks.json (MCP tool tasks), write it as a dataset
-                        (default data/tasks/N) and print the [[env]] lines to train on it
-  status [RUN]          components, step, latest checkpoint and disk use of a run
-  list [DIR]            runs under DIR (default outputs/): status, step, checkpoint, disk use
-  logs [RUN] [COMP] [-f]  print (or follow) a run's logs
-  stop [RUN]            stop a running run cleanly
-  delete RUN [--yes]    delete a run directory (asks first; refuses a running run)
-  plot RUN [--out PNG]  plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)
-  export RUN --out DIR [--step N] [--dtype D]  the trained policy as a full HF folder (a LoRA
-                        adapter merged into the base); newest checkpoint or weights by default
+subcommands (`rl SUBCOMMAND --help` for each; RUN: a run's name under outputs/, or its path):
+  run @ FILE ...  the same as `rl @ FILE ...`
+{commands}
 
 Shared keys: set once (top level, or in one sub-config) they fill every component that carries
 them; two places with different values are an error naming both.
 {shared}"""
 
-SUBCOMMANDS = ("init", "status", "list", "logs", "stop", "delete", "plot", "export", "tasks")
 API_KEY_FLAG = "--wandb-api-key"
 
 
@@ -75,17 +65,15 @@ def main(argv: list[str] | None = None) -> None:
     argv = take_api_key(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         argv = argv[1:]
-    if argv and argv[0] in SUBCOMMANDS:
-        from launcher.manage import run_subcommand
-
-        sys.exit(run_subcommand(argv[0], argv[1:]))
+    if argv and argv[0] in COMMANDS:
+        sys.exit(run_command(argv[0], argv[1:]))
     config, parsed = parse_config(
         RLConfig,
         "rl",
         argv,
         sections=("trainer", "orchestrator", "inference"),
         usage=USAGE,
-        extra_help=EXTRA_HELP.format(shared=shared_help()),
+        extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()),
     )
     from launcher.plan import describe, make_plan
 
@@ -96,8 +84,16 @@ def main(argv: list[str] | None = None) -> None:
         exit_with(str(err), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
+    clean = "clean" in parsed.flags
+    if dry_run:
+        from launcher.preflight import check_output_dir
+
+        try:
+            check_output_dir(plan, clean)
+        except ConfigError as err:
+            exit_with(str(err), "rl")
     if plan.config.slurm is not None:
-        sys.exit(run_slurm(plan, dry_run, clean="clean" in parsed.flags))
+        sys.exit(run_slurm(plan, dry_run, clean))
     if dry_run:
         print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(plan.config)}")
         print(describe(plan))
@@ -105,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     from launcher.launch import launch
 
     started = time.monotonic()
-    code = launch(plan, clean="clean" in parsed.flags)
+    code = launch(plan, clean)
     print(f"rl: finished in {time.monotonic() - started:.0f} s with exit code {code}")
     sys.exit(code)
 

@@ -21,6 +21,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.config import BaseConfig, PositiveInt
 from rlcore.errors import ConfigError
 
@@ -136,7 +137,9 @@ def submit(plan, write_configs) -> int:
             "the [slurm] table to run here"
         )
     run = plan.run
+    run.claim()
     write_configs(plan)
+    os.environ.update(plan.secret_env)  # sbatch exports them to the job, never to a file
     run.logs.mkdir(parents=True, exist_ok=True)
     script = run.root / "slurm" / "job.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
@@ -246,18 +249,17 @@ def place_in_job(plan) -> None:
     plan.urls = dict(zip(names, urls, strict=True))
     plan.gpu_map = {"orchestrator": [], "trainer": node_gpus, **dict.fromkeys(names, node_gpus)}
     plan.extra_env["trainer"] = {"MASTER_ADDR": trainer_hosts[0], "MASTER_PORT": str(MASTER_PORT)}
-    if plan.admin_token is None:
-        import secrets
-
-        plan.admin_token = secrets.token_urlsafe(32)
 
 
 def srun_command(plan, component: str, command: list[str]) -> list[str]:
-    """`command` started on the component's nodes, with its environment set there."""
+    """`command` started on the component's nodes, with its environment set there. Secrets
+    (the admin token, literal config secrets) travel in srun's exported environment, never on
+    a command line that `ps` shows."""
     hosts = plan.placement.get(component)
     if not hosts:
         return command
     env = {**plan.env(component), **plan.extra_env.get(component, {})}
+    env = {k: v for k, v in env.items() if k != ADMIN_TOKEN_ENV and k not in plan.secret_env}
     return [
         *srun_prefix(hosts, overlap=True),
         "env",

@@ -5,11 +5,11 @@ Every wait has a timeout and names what it waited for (OrchestratorError)."""
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
+from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.health import probe_health
 from rlcore.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
 
@@ -77,7 +77,7 @@ async def update_weights(
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
     returns the server's answer (its `model`, when present, is the name requests must use: a
     LoRA adapter's), or None if the server has no such route (a plain vLLM server keeps its
-    own weights). `token`: the admin token of a server bound beyond loopback."""
+    own weights). `token`: the run's admin token (rlcore.admin_token)."""
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -87,16 +87,14 @@ async def update_weights(
         raise OrchestratorError(f"POST {url} {request} failed: {err}") from None
     if answer.status_code in (404, 405):
         return None
+    if answer.status_code == 401:
+        raise OrchestratorError(
+            f"POST {url} answered 401: the weight-swap routes need the server's admin token, "
+            f"which inference writes to <output_dir>/admin_token: run the orchestrator with the "
+            f"same output_dir as inference, or give both the same {ADMIN_TOKEN_ENV}"
+        )
     if answer.status_code != 200:
         raise OrchestratorError(
             f"POST {url} {request} answered {answer.status_code}: {answer.text[:500]}"
         )
     return answer.json()
-
-
-def read_admin_token(path: Path) -> str | None:
-    """The inference admin token from the run directory, if the server wrote one."""
-    try:
-        return path.read_text().strip() or None
-    except FileNotFoundError:
-        return None

@@ -19,7 +19,6 @@ from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import (
     OrchestratorError,
-    read_admin_token,
     update_weights,
     wait_for_server,
 )
@@ -30,6 +29,7 @@ from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
+from rlcore.admin_token import read_token
 from rlcore.errors import ConfigError
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
@@ -159,7 +159,7 @@ async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
     """Tell every inference server to load policy `step` (a ready one); returns when all
     serve it, so nothing is generated from a mix of policies."""
     request = policy.receiver.load_request(step)
-    token = read_admin_token(RunDir(config.output_dir).admin_token)
+    token = read_token(RunDir(config.output_dir))
     answers = await asyncio.gather(*(
         update_weights(url, request, config.client.timeout_s, token)
         for url in config.client.base_urls

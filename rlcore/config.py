@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 NONE_STRINGS = ("None", "none", "null")
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+RUNS_ROOT = Path("outputs")
+"""Where runs live by default; `rl list`, `rl status NAME` and `rl delete NAME` look here."""
+DEFAULT_RUN_DIR = RUNS_ROOT / "run"
 
 
 def allows_none(annotation: Any) -> bool:
@@ -172,8 +175,9 @@ class SharedFields(BaseConfig):
     seq_len: PositiveInt = 2048
     """Maximum tokens in one sample, prompt and completion together."""
 
-    output_dir: Path = Path("outputs")
-    """Run directory shared by all processes: configs, logs, rollouts, weights, checkpoints."""
+    output_dir: Path = DEFAULT_RUN_DIR
+    """Run directory shared by all processes: configs, logs, rollouts, weights, checkpoints
+    (a new or empty folder, or an earlier run's)."""
 
     async_level: Annotated[int, Field(ge=0)] = 1
     """How many steps the policy that generates a batch may lag behind the trainer; 0 is fully

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.errors import ConfigError
-from rlcore.files import atomic_write_text
+from rlcore.files import append_line, atomic_write_text, fsync_tree
+from rlcore.ownership import check_claimable, claim
 
+COMPONENTS = ("trainer", "orchestrator", "inference")
+"""The three processes of a run (each has its config and log file here)."""
 STABLE = "STABLE"
 MANIFEST = "MANIFEST"
 DONE = "DONE"
@@ -44,6 +47,12 @@ class RunDir:
 
     def __init__(self, root: Path | str):
         self.root = Path(root)
+
+    def claim(self) -> str:
+        """Make this folder a run (or check that it is one) before writing into it; returns
+        the run's id. A ConfigError when it is a file or holds things that are not a run's
+        (rlcore.ownership)."""
+        return claim(self.root)
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -100,7 +109,9 @@ class RunDir:
         return (self.weight_dir(step) / STABLE).exists()
 
     def mark_weights_stable(self, step: int) -> None:
-        (self.weight_dir(step) / STABLE).write_text(f"{time.time()}\n")
+        """STABLE vouches for the folder: it is written once every file in it is on disk."""
+        fsync_tree(self.weight_dir(step))
+        atomic_write_text(self.weight_dir(step) / STABLE, f"{time.time()}\n")
 
     # -- checkpoints ---------------------------------------------------------------------------
     def complete_checkpoints(self) -> list[int]:
@@ -138,7 +149,8 @@ class RunDir:
 
     def mark_part_done(self, step: int, part: str, parts: Iterable[str] = CHECKPOINT_PARTS) -> bool:
         """Mark one part complete, then write MANIFEST if every part in `parts` is; True when the
-        checkpoint now counts."""
+        checkpoint now counts. DONE is written once every file of the part is on disk."""
+        fsync_tree(self.part_dir(step, part))
         atomic_write_text(self.part_dir(step, part) / DONE, f"{step}\n")
         return self.write_manifest_if_complete(step, parts)
 
@@ -158,6 +170,7 @@ class RunDir:
         """The concrete step a new attempt resumes from (None: a fresh start), without touching
         anything. A fresh start in a directory that holds complete checkpoints is refused: they
         are never overwritten silently."""
+        check_claimable(self.root)
         complete = self.complete_checkpoints()
         if resume_step is None and complete:
             raise ConfigError(
@@ -180,8 +193,10 @@ class RunDir:
                 raise AssertionError(f"unknown run-directory output {kind!r}")
 
     def prepare_attempt(self, resume_step: int | None, produces: Iterable[str]) -> int | None:
-        """`check_attempt`, then `drop_stale` for the outputs this process produces."""
+        """`check_attempt`, then `claim` and `drop_stale` for the outputs this process
+        produces."""
         step = self.check_attempt(resume_step)
+        self.claim()
         self.drop_stale(step or 0, produces)
         return step
 
@@ -190,9 +205,7 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         record = {"component": component, "step": step, "time": time.time(), **metrics}
         record.setdefault("rss_mib", resident_mib())
-        line = json.dumps(record)
-        with self.metrics.open("a") as f:
-            f.write(line + "\n")
+        append_line(self.metrics, json.dumps(record))
 
 
 def resident_mib() -> float:
@@ -216,4 +229,8 @@ def remove_steps(folder: Path, keep: Any) -> None:
     """Delete `step_<n>` folders in `folder` for which `keep(n)` is false."""
     for step in steps_in(folder):
         if not keep(step):
-            shutil.rmtree(folder / step_name(step), ignore_errors=True)
+            path = folder / step_name(step)
+            if path.is_symlink():  # never follow a link out of the run
+                path.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(path, ignore_errors=True)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
+from rlcore.secrets import redact
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
@@ -55,11 +56,13 @@ def to_toml_value(value: Any) -> Any:
     return value
 
 
-def dump_config(config: BaseModel) -> str:
-    """The config as TOML text; loading it back gives an identical config."""
-    return tomli_w.dumps(to_toml_value(config.model_dump(mode="json")))
+def dump_config(config: BaseModel | dict[str, Any]) -> str:
+    """The config as TOML text; loading it back gives an identical config, except that literal
+    secrets show as `***` (rlcore.secrets; `$VAR` references stay)."""
+    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+    return tomli_w.dumps(to_toml_value(redact(data)))
 
 
-def write_config(config: BaseModel, path: Path) -> None:
+def write_config(config: BaseModel | dict[str, Any], path: Path) -> None:
     """Write the resolved config atomically (tmp + rename)."""
     atomic_write_text(path, dump_config(config))

@@ -14,6 +14,7 @@ from typing import Any
 from rlcore.config import WandbConfig
 from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
+from rlcore.secrets import redact
 
 
 def load_dotenv(path: Path = Path(".env")) -> None:
@@ -71,7 +72,7 @@ def start_wandb(
         resume="allow" if run_id else None,
         dir=str(run_dir.root),
         mode="offline" if offline else "online",
-        config=run_config,
+        config=redact(run_config),
     )
     return WandbRun(run)
 

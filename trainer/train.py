@@ -92,6 +92,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     # A checkpoint may complete while ranks look: every rank takes rank 0's answer.
     resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
     if world.is_main:
+        run_dir.claim()
         place_weights(run_dir, config.weight_transfer.dir)
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()

@@ -12,7 +12,6 @@ marks it STABLE while the next step trains. One write is in flight at most: the 
 waits for it, and `close` waits for the last one.
 """
 
-import hashlib
 import json
 import shutil
 import time
@@ -25,6 +24,7 @@ from torch import nn
 from rlcore.config import WeightTransferConfig
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_folder
+from rlcore.ownership import owns_weights_folder, remove_path, weights_marker
 from rlcore.rundir import RunDir, remove_steps
 from rlcore.weight_transfer import WeightSender
 from trainer.background import BackgroundWriter
@@ -164,24 +164,26 @@ def fix_architectures(config_file: Path, architectures: list[str] | None, dtype=
 
 def place_weights(run_dir: RunDir, root: Path | None) -> None:
     """`weight_transfer.dir`: make `<output_dir>/weights` a link to `<root>/rl-weights-<id>`
-    (the id is fixed per run directory, so a resumed run finds its folders again); None: a
-    plain folder. Raises ConfigError when `root` cannot hold it."""
+    (the run's id, so a resumed run finds its folders again), a folder marked as this run's so
+    that only this run ever deletes it; None: a plain folder. Raises ConfigError when `root`
+    cannot hold it, or when `weights` is something the run did not make."""
     link = run_dir.weights
     if root is None:
         if link.is_symlink():  # an earlier attempt kept them elsewhere
             link.unlink()
         return
-    ident = hashlib.sha1(str(run_dir.root.resolve()).encode()).hexdigest()[:12]
-    target = root.expanduser() / f"rl-weights-{ident}"
+    run_id = run_dir.claim()
+    target = root.expanduser() / f"rl-weights-{run_id}"
     try:
         target.mkdir(parents=True, exist_ok=True)
+        if not owns_weights_folder(target, run_id):
+            weights_marker(target, run_id, run_dir.root)
         if link.is_symlink() and link.resolve() == target.resolve():
             return
         if link.is_symlink():
             link.unlink()
         elif link.exists():
-            shutil.rmtree(link)
-        run_dir.root.mkdir(parents=True, exist_ok=True)
+            remove_path(link)
         link.symlink_to(target.resolve(), target_is_directory=True)
     except OSError as err:
         raise ConfigError(

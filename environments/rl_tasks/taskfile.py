@@ -47,7 +47,34 @@ def load_tasks(path: Path) -> list[dict[str, Any]]:
         raise TaskError(f"{path}: holds no task (an empty list)")
     for index, task in enumerate(tasks):
         check_task(task, f"{path}: task {index}")
-    return [{"id": t.get("id") or f"task-{i:03d}", **t} for i, t in enumerate(tasks)]
+    tasks = [{"id": t.get("id") or f"task-{i:03d}", **t} for i, t in enumerate(tasks)]
+    check_unique_ids(tasks, path)
+    return tasks
+
+
+def check_unique_ids(tasks: list[dict[str, Any]], path: Path) -> None:
+    first: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        task_id = str(task["id"])
+        if task_id in first:
+            raise TaskError(
+                f"{path}: task {index} has id {task_id!r}, like task {first[task_id]}: "
+                "give every task its own id"
+            )
+        first[task_id] = index
+
+
+def local_commands(tasks: list[dict[str, Any]]) -> list[str]:
+    """The programs the tasks start on this machine (stdio MCP servers), each once, as a
+    shell would show them."""
+    import shlex
+
+    commands = []
+    for task in tasks:
+        _, spec = server_spec(task)
+        if "command" in spec:
+            commands.append(shlex.join([spec["command"], *spec.get("args", [])]))
+    return list(dict.fromkeys(commands))
 
 
 def check_task(task: Any, where: str) -> None:
@@ -151,3 +178,19 @@ def dotenv(path: Path = Path(".env")) -> dict[str, str]:
             if sep and not key.startswith("#"):
                 values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
     return values
+
+
+def programs_in_args(args: dict[str, Any]) -> list[str]:
+    """The local programs an `rl-tasks` environment with these args starts (from its tasks
+    file or `rl tasks` dataset); empty when they cannot be read (loading reports that)."""
+    try:
+        if args.get("tasks"):
+            return local_commands(load_tasks(Path(args["tasks"])))
+        if args.get("dataset"):
+            from datasets import load_from_disk
+
+            rows = load_from_disk(str(args["dataset"])).to_list()
+            return local_commands([json.loads(row["info"]["rl_task"]) for row in rows])
+    except (TaskError, OSError, ValueError, KeyError, FileNotFoundError):
+        return []
+    return []

@@ -8,6 +8,7 @@ from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from orchestrator.envs.classic import VerifiersEnv
 from orchestrator.envs.v1 import V1Env, is_v1_module
 from orchestrator.servers import ServerPool
+from rlcore.secrets import resolve
 
 ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv, "v1": V1Env}
 
@@ -29,7 +30,8 @@ def load_env(config) -> EnvAdapter:
     if env_type == "verifiers" and is_v1_module(config.id):
         logger.info(f"environment {config.id!r} is a verifiers v1 taskset: loading it as type v1")
         env_type = "v1"
-    return ENV_TYPES[env_type](config.id, config.args)
+    args = resolve(config.args, f"[[env]] {config.id!r} args")  # $VAR secrets, here only
+    return ENV_TYPES[env_type](config.id, args)
 
 
 def make_client(

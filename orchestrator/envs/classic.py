@@ -10,6 +10,7 @@ from typing import Any
 from orchestrator.client import OrchestratorError
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from rlcore.errors import ConfigError
+from rlcore.secrets import redact, scrub
 
 logger = logging.getLogger("orchestrator")
 
@@ -57,7 +58,8 @@ class VerifiersEnv(EnvAdapter):
             self.env = vf.load_environment(env_id, **args)
         except Exception as err:  # verifiers wraps import and argument errors alike
             raise ConfigError(
-                f"environment {env_id!r} with args {args} failed to load: {err}"
+                f"environment {env_id!r} with args {redact(args)} failed to load: "
+                f"{scrub(str(err), args)}"
             ) from None
         self._train = self.env.get_dataset().to_list()
         self._eval: list[dict] | None = None

@@ -21,6 +21,7 @@ from typing import Any
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from orchestrator.envs.classic import module_name
 from rlcore.errors import ConfigError
+from rlcore.secrets import redact, scrub
 
 logger = logging.getLogger("orchestrator")
 
@@ -120,10 +121,11 @@ class V1Env(EnvAdapter):
             self.tasks = list(taskset)
         except Exception as err:  # pydantic, import and the taskset's own errors alike
             raise ConfigError(
-                f"v1 taskset {env_id!r} with args {args} failed to load: {err}"
+                f"v1 taskset {env_id!r} with args {redact(args)} failed to load: "
+                f"{scrub(str(err), args)}"
             ) from None
         if not self.tasks:
-            raise ConfigError(f"v1 taskset {env_id!r} with args {args} has no tasks")
+            raise ConfigError(f"v1 taskset {env_id!r} with args {redact(args)} has no tasks")
         self._serving: contextlib.AsyncExitStack | None = None
         self._lock = asyncio.Lock()
 

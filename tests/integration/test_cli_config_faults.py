@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.rundir import RunDir
+
 REPO = Path(__file__).resolve().parents[2]
 
 GOOD_TRAIN = "max_steps = 3\n"
@@ -94,6 +96,7 @@ def test_port_in_use(tmp_path):
 
 
 def test_existing_checkpoints_need_resume_or_clean(tmp_path):
+    RunDir(tmp_path / "run").claim()
     manifest = tmp_path / "run" / "checkpoints" / "step_2" / "MANIFEST"
     manifest.parent.mkdir(parents=True)
     manifest.write_text("{}")

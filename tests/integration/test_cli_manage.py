@@ -29,6 +29,7 @@ def test_init_prints_a_config_that_parses(tmp_path):
 
 def test_status_reports_steps_and_checkpoints(tmp_path):
     run = RunDir(tmp_path / "run")
+    run.claim()
     for step in (2, 4):
         (run.checkpoint_dir(step)).mkdir(parents=True)
     (run.checkpoint_dir(2) / "MANIFEST").write_text("{}")
@@ -43,11 +44,12 @@ def test_status_reports_steps_and_checkpoints(tmp_path):
 def test_logs_and_stop_need_a_run_directory(tmp_path):
     for sub in ("status", "logs", "stop"):
         result = rl(sub, str(tmp_path / "missing"))
-        assert result.returncode == 2 and "no run directory" in result.stderr
+        assert result.returncode == 2 and "is not a run folder" in result.stderr
 
 
 def test_logs_prints_component_logs(tmp_path):
     run = RunDir(tmp_path)
+    run.claim()
     run.logs.mkdir()
     run.log_file("trainer").write_text("hello from trainer\n")
     result = rl("logs", str(tmp_path), "trainer")

@@ -1,5 +1,6 @@
 """The real `inference` server on CPU with the tiny model: OpenAI routes with token ids and
-logprobs, in-place weight swaps, refusals that leave the served weights alone, clean SIGTERM.
+logprobs, in-place weight swaps (only with the run's token, only from the run's own weights
+folder), refusals that leave the served weights alone, clean SIGTERM.
 
 One server for the whole module (vLLM takes about a minute to start on 2 cores)."""
 
@@ -19,6 +20,7 @@ from rlcore.protocol import (
     RELOAD_WEIGHTS_ROUTE,
     UPDATE_WEIGHTS_ROUTE,
 )
+from rlcore.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +51,7 @@ def perturbed_copy(src: Path, dst: Path, scale: float, seed: int) -> Path:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     root = tmp_path_factory.mktemp("inference_run")
+    RunDir(root).claim()
     weights = root / "weights"
     shutil.copytree(tiny_model_dir, weights / "step_0")
     perturbed_copy(tiny_model_dir, weights / "step_1", scale=0.05, seed=1)
@@ -67,14 +70,15 @@ def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(run_dir, tiny_model_dir):
-    config = run_dir / "infer.toml"
+def server(run_dir, tiny_model_dir, tmp_path_factory):
+    config = tmp_path_factory.mktemp("inference_config") / "infer.toml"
     config.write_text(
         f'output_dir = "{run_dir}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
         "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n"
     )
     port = free_port()
-    proc = InferenceProcess(["@", str(config), "--server.port", str(port)], run_dir / "inf.log")
+    log = config.parent / "inf.log"
+    proc = InferenceProcess(["@", str(config), "--server.port", str(port)], log)
     proc.start()
     try:
         proc.wait_ready(timeout_s=600)
@@ -89,6 +93,7 @@ def server(run_dir, tiny_model_dir):
     finally:
         proc.stop(grace_s=60)
     log = proc.log_path.read_text()
+    assert proc.admin_token not in log
     assert "inference: ready" in log and "inference: stopped" in log, proc.log_tail()
     assert code == 0, f"exit code {code} after SIGTERM:\n{proc.log_tail()}"
     assert not strays, f"{strays} outlived the server:\n{proc.log_tail()}"
@@ -150,21 +155,21 @@ def test_chat_returns_token_ids_and_logprobs(server):
 
 def test_update_weights_swaps_in_place_and_back(server, run_dir):
     base = prompt_logprobs(server.url)
-    status, body = post_json(
-        server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
+    status, body = server.admin_post(
+        UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
     )
     assert status == 200 and body["weights"].endswith("step_1"), body
     changed = prompt_logprobs(server.url)
     assert max_diff(base, changed) > 1e-3
 
-    status, body = post_json(
-        server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_0")}
+    status, body = server.admin_post(
+        UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_0")}
     )
     assert status == 200, body
     assert max_diff(base, prompt_logprobs(server.url)) < 1e-4
 
-    post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
-    status, body = post_json(server.url + RELOAD_WEIGHTS_ROUTE, {})
+    server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
+    status, body = server.admin_post(RELOAD_WEIGHTS_ROUTE, {})
     assert status == 200, body
     assert max_diff(base, prompt_logprobs(server.url)) < 1e-4
 
@@ -179,22 +184,52 @@ def test_update_weights_swaps_in_place_and_back(server, run_dir):
     ],
 )
 def test_bad_folder_is_refused_and_weights_keep_serving(server, run_dir, folder, status, words):
-    post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
+    server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
     before = prompt_logprobs(server.url)
-    code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / folder)})
+    code, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / folder)})
     assert code == status and words in body["detail"], body
     assert max_diff(before, prompt_logprobs(server.url)) < 1e-5
 
 
 def test_folder_outside_root_is_refused(server, run_dir, tiny_model_dir):
-    for outside in (str(tiny_model_dir), str(run_dir / "weights" / ".." / "..")):
-        code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": outside})
+    run_level = run_dir / "not_weights"
+    if not run_level.exists():
+        shutil.copytree(tiny_model_dir, run_level)  # inside output_dir, but not in weights/
+    linked = run_dir / "weights" / "linked_out"
+    if not linked.exists():
+        linked.symlink_to(tiny_model_dir, target_is_directory=True)
+    for outside in (tiny_model_dir, run_dir / "weights" / ".." / "..", run_level, linked):
+        code, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(outside)})
         assert code == 403 and "outside the allowed root" in body["detail"], body
     assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
 
 
+def test_a_file_linked_out_of_the_weights_folder_is_refused(server, run_dir, tiny_model_dir):
+    folder = run_dir / "weights" / "file_linked_out"
+    if not folder.exists():
+        shutil.copytree(tiny_model_dir, folder)
+        (folder / "model.safetensors").unlink()
+        (folder / "model.safetensors").symlink_to(tiny_model_dir / "model.safetensors")
+    code, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(folder)})
+    assert code == 403 and "links outside the allowed root" in body["detail"], body
+
+
+def test_admin_routes_need_the_token_on_loopback_too(server, run_dir):
+    server.admin_post(UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")})
+    before = prompt_logprobs(server.url)
+    step_0 = {"weight_dir": str(run_dir / "weights/step_0")}
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+        for route, body in ((UPDATE_WEIGHTS_ROUTE, step_0), (RELOAD_WEIGHTS_ROUTE, {})):
+            code, answer = post_json(server.url + route, body, headers=headers)
+            assert code == 401 and "admin_token" in answer["detail"], answer
+    assert max_diff(before, prompt_logprobs(server.url)) < 1e-5
+    token_file = run_dir / "admin_token"
+    assert token_file.read_text().strip() == server.admin_token
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+
 def test_malformed_load_request_is_refused(server):
-    code, body = post_json(server.url + UPDATE_WEIGHTS_ROUTE, {"folder": "weights/step_1"})
+    code, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, {"folder": "weights/step_1"})
     assert code == 422 and '{"weight_dir": PATH}' in body["detail"], body
     assert chat(server.url, max_tokens=2)["choices"][0]["token_ids"]
 
@@ -204,8 +239,8 @@ def test_update_waits_for_requests_in_flight(server, run_dir):
 
     with ThreadPoolExecutor(4) as pool:
         streams = [pool.submit(chat, server.url, 64) for _ in range(3)]
-        status, body = post_json(
-            server.url + UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
+        status, body = server.admin_post(
+            UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_1")}
         )
         answers = [stream.result(timeout=300) for stream in streams]
     assert status == 200, body
@@ -232,11 +267,11 @@ def test_a_timed_out_weight_apply_is_never_sent_again(run_dir, tiny_model_dir, t
     try:
         proc.wait_ready(timeout_s=600)
         step_1 = {"weight_dir": str(run_dir / "weights/step_1")}
-        status, body = post_json(proc.url + UPDATE_WEIGHTS_ROUTE, step_1)
+        status, body = proc.admin_post(UPDATE_WEIGHTS_ROUTE, step_1)
         assert status == 504 and "timed out after 3 s reloading" in body["detail"], body
-        status, body = post_json(proc.url + UPDATE_WEIGHTS_ROUTE, step_1)
+        status, body = proc.admin_post(UPDATE_WEIGHTS_ROUTE, step_1)
         assert status == 503 and "restart inference" in body["detail"], body
-        status, body = post_json(proc.url + RELOAD_WEIGHTS_ROUTE, {})
+        status, body = proc.admin_post(RELOAD_WEIGHTS_ROUTE, {})
         assert status == 503, body
         assert chat(proc.url, max_tokens=2)["choices"][0]["token_ids"]  # still serving
     finally:

@@ -1,10 +1,12 @@
-"""The admin routes: open on loopback, token-guarded beyond it; the token file is owner-only
-and never logged."""
+"""The admin routes: token-guarded on every address (loopback too); the token file is
+owner-only from its first byte and never logged; comparison in constant time."""
 
 import logging
 from types import SimpleNamespace
 
-from inference.admin import add_admin_routes, is_loopback, issue_admin_token
+from inference.admin import add_admin_routes, issue_admin_token
+from rlcore.admin_token import ADMIN_TOKEN_ENV, authorized, read_token
+from rlcore.rundir import RunDir
 from rlcore.weight_transfer import WeightLoader
 
 
@@ -35,16 +37,29 @@ def config(host, out):
     return SimpleNamespace(server=SimpleNamespace(host=host), output_dir=out)
 
 
-def test_loopback_needs_no_token(tmp_path):
-    assert all(is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.5.0.1"))
-    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5"))
-    assert issue_admin_token(config("127.0.0.1", tmp_path)) is None
-    client, loader = app_with(None)
-    assert client.post("/update_weights", json={"weight_dir": "w"}).status_code == 200
-    assert loader.loaded == [{"weight_dir": "w"}]
+def test_every_bind_needs_the_run_token_loopback_included(tmp_path, caplog, monkeypatch):
+    monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
+    caplog.set_level(logging.INFO)
+    for host in ("127.0.0.1", "::1", "0.0.0.0"):
+        token = issue_admin_token(config(host, tmp_path))
+        assert token and read_token(RunDir(tmp_path)) == token
+        client, loader = app_with(token)
+        assert client.post("/update_weights", json={"weight_dir": "w"}).status_code == 401
+        assert client.post("/reload_weights").status_code == 401
+        assert loader.loaded == []
+    assert token not in caplog.text
 
 
-def test_other_binds_need_the_run_token(tmp_path, caplog):
+def test_a_given_token_is_shared_and_read_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(ADMIN_TOKEN_ENV, "given-by-rl")
+    assert issue_admin_token(config("127.0.0.1", tmp_path)) == "given-by-rl"
+    assert read_token(RunDir(tmp_path / "elsewhere")) == "given-by-rl"
+    assert authorized("Bearer given-by-rl", "given-by-rl")
+    assert not any(authorized(h, "given-by-rl") for h in (None, "", "given-by-rl", "Bearer x"))
+
+
+def test_the_token_file_is_owner_only_and_the_right_token_opens(tmp_path, caplog, monkeypatch):
+    monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
     caplog.set_level(logging.INFO)
     token = issue_admin_token(config("0.0.0.0", tmp_path))
     file = tmp_path / "admin_token"
@@ -62,6 +77,7 @@ def test_other_binds_need_the_run_token(tmp_path, caplog):
 
 
 def test_body_must_be_a_json_object():
-    client, loader = app_with(None)
-    assert client.post("/update_weights", content=b"not json").status_code == 422
+    client, loader = app_with("t")
+    good = {"Authorization": "Bearer t"}
+    assert client.post("/update_weights", content=b"not json", headers=good).status_code == 422
     assert loader.loaded == []

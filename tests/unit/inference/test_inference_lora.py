@@ -12,7 +12,9 @@ from pydantic import ValidationError
 from inference.config import InferenceConfig
 from inference.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_adapter_dir, is_adapter_dir
 from inference.vllm_args import owned_argv
-from inference.weights import WeightDirError, WeightUpdater
+from inference.weight_dirs import WeightDirError
+from inference.weights import FilesystemLoader
+from rlcore.rundir import RunDir
 
 
 @pytest.fixture
@@ -72,11 +74,11 @@ def test_bad_adapter_config_is_refused(adapter):
 def test_full_weight_server_refuses_an_adapter(adapter, tiny_model_dir):
     # The engine is never reached: the folder is refused first.
     root = adapter.parents[1]
-    updater = WeightUpdater(None, str(tiny_model_dir), root, 10.0, "wait")
+    updater = FilesystemLoader(None, str(tiny_model_dir), RunDir(root), 10.0, "wait")
     with pytest.raises(WeightDirError, match="started without LoRA: set inference.lora") as err:
         asyncio.run(updater.load({"weight_dir": str(adapter)}))
     assert err.value.status == 422
-    outside = root.parent / "elsewhere"
+    outside = root / "elsewhere"  # in the run folder, but not in its weights/
     shutil.copytree(adapter, outside)
     with pytest.raises(WeightDirError, match="outside the allowed root"):
         asyncio.run(updater.load({"weight_dir": str(outside)}))

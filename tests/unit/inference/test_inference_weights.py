@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from inference.weights import WeightDirError, check_weight_dir, tensor_shapes
+from inference.weight_dirs import WeightDirError, check_weight_dir, tensor_shapes
 
 
 @pytest.fixture
@@ -15,7 +15,9 @@ def root(tmp_path, tiny_model_dir):
 
 
 def check(root, folder, tiny_model_dir):
-    return check_weight_dir(root / folder, root.resolve(), tensor_shapes(tiny_model_dir))
+    return check_weight_dir(
+        root / folder, (root / "weights").resolve(), tensor_shapes(tiny_model_dir)
+    )
 
 
 def test_matching_folder_is_accepted(root, tiny_model_dir):
@@ -28,6 +30,7 @@ def test_matching_folder_is_accepted(root, tiny_model_dir):
         ("weights/step_9", 404, "does not exist"),
         ("weights", 422, "config.json"),
         ("weights/step_1/../../..", 403, "outside the allowed root"),
+        (".", 403, "outside the allowed root"),
     ],
 )
 def test_refused_folders(root, tiny_model_dir, folder, status, words):
@@ -71,3 +74,22 @@ def test_invalid_config_json(root, tiny_model_dir):
     with pytest.raises(WeightDirError, match="no valid config.json"):
         check(root, "weights/step_1", tiny_model_dir)
     json.loads((tiny_model_dir / "config.json").read_text())  # the shared fixture is untouched
+
+
+def test_a_file_linked_from_outside_is_refused(root, tiny_model_dir, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    shutil.copy(tiny_model_dir / "model.safetensors", outside / "model.safetensors")
+    folder = root / "weights" / "step_1"
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(outside / "model.safetensors")
+    with pytest.raises(WeightDirError, match="links outside the allowed root") as info:
+        check(root, "weights/step_1", tiny_model_dir)
+    assert info.value.status == 403
+
+
+def test_a_step_folder_linked_from_outside_is_refused(root, tiny_model_dir, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "policy"
+    shutil.copytree(tiny_model_dir, outside)
+    (root / "weights" / "step_2").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(WeightDirError, match="outside the allowed root"):
+        check(root, "weights/step_2", tiny_model_dir)

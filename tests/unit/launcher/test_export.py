@@ -5,7 +5,7 @@ import shutil
 
 import torch
 
-from launcher.export_cmd import cmd_export
+from launcher.commands import run_command
 from rlcore.rundir import RunDir
 from trainer.config import TrainerConfig
 from trainer.train import run
@@ -40,7 +40,7 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
     """The LoRA policy itself: the base with the published adapter (fp32) applied."""
     from transformers import AutoModelForCausalLM
 
-    from launcher.export_cmd import load_adapter
+    from launcher.commands.export import load_adapter
     from trainer.config import LoraConfig
     from trainer.lora import apply_lora
 
@@ -53,7 +53,7 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
 def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
     rd = train(tiny_model_dir, tmp_path / "run", lora=True)
     out = tmp_path / "merged"
-    assert cmd_export([str(rd.root), "--out", str(out)]) == 0
+    assert run_command("export", [str(rd.root), "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert "step 2 (LoRA adapter merged into the base, from its checkpoint)" in said
     expected = lora_logits(tiny_model_dir, rd.weight_dir(2))
@@ -63,7 +63,12 @@ def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
     # Without the checkpoint, the published adapter gives the same policy.
     shutil.rmtree(rd.checkpoint_dir(2))
     out2 = tmp_path / "merged2"
-    assert cmd_export([str(rd.root), "--step", "2", "--out", str(out2), "--dtype", "bfloat16"]) == 0
+    assert (
+        run_command(
+            "export", [str(rd.root), "--step", "2", "--out", str(out2), "--dtype", "bfloat16"]
+        )
+        == 0
+    )
     assert "from its weights" in capsys.readouterr().out
     torch.testing.assert_close(logits(out2), expected, rtol=0.05, atol=0.05)
 
@@ -73,7 +78,7 @@ def test_full_run_export_is_the_trained_model(tiny_model_dir, tmp_path):
 
     rd = train(tiny_model_dir, tmp_path / "run", lora=False)
     out = tmp_path / "model"
-    assert cmd_export([str(rd.root), "--step", "1", "--out", str(out)]) == 0
+    assert run_command("export", [str(rd.root), "--step", "1", "--out", str(out)]) == 0
     exported = load_file(str(out / "model.safetensors"))
     published = load_file(str(rd.weight_dir(1) / "model.safetensors"))
     assert exported.keys() == published.keys()
@@ -86,14 +91,14 @@ def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     cases = [
-        ([str(tmp_path / "nope"), "--out", "o"], "no run directory"),
+        ([str(tmp_path / "nope"), "--out", "o"], "is not a run folder"),
         ([str(rd.root), "--step", "7", "--out", str(tmp_path / "o")], "weights: [0, 1, 2])"),
         ([str(rd.root), "--out", str(tmp_path / "taken")], "already exists"),
         ([str(rd.root)], "--out"),
         ([str(rd.root), "--out", "o", "--dtype", "int8"], "invalid choice"),
     ]
     for args, words in cases:
-        assert cmd_export(args) == 2, args
+        assert run_command("export", args) == 2, args
         err = capsys.readouterr().err
-        assert err.startswith("rl: error:") and words in err, err
+        assert err.startswith("rl export: error:") and words in err, err
     assert not (tmp_path / "o").exists()

@@ -1,17 +1,19 @@
-"""Run management in-process on real run directories: list, delete, plot, run, API keys."""
+"""Run management in-process on real run directories: list, status, delete, plot, run, API keys,
+every subcommand's --help, and a corrupt run.json."""
 
 import json
 import os
 
 import pytest
 
-from launcher import manage
+from launcher.commands import run_command
 from launcher.rl import main, take_api_key
 from rlcore.rundir import RunDir
 
 
 def make_run(root, steps=3, status="finished", launcher_pid=None):
     run = RunDir(root)
+    run.claim()
     run.configs.mkdir(parents=True)
     for step in range(steps):
         run.append_metrics("orchestrator", step, {"reward": step / steps, "num_tokens": 10})
@@ -24,7 +26,7 @@ def make_run(root, steps=3, status="finished", launcher_pid=None):
 def test_list_shows_runs_below_a_folder(tmp_path, capsys):
     make_run(tmp_path / "a")
     make_run(tmp_path / "group" / "b", steps=2, status="failed")
-    assert manage.cmd_list([str(tmp_path)]) == 0
+    assert run_command("list", [str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["RUN", "STATUS", "STEP", "CHECKPOINT", "DISK", "GiB"][:5]
     assert lines[1].split()[:4] == [str(tmp_path / "a"), "finished", "3", "-"]
@@ -34,33 +36,62 @@ def test_list_shows_runs_below_a_folder(tmp_path, capsys):
 def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monkeypatch):
     run = make_run(tmp_path / "r")
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert manage.cmd_delete([str(run.root)]) == 2
+    assert run_command("delete", [str(run.root)]) == 2
     assert "needs --yes" in capsys.readouterr().err and run.root.exists()
     live = make_run(tmp_path / "live", status="running", launcher_pid=os.getpid())
-    assert manage.cmd_delete([str(live.root), "--yes"]) == 2
+    assert run_command("delete", [str(live.root), "--yes"]) == 2
     assert "is running" in capsys.readouterr().err and live.root.exists()
-    assert manage.cmd_delete([str(run.root), "--yes"]) == 0 and not run.root.exists()
+    assert run_command("delete", [str(run.root), "--yes"]) == 0 and not run.root.exists()
 
 
 def test_run_names_resolve_under_outputs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_run(tmp_path / "outputs" / "mine")
-    assert manage.cmd_status(["mine"]) == 0
+    assert run_command("status", ["mine"]) == 0
     assert "outputs/mine" in capsys.readouterr().out
-    assert manage.cmd_status(["nope"]) == 2
+    assert run_command("status", ["nope"]) == 2
     assert "rl list" in capsys.readouterr().err
+
+
+def test_every_subcommand_has_its_own_help_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from launcher.commands import COMMANDS
+
+    monkeypatch.chdir(tmp_path)
+    for name in COMMANDS:
+        for flag in ("-h", "--help"):
+            with pytest.raises(SystemExit) as done:
+                run_command(name, [flag])
+            out = capsys.readouterr().out
+            assert done.value.code == 0 and out.startswith(f"usage: rl {name}"), (name, out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_corrupt_run_json_reads_as_unreadable(tmp_path, capsys, monkeypatch):
+    run = make_run(tmp_path / "r")
+    run.run_json.write_text('{"status": "runn')
+    assert run_command("status", [str(run.root)]) == 0
+    out = capsys.readouterr().out
+    assert "unreadable" in out and "Traceback" not in out
+    assert run_command("list", [str(tmp_path)]) == 0
+    assert "unreadable" in capsys.readouterr().out
+    assert run_command("logs", [str(run.root)]) == 2  # no log files, said in one line
+    assert "no logs in" in capsys.readouterr().err
+    assert run_command("stop", [str(run.root)]) == 2
+    assert "unreadable" in capsys.readouterr().err
+    assert run_command("delete", [str(run.root), "--yes"]) == 0
+    assert "cannot tell whether it still runs" in capsys.readouterr().err
 
 
 def test_plot_writes_a_png_of_the_curves(tmp_path, capsys):
     run = make_run(tmp_path / "r")
-    assert manage.cmd_plot([str(run.root)]) == 0
+    assert run_command("plot", [str(run.root)]) == 0
     png = run.root / "plot.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert manage.cmd_plot([str(tmp_path / "r"), "--out", str(tmp_path / "c.png")]) == 0
+    assert run_command("plot", [str(tmp_path / "r"), "--out", str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.png").exists()
     empty = RunDir(tmp_path / "empty")
-    empty.configs.mkdir(parents=True)
-    assert manage.cmd_plot([str(empty.root)]) == 2
+    empty.claim()
+    assert run_command("plot", [str(empty.root)]) == 2
 
 
 def test_wandb_api_key_goes_to_the_environment_only(monkeypatch, capsys):

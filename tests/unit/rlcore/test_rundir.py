@@ -40,12 +40,20 @@ def test_manifest_only_when_every_part_is_done(tmp_path):
 
 def test_fresh_start_refuses_a_directory_with_checkpoints(tmp_path):
     run = RunDir(tmp_path)
+    run.claim()
     complete(run, 4)
     with pytest.raises(ConfigError, match=r"holds checkpoints \(steps \[4\]\).*--ckpt.resume-step"):
         run.check_attempt(None)
     assert run.check_attempt(-1) == 4 and run.check_attempt(4) == 4
     with pytest.raises(ConfigError, match=r"no complete checkpoint for step 3.*complete: \[4\]"):
         run.check_attempt(3)
+
+
+def test_a_folder_that_is_not_a_run_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "user.txt").write_text("mine\n")
+    with pytest.raises(ConfigError, match=r"not empty and is not a run .*found: user.txt"):
+        RunDir(tmp_path).prepare_attempt(None, produces=("rollouts",))
+    assert [p.name for p in tmp_path.iterdir()] == ["user.txt"]
 
 
 def test_resume_latest_with_no_checkpoint_is_a_fresh_start(tmp_path):
@@ -55,6 +63,7 @@ def test_resume_latest_with_no_checkpoint_is_a_fresh_start(tmp_path):
 
 def test_each_process_drops_only_what_it_produces(tmp_path):
     run = RunDir(tmp_path)
+    run.claim()
     complete(run, 2)
     make_steps(run.rollouts, [0, 1, 2, 3])
     make_steps(run.weights, [0, 1, 2, 3])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from inference.weights import WeightDirError, check_inside
+from inference.weight_dirs import WeightDirError, allowed_root, check_inside
 from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir
 from trainer import weights
@@ -108,11 +108,16 @@ def test_weights_can_live_in_another_folder(tiny_model_dir, tmp_path, fake_confi
     assert run_dir.weights.is_symlink() and run_dir.weights_stable(2)
     (target,) = shm.glob("rl-weights-*")
     assert (target / "step_2" / "STABLE").exists()
-    # inference accepts folders under the run directory or weight_transfer.dir, nothing else
-    roots = ((tmp_path / "run").resolve(), shm.resolve())
-    assert check_inside(run_dir.weight_dir(2), roots) == (target / "step_2").resolve()
-    with pytest.raises(WeightDirError, match="outside the allowed root"):
-        check_inside(tmp_path, roots)
+    # inference loads from the run's own folder there (its marker names the run), nothing else
+    root = allowed_root(run_dir)
+    assert root == target.resolve()
+    assert check_inside(run_dir.weight_dir(2), root) == (target / "step_2").resolve()
+    for elsewhere in (tmp_path, tmp_path / "run", shm):
+        with pytest.raises(WeightDirError, match="outside the allowed root"):
+            check_inside(elsewhere, root)
+    (target / ".rl-weights").write_text('{"run_id": "another run"}\n')
+    with pytest.raises(WeightDirError, match="not this run's policy folder"):
+        allowed_root(run_dir)
 
 
 def test_an_unusable_weights_dir_names_the_setting(tmp_path):

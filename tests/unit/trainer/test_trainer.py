@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.weights import check_weight_dir, tensor_shapes
+from inference.weight_dirs import check_weight_dir, tensor_shapes
 from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir
 from trainer.ckpt import prune_checkpoints

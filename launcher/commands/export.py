@@ -7,42 +7,27 @@ checkpoint (the fp32 master copy) or, when there is none, from its published `we
 (in the serving dtype). Without `--step`, the newest step either holds.
 """
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
-from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from launcher.commands.base import command_parser
+from launcher.commands.runs import RUN_HELP, find_run
+from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir, steps_in
 
-USAGE = "rl export RUN [--step N] --out DIR [--dtype bfloat16|float16|float32]"
+NAME = "export"
+HELP = "the trained policy as a full HF folder (a LoRA adapter merged into the base)"
 DTYPE_CHOICES = ("bfloat16", "float16", "float32")
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise ConfigError(f"{message} (usage: {USAGE})")
-
-
-def parse_args(args: list[str]) -> argparse.Namespace:
-    parser = ArgumentParser(prog="rl export", usage=USAGE, add_help=False)
-    parser.add_argument("run")
-    parser.add_argument("--step", type=int, default=None)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=None)
-    return parser.parse_args(args)
-
-
-def find_run(name: str) -> RunDir:
-    from launcher.manage import RUNS_ROOT
-
-    for root in (Path(name), RUNS_ROOT / name):
-        if root.is_dir():
-            return RunDir(root)
-    raise ConfigError(
-        f"no run directory {name!r} (nor {RUNS_ROOT / name}): pass a run's output_dir or its "
-        "name under outputs/ (`rl list` shows them)"
-    )
+def parser():
+    parser = command_parser(NAME, HELP + "; the newest checkpoint or weights by default.")
+    parser.add_argument("run", help=RUN_HELP)
+    parser.add_argument("--out", type=Path, required=True, help="a new (or empty) folder")
+    parser.add_argument("--step", type=int, default=None, help="the step to export")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
+                        help="the dtype to write (default: the serving dtype)")  # fmt: skip
+    return parser
 
 
 def trainer_config(run: RunDir):
@@ -79,16 +64,11 @@ def check_out(out: Path) -> Path:
     return out
 
 
-def cmd_export(args: list[str]) -> int:
-    try:
-        options = parse_args(args)
-        run = find_run(options.run)
-        config = trainer_config(run)
-        step, kind = pick_source(run, options.step)
-        out = check_out(options.out)
-    except ConfigError as err:
-        print(f"rl: error: {err}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+def run(options) -> int:
+    run = find_run(options.run)
+    config = trainer_config(run)
+    step, kind = pick_source(run, options.step)
+    out = check_out(options.out)
     what = "LoRA adapter merged into the base" if config.lora else "fully fine-tuned model"
     print(f"rl: exporting step {step} ({what}, from its {kind}) of {run.root} to {out}")
     start = time.monotonic()

@@ -1,0 +1,26 @@
+"""The `rl` subcommands, one module each (NAME, HELP, `parser()`, `run(args)`), and the one
+registry that the dispatcher and `rl --help` both read. A new subcommand is a module here and a
+line in COMMANDS."""
+
+import sys
+
+from launcher.commands import delete, export, init, list_runs, logs, plot, status, stop, tasks
+from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+
+COMMANDS = {m.NAME: m for m in (init, tasks, status, list_runs, logs, stop, delete, plot, export)}
+
+
+def commands_help() -> str:
+    """One line per subcommand for `rl --help`."""
+    return "\n".join(f"  {name:<8} {module.HELP}" for name, module in COMMANDS.items())
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Parse and run one subcommand; a user mistake is one message and exit 2."""
+    module = COMMANDS[name]
+    try:
+        args = module.parser().parse_args(argv)
+        return module.run(args)
+    except ConfigError as err:
+        print(f"rl {name}: error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE

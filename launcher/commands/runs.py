@@ -1,0 +1,131 @@
+"""Run folders as the subcommands see them: resolving a RUN argument (a run's name under
+outputs/, or the path of a run), reading `run.json` (a corrupt one is "unreadable", never a
+traceback), liveness, progress and disk use."""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlcore.config import RUNS_ROOT
+from rlcore.errors import ConfigError
+from rlcore.metrics import read_records
+from rlcore.ownership import RUN_MARKER, read_run_id
+from rlcore.rundir import RunDir
+
+LEGACY_CONFIGS = ("rl", "trainer", "orchestrator", "inference")
+RUN_HELP = "a run's name under outputs/, or the path of a run folder"
+
+
+def looks_like_run(folder: Path) -> bool:
+    """A folder rl marked as a run, or one an older rl left (run.json or configs/); enough for
+    reading it, never for deleting from it."""
+    if not folder.is_dir():
+        return False
+    known = (RUN_MARKER, "run.json", *(f"configs/{c}.toml" for c in LEGACY_CONFIGS))
+    return any((folder / name).exists() for name in known)
+
+
+def is_plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and os.sep not in name and "/" not in name
+
+
+def find_run(name: str) -> RunDir:
+    """A plain name is a run under outputs/ (else a run folder of that name here); anything
+    with a path separator is a path, taken only if it is a run."""
+    candidates = [RUNS_ROOT / name, Path(name)] if is_plain_name(name) else [Path(name)]
+    for folder in candidates:
+        if looks_like_run(folder):
+            return RunDir(folder)
+    tried = " nor ".join(repr(str(c)) for c in candidates)
+    raise ConfigError(
+        f"no run {name!r}: {tried} is not a run folder; `rl list` shows the runs under {RUNS_ROOT}/"
+    )
+
+
+def latest_run() -> RunDir:
+    """The run under outputs/ that was active last (for commands given no RUN)."""
+    runs = find_runs(RUNS_ROOT)
+    if not runs:
+        raise ConfigError(f"no runs under {RUNS_ROOT}/: name one (a run folder's path)")
+    return max(runs, key=lambda run: activity_time(run.root))
+
+
+def activity_time(root: Path) -> float:
+    times = [p.stat().st_mtime for p in (root / "run.json", root / "metrics.jsonl") if p.exists()]
+    return max(times, default=root.stat().st_mtime)
+
+
+def find_runs(root: Path, depth: int = 3) -> list[RunDir]:
+    """Run folders at or below `root` (not inside another run); links are not followed."""
+    if looks_like_run(root):
+        return [RunDir(root)]
+    if depth == 0 or not root.is_dir() or root.is_symlink():
+        return []
+    found = []
+    children = (p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    for child in sorted(c for c in children if not c.name.startswith(".")):
+        found += find_runs(child, depth - 1)
+    return found
+
+
+@dataclass
+class RunState:
+    """`run.json` as written by the launcher; `problem` says why it could not be read."""
+
+    data: dict
+    problem: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.problem:
+            return "unreadable"
+        return str(self.data.get("status", "unknown"))
+
+
+def read_state(run: RunDir) -> RunState:
+    if not run.run_json.exists():
+        return RunState({})
+    try:
+        data = json.loads(run.run_json.read_text())
+    except (OSError, ValueError) as err:
+        return RunState({}, f"{run.run_json} is unreadable ({err.__class__.__name__})")
+    if not isinstance(data, dict):
+        return RunState({}, f"{run.run_json} is unreadable (not a JSON object)")
+    return RunState(data)
+
+
+def pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def launcher_running(state: RunState) -> bool:
+    return pid_alive(state.data.get("launcher_pid"))
+
+
+def last_steps(run: RunDir) -> dict[str, int]:
+    records, _ = read_records(run.metrics)
+    return {record.get("component", "?"): record.get("step", 0) for record in records}
+
+
+def disk_use_gib(root: Path) -> float:
+    """Bytes of the files inside `root` (links are not followed), in GiB."""
+    total = 0
+    for parent, _, files in os.walk(root):
+        for name in files:
+            path = Path(parent, name)
+            if not path.is_symlink():
+                total += path.stat().st_size
+    return total / 2**30
+
+
+def is_marked(run: RunDir) -> bool:
+    return read_run_id(run.root) is not None

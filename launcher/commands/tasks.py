@@ -1,0 +1,118 @@
+"""`rl tasks FILE.json --name NAME [--out DIR]`: check every task of a tasks.json, write them
+as a local `datasets` folder (default data/tasks/NAME) and print the `[[env]]` lines to train on
+it; no network. `rl init --tasks FILE.json` (init_from_tasks): connect to the first task's MCP
+server, list its tools and print an rl.toml whose system prompt describes them."""
+
+import asyncio
+import sys
+from pathlib import Path
+
+from launcher.commands.base import command_parser
+from rlcore.errors import ConfigError
+
+NAME = "tasks"
+HELP = "check a tasks.json (MCP tool tasks), write it as a dataset and print the [[env]] lines"
+DATA_ROOT = Path("data/tasks")
+DATASET_MARKER = ".rl-tasks"
+"""Written into every dataset folder `rl tasks` makes: only such a folder is ever replaced."""
+
+
+def parser():
+    parser = command_parser(NAME, HELP + ".")
+    parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
+    parser.add_argument("--name", required=True, help="the dataset's name (a plain name)")
+    parser.add_argument("--out", type=Path, help=f"the folder to write (default {DATA_ROOT}/NAME)")
+    return parser
+
+
+def check_name(name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("-"):
+        raise ConfigError(
+            f"--name {name!r} must be a plain name (no path separators, not . or ..): "
+            "use --out DIR to choose the folder"
+        )
+
+
+def check_out(folder: Path) -> None:
+    """A new or empty folder, or a dataset `rl tasks` wrote (which is replaced)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ConfigError(f"--out {folder} exists and is not a folder: pick a new folder")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / DATASET_MARKER).is_file():
+        raise ConfigError(
+            f"--out {folder} exists and is not a dataset written by `rl tasks`: pick a new folder"
+        )
+
+
+def run(args) -> int:
+    from rl_tasks.taskfile import TaskError, load_tasks
+
+    check_name(args.name)
+    folder = args.out or DATA_ROOT / args.name
+    check_out(folder)
+    try:
+        tasks = load_tasks(args.file)
+    except TaskError as err:
+        raise ConfigError(str(err)) from None
+    print_local_commands(tasks)
+    write_dataset(tasks, folder)
+    servers = sorted({next(iter(t["mcp_config"])) for t in tasks})
+    print(f"rl: {len(tasks)} task(s) checked (servers: {', '.join(servers)}), written to {folder}")
+    print("rl: train on them with these lines in rl.toml (or orch.toml without `orchestrator.`):")
+    print(f'\n[[orchestrator.env]]\nid = "rl-tasks"\nargs = {{ dataset = "{folder}" }}')
+    return 0
+
+
+def print_local_commands(tasks: list[dict], file=None) -> None:
+    from rl_tasks.taskfile import local_commands
+
+    commands = local_commands(tasks)
+    if commands:
+        print("rl: these tasks start local programs on this machine (their MCP servers):\n"
+              + "\n".join(f"    {c}" for c in commands), file=file or sys.stdout)  # fmt: skip
+
+
+def write_dataset(tasks: list[dict], folder: Path) -> None:
+    from datasets import Dataset, disable_progress_bars
+    from rl_tasks import task_rows
+
+    from rlcore.files import atomic_folder
+
+    disable_progress_bars()
+    with atomic_folder(folder, file_mode=None) as tmp:
+        Dataset.from_list(task_rows(tasks)).save_to_disk(str(tmp))
+        (tmp / DATASET_MARKER).write_text("written by rl tasks\n")
+
+
+async def first_task_tools(path: Path) -> tuple[dict, list[dict]]:
+    from rl_tasks.link import McpLink
+    from rl_tasks.taskfile import load_tasks, server_spec, setup_tools
+
+    task = load_tasks(path)[0]
+    print_local_commands([task], file=sys.stderr)  # stdout is the config
+    link = McpLink(*server_spec(task), timeout_s=60)
+    try:
+        await link.open()
+        hidden = {s["name"] for s in setup_tools(task)} | {task["evaluate_tool"]["name"]}
+        return task, [t for t in await link.list_tools() if t["name"] not in hidden]
+    finally:
+        await link.close()
+
+
+def init_from_tasks(path: str, template: str) -> int:
+    from rl_tasks import describe_tools
+    from rl_tasks.link import McpError
+    from rl_tasks.taskfile import TaskError
+
+    try:
+        task, tools = asyncio.run(first_task_tools(Path(path)))
+    except (TaskError, McpError) as err:
+        raise ConfigError(str(err)) from None
+    name = Path(path).stem
+    prompt = describe_tools(tools).replace('"""', "'''")
+    config = template.format(env_id="rl-tasks", name=name).replace(
+        "args = {}", f'args = {{ tasks = "{path}", system_prompt = """\n{prompt}\n""" }}'
+    )
+    print(f"# tools of {next(iter(task['mcp_config']))} (task {task['id']}): "
+          f"{', '.join(t['name'] for t in tools)}")  # fmt: skip
+    print(config, end="")
+    return 0

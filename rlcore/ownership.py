@@ -1,0 +1,226 @@
+"""What a run owns, and the only way anything is deleted from one.
+
+A folder is a run only if it carries the marker `.rl-run` (JSON with the run's id), written when
+the folder is first used as an `output_dir` (by `rl`, or by a component started alone) and only
+if it is new or empty. Deleting (`rl --clean`, `rl delete`) needs that marker, removes only the
+entries a run creates (RUN_ENTRIES), never follows a symbolic link, and refuses the current
+folder, its ancestors, home, `/` and a git work tree. The policy folders kept outside the run
+(`weight_transfer.dir`, `rl-weights-<id>`) carry a marker of their own naming the run."""
+
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlcore.errors import ConfigError
+
+RUN_MARKER = ".rl-run"
+WEIGHTS_MARKER = ".rl-weights"
+RUN_ENTRIES = (
+    "configs", "logs", "rollouts", "weights", "checkpoints", "metrics.jsonl", "run.json",
+    "admin_token", "slurm", "wandb", "plot.png",
+)  # fmt: skip
+"""What a run creates directly inside its folder; nothing else there is ever deleted."""
+_TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$|^\.shared-probe-")
+"""Temporary siblings of run entries (rlcore.files) and the SLURM shared-filesystem probe."""
+
+
+def read_run_id(root: Path) -> str | None:
+    """The run id in `root`'s marker; None when there is no readable marker."""
+    marker = root / RUN_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return None
+    try:
+        run_id = json.loads(marker.read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def protected_reason(folder: Path) -> str | None:
+    """Why `folder` must never be written as a run nor deleted; None if it may."""
+    resolved = folder.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == Path(resolved.anchor):
+        return "it is the filesystem root"
+    if resolved == cwd:
+        return "it is the current folder"
+    if cwd.is_relative_to(resolved):
+        return "it holds the current folder"
+    if resolved == Path.home().resolve():
+        return "it is the home folder"
+    if (resolved / ".git").exists():
+        return "it is a git work tree"
+    return None
+
+
+def _contents(folder: Path, limit: int = 5) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def claim(root: Path, key: str = "output_dir") -> str:
+    """Make sure `root` is a run folder and return its id: a run's folder as it is; a new or
+    empty folder gets the marker; anything else (a file, a protected folder, a folder with
+    other contents) is a ConfigError naming `key`."""
+    run_id = read_run_id(root)
+    if run_id is not None:
+        return run_id
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{key} = {str(root)!r} is a file, not a folder: pick another --output-dir"
+        )
+    reason = protected_reason(root) if root.exists() else None
+    if reason is not None:
+        raise ConfigError(
+            f"{key} = {str(root)!r} cannot be a run folder ({reason}): use a folder of its "
+            "own, e.g. --output-dir outputs/my-run"
+        )
+    if root.is_dir() and not _only_markers(root):
+        raise ConfigError(
+            f"{key} = {str(root)!r} is not empty and is not a run (no {RUN_MARKER} marker; "
+            f"found: {_contents(root)}): rl writes only into new or empty folders and its own "
+            "runs; pick another --output-dir, e.g. outputs/my-run"
+        )
+    return _write_marker(root)
+
+
+def check_claimable(root: Path, key: str = "output_dir") -> None:
+    """`claim`'s checks without writing anything (for dry runs)."""
+    if read_run_id(root) is not None or not root.exists():
+        return
+    if not root.is_dir():
+        raise ConfigError(
+            f"{key} = {str(root)!r} is a file, not a folder: pick another --output-dir"
+        )
+    reason = protected_reason(root)
+    if reason is not None or not _only_markers(root):
+        claim(root, key)  # raises the same message a real start would
+
+
+def _only_markers(folder: Path) -> bool:
+    """Empty but for a marker (or one being written by a process claiming it right now)."""
+    return all(p.name.startswith((RUN_MARKER, f".{RUN_MARKER}.tmp")) for p in folder.iterdir())
+
+
+def _write_marker(root: Path) -> str:
+    """Create the marker exclusively: of two processes claiming one folder, both end with the
+    winner's id."""
+    root.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:16]
+    record = {"run_id": run_id, "created": time.time(), "folder": str(root.resolve())}
+    tmp = root / f".{RUN_MARKER}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.write_text(json.dumps(record) + "\n")
+    try:
+        os.link(tmp, root / RUN_MARKER)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    winner = read_run_id(root)
+    assert winner is not None, root
+    return winner
+
+
+def verified_run(folder: Path, what: str) -> str:
+    """The run id of `folder` if it may be deleted from; else a ConfigError saying what was
+    found there."""
+    if folder.is_symlink():
+        raise ConfigError(
+            f"{what} {str(folder)!r} is a symbolic link: give the run folder it points to"
+        )
+    if not folder.is_dir():
+        raise ConfigError(f"{what} {str(folder)!r} is not a folder")
+    reason = protected_reason(folder)
+    if reason is not None:
+        raise ConfigError(f"{what} {str(folder)!r} is never deleted from: {reason}")
+    run_id = read_run_id(folder)
+    if run_id is None:
+        found = _contents(folder) or "nothing"
+        raise ConfigError(
+            f"{what} {str(folder)!r} is not a run (no {RUN_MARKER} marker written by rl; "
+            f"found: {found}): nothing deleted"
+        )
+    return run_id
+
+
+@dataclass
+class Removal:
+    """What removing a run's files did."""
+
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    """Entries that a run does not create, left in place."""
+
+
+def remove_run_files(root: Path, keep_marker: bool) -> Removal:
+    """Delete what the run in `root` created (its verified marker is required by the caller):
+    RUN_ENTRIES and their temporaries, links removed and never followed, the run's own policy
+    folder outside it (found by its marker); everything else is kept and listed."""
+    run_id = read_run_id(root)
+    assert run_id is not None, root
+    result = Removal()
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if name == RUN_MARKER:
+            continue
+        if name not in RUN_ENTRIES and not _TEMPORARY.match(name):
+            result.kept.append(name)
+            continue
+        if name == "weights" and entry.is_symlink():
+            remove_weights_folder(entry, run_id)
+        if _holds_other_run(entry):
+            result.kept.append(name)
+            continue
+        remove_path(entry)
+        result.removed.append(name)
+    if not keep_marker:
+        (root / RUN_MARKER).unlink()
+        if not result.kept:
+            root.rmdir()
+    return result
+
+
+def _holds_other_run(entry: Path) -> bool:
+    if entry.is_symlink() or not entry.is_dir():
+        return False
+    return any(RUN_MARKER in files for _, _, files in os.walk(entry))
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a link (never what it points to) or a folder tree (links inside it are
+    unlinked, not followed)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)
+
+
+def weights_marker(folder: Path, run_id: str, run_root: Path) -> None:
+    """Mark `folder` (a `rl-weights-<id>` folder outside the run) as the run's own."""
+    record = {"run_id": run_id, "run_folder": str(run_root.resolve())}
+    (folder / WEIGHTS_MARKER).write_text(json.dumps(record) + "\n")
+
+
+def owns_weights_folder(folder: Path, run_id: str) -> bool:
+    marker = folder / WEIGHTS_MARKER
+    if folder.is_symlink() or marker.is_symlink() or not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("run_id") == run_id
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def remove_weights_folder(link: Path, run_id: str) -> bool:
+    """Delete the folder `link` points to if its marker names this run; True if deleted."""
+    target = Path(os.path.realpath(link))
+    if not target.is_dir() or protected_reason(target) or not owns_weights_folder(target, run_id):
+        return False
+    shutil.rmtree(target)
+    return True
