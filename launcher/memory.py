@@ -146,7 +146,7 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     """A line for the plan ("trainer peak memory: ...") and a warning when the estimate
     exceeds what the trainer can have: the smallest trainer GPU, or on CPU the machine's
     available memory less what inference takes (weights + KV cache + overhead)."""
-    from launcher.preflight import model_folder
+    from rlcore.models import model_folder
 
     folder = model_folder(config.trainer.model.name)
     shape = model_shape(folder) if folder is not None else None

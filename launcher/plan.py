@@ -1,34 +1,15 @@
-"""Turning a validated RLConfig into a launch plan: GPU map, derived settings, commands."""
+"""The launch plan: what runs where. Pure data built from a validated RLConfig and the GPUs
+found (GPU map, derived settings, commands); the memory check, pre-flight, the SLURM placement
+and the supervisor read it, and it imports none of them (launcher/prepare.py builds it)."""
 
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from launcher.rl_config import RLConfig
-from launcher.slurm import inside_job
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.rundir import RunDir
-
-
-def detect_gpus() -> list[int]:
-    """Physical GPU ids visible on this machine, without importing torch."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return (
-        [int(x) for x in out.stdout.split() if x.strip().isdigit()] if out.returncode == 0 else []
-    )
 
 
 @dataclass
@@ -47,6 +28,8 @@ class Plan:
 
     placement: dict[str, list[str]] = field(default_factory=dict)
     """Inside a SLURM job: the nodes each component is started on with srun (launcher.slurm)."""
+    wrappers: dict[str, list[str]] = field(default_factory=dict)
+    """Inside a SLURM job: what each placed component's command is started through (srun)."""
     urls: dict[str, str] = field(default_factory=dict)
     """Inside a multi-node job: each inference server's address on its node."""
     extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -77,11 +60,7 @@ class Plan:
         config_file = self.run.config_file(component)
         module = "inference" if component.startswith("inference") else component
         command = [sys.executable, "-m", f"{module}.main", "@", str(config_file.absolute())]
-        if self.placement:
-            from launcher.slurm import srun_command
-
-            return srun_command(self, component, command)
-        return command
+        return [*self.wrappers.get(component, []), *command]
 
 
 def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[dict, list[str]]:
@@ -102,6 +81,14 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
     else:
         inf = inf if inf is not None else [g for g in available if g not in (trn or [])][:1]
         trn = trn if trn is not None else [g for g in available if g not in inf][:1]
+        if trn and not inf:
+            message = (
+                f"--trainer-gpu-ids {trn} leaves no GPU for inference (found: "
+                f"{available or 'none'}): pass --inference-gpu-ids with GPUs of its own"
+            )
+            if not dry_run:
+                raise ConfigError(message)
+            warnings.append(message + " (dry run: continuing)")
     missing = sorted(set(inf + trn) - set(available))
     if missing:
         message = (
@@ -152,6 +139,7 @@ def derive(config: RLConfig) -> RLConfig:
             f"{', '.join(urls)}: leave base_url unset under `rl` (it is derived) or match "
             "inference.server.port"
         )
+    derive_max_model_len(config)
     trainer_model = config.trainer.model
     if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
         trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
@@ -162,6 +150,21 @@ def derive(config: RLConfig) -> RLConfig:
             config.inference.parallel.tp * config.inference.replicas
         )
     return config
+
+
+def derive_max_model_len(config: RLConfig) -> None:
+    """Inference must take whole samples: `max_model_len` is `seq_len` unless set, and never
+    smaller."""
+    model, seq_len = config.inference.model, config.orchestrator.seq_len
+    if model.max_model_len is None:
+        model.max_model_len = seq_len
+    elif model.max_model_len < seq_len:
+        raise ConfigError(
+            f"inference.model.max_model_len = {model.max_model_len} is below seq_len = "
+            f"{seq_len}: no sample could be longer than {model.max_model_len} tokens; raise "
+            f"inference.model.max_model_len to {seq_len} or more, leave it unset, or lower "
+            "--seq-len"
+        )
 
 
 def derive_lora(config: RLConfig) -> None:
@@ -187,23 +190,18 @@ def derive_lora(config: RLConfig) -> None:
         )
 
 
-def make_plan(config: RLConfig, dry_run: bool) -> Plan:
+def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting: bool) -> Plan:
+    """The plan for `config` on a machine with GPUs `available` (`submitting`: a SLURM job's
+    GPUs are on its nodes, so missing ids only warn, as in a dry run)."""
     config = derive(config)
-    # A job's GPUs are on its nodes, not on the machine that submits it.
-    submitting = config.slurm is not None and not inside_job()
-    gpu_map, warnings = assign_gpus(config, detect_gpus(), dry_run or submitting)
+    gpu_map, warnings = assign_gpus(config, available, dry_run or submitting)
     names = inference_names(config.inference.replicas)
     all_inference = [g for name in names for g in gpu_map[name]]
     if all_inference and not config.inference_gpu_ids:
         config.inference_gpu_ids = all_inference
     if gpu_map["trainer"] and not config.trainer_gpu_ids:
         config.trainer_gpu_ids = gpu_map["trainer"]
-    from launcher.memory import check_memory
-
-    memory, warning = check_memory(config, gpu_map) if not submitting else ("", None)
-    if warning is not None:
-        warnings.append(warning)
-    return Plan(config, gpu_map, warnings, memory, admin_token=new_token())
+    return Plan(config, gpu_map, warnings, admin_token=new_token())
 
 
 def describe(plan: Plan) -> str:

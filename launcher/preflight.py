@@ -5,8 +5,10 @@ import shutil
 from pathlib import Path
 
 from launcher.plan import Plan, replica_config
+from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.health import port_problem
+from rlcore.models import model_folder
 from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
 
 
@@ -20,8 +22,6 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def check_environments(plan: Plan) -> None:
-    from orchestrator.envs import check_envs
-
     orch = plan.config.orchestrator
     check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
@@ -107,26 +107,6 @@ def check_output_dir(plan: Plan, clean: bool) -> None:
         verified_run(root, "--clean: output_dir")
     else:
         check_claimable(root)
-
-
-def model_folder(name: str) -> Path | None:
-    """The model's local folder when there is one (for size estimates), without loading it; a
-    path that does not exist is an error."""
-    from rlcore.config import DEFAULT_MODEL
-    from rlcore.models import BUNDLED_DIR_NAME, cache_dir, looks_like_path
-
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path
-    if name == DEFAULT_MODEL:
-        bundled = cache_dir() / BUNDLED_DIR_NAME
-        return bundled if bundled.is_dir() else None
-    if looks_like_path(name):
-        raise ConfigError(
-            f"model.name = {name!r} looks like a folder but does not exist: fix the path, or "
-            "use a hub name or the bundled HuggingFaceTB/SmolLM2-135M-Instruct"
-        )
-    return None
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:

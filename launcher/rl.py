@@ -75,11 +75,12 @@ def main(argv: list[str] | None = None) -> None:
         usage=USAGE,
         extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()),
     )
-    from launcher.plan import describe, make_plan
+    from launcher.plan import describe
+    from launcher.prepare import build_plan
 
     dry_run = "dry_run" in parsed.flags
     try:
-        plan = make_plan(config, dry_run=dry_run)
+        plan = build_plan(config, dry_run=dry_run)
     except ConfigError as err:
         exit_with(str(err), "rl")
     for warning in plan.warnings:
@@ -111,12 +112,13 @@ def run_slurm(plan, dry_run: bool, clean: bool) -> int:
     job's nodes and supervise them here."""
     from launcher import slurm
     from launcher.launch import launch, write_configs
+    from launcher.slurm_config import inside_job
 
     try:
         if dry_run:
             print(slurm.job_script(plan, plan.run.config_file("rl")), end="")
             return 0
-        if not slurm.inside_job():
+        if not inside_job():
             return slurm.submit(plan, write_configs)
         slurm.place_in_job(plan)
     except ConfigError as err:

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from inference.config import InferenceConfig
 from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared
-from launcher.slurm import SlurmConfig
+from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
 from rlcore.config import BaseConfig, CkptConfig, WandbConfig, WeightTransferConfig
 from rlcore.schema import rename_deep
@@ -116,6 +116,12 @@ class RLConfig(BaseConfig):
                 raise ValueError(f"{flag} {ids} lists a GPU twice")
             if ids is not None and any(i < 0 for i in ids):
                 raise ValueError(f"{flag} {ids}: GPU ids are non-negative integers")
+        if inf == [] and trn:
+            raise ValueError(
+                f"--inference-gpu-ids is empty while --trainer-gpu-ids {trn} uses GPUs: "
+                "inference would run on the CPU; give it GPUs of its own (e.g. "
+                "--inference-gpu-ids 0) or leave the flag out"
+            )
         if inf and trn and set(inf) & set(trn):
             raise ValueError(
                 f"--inference-gpu-ids {inf} and --trainer-gpu-ids {trn} share GPU(s) "

@@ -17,76 +17,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import Field, model_validator
-
+from launcher.slurm_config import INSIDE_ENV
 from rlcore.admin_token import ADMIN_TOKEN_ENV
-from rlcore.config import BaseConfig, PositiveInt
 from rlcore.errors import ConfigError
+from rlcore.rundir import record_state
 
-INSIDE_ENV = "RL_SLURM_JOB"
-"""Set by the job script: `rl` runs the supervisor here instead of submitting again."""
 MASTER_PORT = 29517
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
-
-
-class SlurmConfig(BaseConfig):
-    """Run as a SLURM job (`sbatch`): the table's presence turns it on."""
-
-    nodes: PositiveInt | None = None
-    """Nodes in the job; None means inference_nodes + trainer_nodes. One node runs everything
-    there (GPUs split as without SLURM)."""
-
-    inference_nodes: PositiveInt | None = None
-    """Nodes with one inference server each; None means nodes - trainer_nodes."""
-
-    trainer_nodes: PositiveInt = 1
-    """Nodes the trainer spans (torchrun across nodes, FSDP2 over all their GPUs)."""
-
-    gpus_per_node: Annotated[int, Field(ge=0)] = 8
-    """GPUs requested on each node (`--gpus-per-node`); 0 for CPU nodes."""
-
-    partition: str | None = None
-    account: str | None = None
-    time: str = "24:00:00"
-    """Wall-clock limit (`--time`)."""
-
-    job_name: str | None = None
-    """None uses the run directory's name."""
-
-    sbatch_lines: list[str] = []
-    """Extra `#SBATCH` options, e.g. `["--qos=high", "--mem=0"]`."""
-
-    setup: list[str] = []
-    """Shell lines run in the job before `rl` (e.g. `module load cuda`, `source
-    .venv/bin/activate`)."""
-
-    template: Path | None = None
-    """Your own sbatch template instead of the built-in one; `{job_name}`, `{nodes}`,
-    `{log}`, `{workdir}` and `{command}` are filled in."""
-
-    @model_validator(mode="after")
-    def check_nodes(self) -> "SlurmConfig":
-        if self.nodes is None:
-            self.nodes = (self.inference_nodes or 1) + self.trainer_nodes
-        if self.nodes > 1 and self.inference_nodes is None:
-            self.inference_nodes = self.nodes - self.trainer_nodes
-        if self.nodes > 1 and self.inference_nodes + self.trainer_nodes != self.nodes:
-            raise ValueError(
-                f"slurm.nodes = {self.nodes} but inference_nodes + trainer_nodes = "
-                f"{self.inference_nodes} + {self.trainer_nodes}: make them add up"
-            )
-        if self.nodes > 1 and self.inference_nodes < 1:
-            raise ValueError(
-                f"slurm.nodes = {self.nodes} leaves no node for inference after "
-                f"trainer_nodes = {self.trainer_nodes}: add nodes or lower trainer_nodes"
-            )
-        return self
-
-
-def inside_job() -> bool:
-    return os.environ.get(INSIDE_ENV) == "1" and "SLURM_JOB_ID" in os.environ
 
 
 # -- outside the job: the script and its submission ------------------------------------------------
@@ -129,8 +67,6 @@ def job_script(plan, rl_toml: Path) -> str:
 def submit(plan, write_configs) -> int:
     """Write the resolved configs and the script into the run directory, `sbatch` it, record
     the job id in run.json; the launcher's exit code."""
-    from launcher.supervisor import record_state
-
     if shutil.which("sbatch") is None:
         raise ConfigError(
             "[slurm] is set but `sbatch` is not on PATH: run rl on a SLURM login node, or drop "
@@ -249,20 +185,14 @@ def place_in_job(plan) -> None:
     plan.urls = dict(zip(names, urls, strict=True))
     plan.gpu_map = {"orchestrator": [], "trainer": node_gpus, **dict.fromkeys(names, node_gpus)}
     plan.extra_env["trainer"] = {"MASTER_ADDR": trainer_hosts[0], "MASTER_PORT": str(MASTER_PORT)}
+    plan.wrappers = {name: srun_wrapper(plan, name) for name in plan.placement}
 
 
-def srun_command(plan, component: str, command: list[str]) -> list[str]:
-    """`command` started on the component's nodes, with its environment set there. Secrets
+def srun_wrapper(plan, component: str) -> list[str]:
+    """What starts a component's command on its nodes, with its environment set there. Secrets
     (the admin token, literal config secrets) travel in srun's exported environment, never on
     a command line that `ps` shows."""
-    hosts = plan.placement.get(component)
-    if not hosts:
-        return command
     env = {**plan.env(component), **plan.extra_env.get(component, {})}
     env = {k: v for k, v in env.items() if k != ADMIN_TOKEN_ENV and k not in plan.secret_env}
-    return [
-        *srun_prefix(hosts, overlap=True),
-        "env",
-        *(f"{k}={v}" for k, v in env.items()),
-        *command,
-    ]
+    hosts = plan.placement[component]
+    return [*srun_prefix(hosts, overlap=True), "env", *(f"{k}={v}" for k, v in env.items())]

@@ -5,7 +5,6 @@ run.json and the live view on stdout. Waits for: inference /health, then any chi
 Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or the stall timer."""
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -16,11 +15,10 @@ from pathlib import Path
 
 from launcher.plan import Plan, replica_config
 from launcher.stall import dump_stacks
-from rlcore.files import atomic_write_text
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
-from rlcore.rundir import RunDir
+from rlcore.rundir import record_state
 
 PR_SET_PDEATHSIG = 1
 STALLED = -1000
@@ -228,14 +226,6 @@ class Supervisor:
             **extra,
         }
         record_state(self.run, status, **state)
-
-
-def record_state(run: RunDir, status: str, **state: object) -> None:
-    """run.json: the run's status for `rl status/list/stop` (inside a SLURM job, its id too)."""
-    if "SLURM_JOB_ID" in os.environ:
-        state.setdefault("slurm_job_id", os.environ["SLURM_JOB_ID"])
-    state = {"status": status, **state, "updated": time.time()}
-    atomic_write_text(run.run_json, json.dumps(state, indent=2) + "\n")
 
 
 def _signal_group(pgid: int, sig: int) -> None:

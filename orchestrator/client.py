@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from rlcore.admin_token import ADMIN_TOKEN_ENV
+from rlcore.errors import ConfigError
 from rlcore.health import probe_health
 from rlcore.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
 
@@ -28,9 +29,10 @@ def server_root(base_url: str) -> str:
 
 
 async def wait_for_server(
-    base_url: str, model: str, timeout_s: float, api_key: str = "EMPTY"
+    base_url: str, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0
 ) -> None:
-    """Wait until `/health` answers 200 and `model` is listed in `/v1/models`."""
+    """Wait until `/health` answers 200 and `model` is listed in `/v1/models`, with room for
+    `seq_len` tokens per sample (its max_model_len)."""
     root = server_root(base_url)
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
@@ -46,9 +48,10 @@ async def wait_for_server(
                     await asyncio.sleep(1.0)
                     continue
                 if model in served:
+                    check_room(root, model, served[model], seq_len)
                     return
                 raise OrchestratorError(
-                    f"inference server at {root} serves {served}, not model.name "
+                    f"inference server at {root} serves {list(served)}, not model.name "
                     f"{model!r}: set --model.name to the served name"
                 )
             last = problem
@@ -60,7 +63,18 @@ async def wait_for_server(
     )
 
 
-async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
+def check_room(root: str, model: str, max_model_len: int | None, seq_len: int) -> None:
+    if max_model_len is not None and max_model_len < seq_len:
+        raise ConfigError(
+            f"inference at {root} serves {model} with max_model_len {max_model_len} but "
+            f"seq_len = {seq_len}: no sample could be longer than {max_model_len} tokens; "
+            f"lower --seq-len to {max_model_len} or restart inference with "
+            f"--model.max-model-len {seq_len} (rl sets it from seq_len)"
+        )
+
+
+async def _served_models(http: httpx.AsyncClient, root: str) -> dict[str, int | None]:
+    """Served model name -> its max_model_len (None when the server does not say)."""
     answer = await http.get(root + MODELS_ROUTE)
     if answer.status_code == 401:
         raise OrchestratorError(
@@ -68,7 +82,7 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> list[str]:
             "environment variable that client.api_key_var names (default VLLM_API_KEY)"
         )
     answer.raise_for_status()
-    return [m["id"] for m in answer.json().get("data", [])]
+    return {m["id"]: m.get("max_model_len") for m in answer.json().get("data", [])}
 
 
 async def update_weights(

@@ -224,6 +224,12 @@ class OrchestratorConfig(SharedFields):
 
     @model_validator(mode="after")
     def validate_batch(self) -> "OrchestratorConfig":
+        if self.rollouts_per_example == 1:
+            raise ValueError(
+                "rollouts_per_example = 1 gives every example a group of one rollout, whose "
+                "group-relative advantage is always 0: nothing would be learned; use 2 or "
+                "more (8 is typical)"
+            )
         if self.batch_size % self.rollouts_per_example:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example "

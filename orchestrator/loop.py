@@ -23,13 +23,14 @@ from orchestrator.client import (
     wait_for_server,
 )
 from orchestrator.config import OrchestratorConfig
-from orchestrator.envs import EnvAdapter, Rollout, check_envs, load_env, make_client, sampling_args
+from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
 from rlcore.admin_token import read_token
+from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
@@ -76,16 +77,18 @@ async def run_async(config: OrchestratorConfig) -> None:
     pool = ServerPool(config.client.base_urls)
     api_key = config.client.api_key
     await asyncio.gather(*(
-        wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key)
+        wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key,
+                        config.seq_len)
         for s in pool.servers
     ))  # fmt: skip
     if len(pool) > 1:
         logger.info(f"spreading requests over {len(pool)} inference servers")
-    client = make_client(
-        pool, config.client.timeout_s, config.client.max_concurrent, config.seq_len, api_key
-    )
-    client.pool, client.base_model = pool, config.model.name
-    client.api_key_var = config.client.api_key_var
+    from orchestrator.pooled_client import PooledClient
+
+    client = PooledClient(
+        pool, config.model.name, config.seq_len, config.client.timeout_s,
+        config.client.max_concurrent, api_key, config.client.api_key_var,
+    )  # fmt: skip
     monitor = Monitor(config, run_dir, state.wandb_run_id)
     state.wandb_run_id = monitor.wandb_run_id
     # A fresh run starts on the base model, which inference serves from the start.
@@ -243,6 +246,7 @@ async def train_step(
     generate_start = time.monotonic()
     groups = await generate(config, envs, picks, client, policy.model or config.model.name)
     generate_s = time.monotonic() - generate_start
+    mark_empty(groups)
     if config.zero_truncated_rewards:
         zero_truncated(groups)
     batch, stats = build_batch(config, step, groups)
@@ -261,8 +265,22 @@ async def train_step(
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
     metrics["num_capped_requests"] = client.budget.take_num_capped()
     metrics.update(client.pool.take_counts())
-    logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples)))
+    logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples),
+                          metrics["num_errors"]))  # fmt: skip
     monitor.log(step, metrics)
+
+
+EMPTY_ROLLOUT = (
+    "produced no tokens: the environment ended it before any model turn (is the prompt longer "
+    "than seq_len, or than the inference server's max_model_len?)"
+)
+
+
+def mark_empty(groups: list[list[Rollout]]) -> None:
+    """A rollout without a single model turn is a failure with a reason, never a silent drop."""
+    for rollout in (r for group in groups for r in group):
+        if not rollout.turns and rollout.error is None:
+            rollout.error = EMPTY_ROLLOUT
 
 
 def zero_truncated(groups: list[list[Rollout]]) -> None:
@@ -313,9 +331,16 @@ def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dic
         "num_split_rollouts": stats.num_split,
         "num_dropped_rollouts": stats.num_dropped,
         "num_errors": sum(r.error is not None for r in rollouts),
+        **first_error(rollouts),
         "mixed_reward_groups": sum(len({r.reward for r in g}) > 1 for g in groups) / len(groups),
     }
     return metrics
+
+
+def first_error(rollouts: list[Rollout]) -> dict[str, str]:
+    """The first failed rollout's reason, kept in metrics.jsonl next to the count."""
+    errors = [r.error for r in rollouts if r.error is not None]
+    return {"first_error": errors[0][:500]} if errors else {}
 
 
 async def run_evals(

@@ -5,6 +5,7 @@ import sys
 from orchestrator.config import OrchestratorConfig
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.files import is_disk_full
 from rlcore.logs import setup_logging
 
 
@@ -20,6 +21,16 @@ def main(argv: list[str] | None = None) -> None:
         exit_with(str(err), "orchestrator")
     except OrchestratorError as err:
         print(f"orchestrator: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        print(
+            f"orchestrator: error: the disk of {config.output_dir} is full; the batch being "
+            "written was not kept (nothing half-written is left). Free space and resume with "
+            "--ckpt.resume-step -1",
+            file=sys.stderr,
+        )
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

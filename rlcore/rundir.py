@@ -208,6 +208,14 @@ class RunDir:
         append_line(self.metrics, json.dumps(record))
 
 
+def record_state(run: RunDir, status: str, **state: object) -> None:
+    """run.json: the run's status for `rl status/list/stop` (inside a SLURM job, its id too)."""
+    if "SLURM_JOB_ID" in os.environ:
+        state.setdefault("slurm_job_id", os.environ["SLURM_JOB_ID"])
+    state = {"status": status, **state, "updated": time.time()}
+    atomic_write_text(run.run_json, json.dumps(state, indent=2) + "\n")
+
+
 def resident_mib() -> float:
     """This process's resident memory now (MiB; 0 where /proc is missing): every metrics
     record carries it, so a run's memory growth can be read back step by step."""

@@ -151,3 +151,21 @@ def rename_deep(model: type[BaseModel], data: Any, path: tuple[str, ...] = ()) -
     for key, value in data.items():
         rename_deep(model, value, (*path, key))
     return data
+
+
+def union_tags(model: type[BaseModel], seen: set | None = None) -> set[str]:
+    """The `type` tags of every tagged union under `model` (pydantic puts them in error
+    locations, between a field and its keys)."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return set()
+    seen.add(model)
+    tags: set[str] = set()
+    for field in model.model_fields.values():
+        members = model_members(field.annotation)
+        for member in members:
+            kind = member.model_fields.get("type")
+            if len(members) > 1 and kind is not None and isinstance(kind.default, str):
+                tags.add(kind.default)
+            tags |= union_tags(member, seen)
+    return tags

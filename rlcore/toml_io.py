@@ -22,11 +22,26 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist: check the path after `@`")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory: pass a .toml file after `@`")
-    text = path.read_text()
+    text = read_utf8(path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(_syntax_message(path, text, err)) from None
+
+
+def read_utf8(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 are a ConfigError naming file, line, column
+    and the byte."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ConfigError(
+            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}): TOML files must be UTF-8; save it as UTF-8 in your editor"
+        ) from None
 
 
 def _syntax_message(path: Path, text: str, err: tomllib.TOMLDecodeError) -> str:

@@ -1,10 +1,10 @@
 """`trainer @ FILE.toml`: parse the config, then import the heavy runtime and run."""
 
-import errno
 import sys
 
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.files import is_disk_full
 from rlcore.logs import setup_logging
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
@@ -38,16 +38,6 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
-
-
-def is_disk_full(err: BaseException | None) -> bool:
-    while err is not None:
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            return True
-        if "No space left on device" in str(err):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 library or protocol runs it. An adapter turns one `[[env]]` table into examples and scored
 `Rollout`s; the loop, advantages and batches see nothing else.
 
-To add an environment type: subclass `EnvAdapter` in a module of this package and register it
-in `ENV_TYPES` (`orchestrator/envs/__init__.py`) under the name `[[env]] type` selects.
+To add an environment type: subclass `EnvAdapter` in a module of this package, register it in
+`ENV_TYPES` (`orchestrator/envs/__init__.py`) under the name `[[env]] type` selects, and its
+cheap install check in `INSTALL_CHECKS` (rlcore/environments.py), which `rl` runs before
+anything starts.
 """
 
 from abc import ABC, abstractmethod
@@ -36,15 +38,9 @@ class Rollout:
 
 
 class EnvAdapter(ABC):
-    """One loaded environment. Built from `[[env]]`'s `id` and `args`; `check` runs before
-    anything starts and must be cheap (no heavy imports)."""
+    """One loaded environment, built from `[[env]]`'s `id` and `args`."""
 
     id: str
-
-    @classmethod
-    @abstractmethod
-    def check(cls, env_ids: list[str], where: str) -> None:
-        """Raise ConfigError naming every id that cannot be loaded (`where`: the config key)."""
 
     @property
     @abstractmethod
@@ -63,7 +59,7 @@ class EnvAdapter(ABC):
     async def run_group(
         self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
     ) -> list[Rollout]:
-        """Run `num_rollouts` rollouts of one example against `client` (make_client) and
+        """Run `num_rollouts` rollouts of one example against `client` (a PooledClient) and
         score them as a group. A rollout that failed has `error` set and is not trained on."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default

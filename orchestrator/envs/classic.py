@@ -3,7 +3,6 @@
 vLLM's `return_token_ids`. The only module that imports verifiers' environment API.
 """
 
-import importlib.util
 import logging
 from typing import Any
 
@@ -15,38 +14,8 @@ from rlcore.secrets import redact, scrub
 logger = logging.getLogger("orchestrator")
 
 
-def module_name(env_id: str) -> str:
-    """The module verifiers imports for `env_id`: dashes become underscores and an `owner/`
-    prefix is dropped (`harleycooper/dakota1890` -> `dakota1890`)."""
-    return env_id.replace("-", "_").split("/")[-1]
-
-
-def check_installed(env_ids: list[str], where: str = "env") -> None:
-    """Raise ConfigError naming every environment whose module is not importable; cheap (no
-    verifiers import), so it runs before anything starts."""
-    missing = [
-        i for i in dict.fromkeys(env_ids) if importlib.util.find_spec(module_name(i)) is None
-    ]
-    if not missing:
-        return
-    lines = [
-        f"  {i!r} (module `{module_name(i)}`): install it with "
-        f"`uv pip install {i.split('/')[-1]}` or add it to the project's dependencies"
-        for i in missing
-    ]
-    raise ConfigError(
-        f"{where}: environment{'s' if len(missing) > 1 else ''} not installed:\n"
-        + "\n".join(lines)
-        + "\n  (bundled environments: rl-add-digits, rl-repeat-word, rl-guess-number)"
-    )
-
-
 class VerifiersEnv(EnvAdapter):
     """A classic verifiers environment loaded with `load_environment(id, **args)`."""
-
-    @classmethod
-    def check(cls, env_ids: list[str], where: str) -> None:
-        check_installed(env_ids, where)
 
     def __init__(self, env_id: str, args: dict[str, Any]):
         import verifiers as vf

@@ -15,11 +15,10 @@ import importlib.util
 import logging
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
-from orchestrator.envs.classic import module_name
+from rlcore.environments import module_name
 from rlcore.errors import ConfigError
 from rlcore.secrets import redact, scrub
 
@@ -28,31 +27,6 @@ logger = logging.getLogger("orchestrator")
 AGENT_KEYS = ("harness", "max_turns", "runtime")
 MAX_TASKS = 100_000
 """An infinite taskset is read up to this many tasks."""
-
-
-def check_installed(env_ids: list[str], where: str) -> None:
-    """ConfigError naming every taskset whose package is not importable (no verifiers import)."""
-    missing = [i for i in dict.fromkeys(env_ids) if not taskset_importable(i)]
-    if missing:
-        names = ", ".join(f"{i!r} (module `{module_name(i)}`)" for i in missing)
-        raise ConfigError(
-            f"{where}: verifiers v1 taskset{'s' if len(missing) > 1 else ''} not installed: "
-            f"{names}; install the package that exports its Taskset (`uv pip install ...`) "
-            "(bundled v1 taskset: rl-add-digits-v1)"
-        )
-
-
-def taskset_importable(env_id: str) -> bool:
-    """An installed package `name`, or one of verifiers' built-in v1 tasksets."""
-    name = module_name(env_id.split("@", 1)[0]).lower()
-    try:
-        if importlib.util.find_spec(name) is not None:
-            return True
-        spec = importlib.util.find_spec("verifiers")
-    except (ImportError, ValueError):
-        return False
-    roots = spec.submodule_search_locations if spec is not None else None
-    return any((Path(root) / "v1" / "tasksets" / name).is_dir() for root in roots or [])
 
 
 def is_v1_module(env_id: str) -> bool:
@@ -103,10 +77,6 @@ def env_config(env_id: str, args: dict[str, Any]) -> dict:
 
 class V1Env(EnvAdapter):
     """A verifiers v1 taskset with its harness, served through verifiers' interception."""
-
-    @classmethod
-    def check(cls, env_ids: list[str], where: str) -> None:
-        check_installed(env_ids, where)
 
     def __init__(self, env_id: str, args: dict[str, Any]):
         alias_fastmcp()
@@ -190,7 +160,7 @@ def model_context(client: Any, base_url: str, model: str, sampling: dict) -> Any
 
     config = TrainClientConfig(
         base_url=base_url,
-        api_key_var=getattr(client, "api_key_var", None) or "VLLM_API_KEY",
+        api_key_var=client.api_key_var,
         renderer_model_name=str(resolve_model(client.base_model)),
     )
     extra = dict(sampling.get("extra_body") or {})

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.protocol import read_batch
 from rlcore.rundir import RunDir, steps_in
 
@@ -30,6 +31,8 @@ STEP_LINE = (
     r"Throughput: [\d.]+ tokens/s \| Seq\. Length: [\d.]+ tokens/sample$"
 )
 ENV_TEXT = ("Higher.", "Lower.", "not a number", "Correct!")
+# The runs here are not the server's run folder: they share its admin token this way.
+SERVER_ENV = {**os.environ, ADMIN_TOKEN_ENV: "orchestrator-tests-token"}
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +43,11 @@ def served(tiny_model_dir, tmp_path_factory):
     log = (root / "inference.log").open("w")
     cmd = [
         sys.executable, "-m", "inference.main", "--model.name", str(model),
-        "--model.dtype", "float32", "--model.max-model-len", "1024",
-        "--server.port", str(PORT), "--cpu.kvcache-space-gib", "1", "--output-dir", str(root),
+        "--model.dtype", "float32", "--model.max-model-len", "1024", "--server.port", str(PORT),
+        "--cpu.kvcache-space-gib", "1", "--output-dir", str(root / "server"),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, env=SERVER_ENV)  # fmt: skip
     try:
         wait_healthy(f"http://127.0.0.1:{PORT}", proc, root / "inference.log")
         yield model, root, f"http://127.0.0.1:{PORT}/v1"
@@ -76,6 +79,7 @@ class StandInTrainer(threading.Thread):
 
     def __init__(self, run_dir: RunDir, model: Path):
         super().__init__(daemon=True)
+        run_dir.claim()  # like a trainer, before it writes into the run folder
         self.run_dir, self.model, self.stop = run_dir, model, threading.Event()
 
     def publish(self, step: int) -> None:
@@ -116,7 +120,9 @@ def orchestrator(out: Path, model: Path, base_url: str, *flags: str, timeout: fl
         "--client.base-url", base_url, "--output-dir", str(out), "--seq-len", "512",
         "--sampling.max-tokens", "12", "--client.health-timeout-s", "60", *flags,
     ]  # fmt: skip
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=SERVER_ENV
+    )
 
 
 def run_with_trainer(out: Path, model: Path, base_url: str, *flags: str):
@@ -382,3 +388,43 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
             assert sample.prompt_ids == list(prompt["input_ids"])
             check_sample(sample, tokenizer, base_url, model)
             assert set(sample.completion_mask) == {1}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 160 KiB filesystem (tmpfs; needs mount rights, else the test is skipped)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_stops_the_orchestrator_cleanly(served, small_disk):
+    """The orchestrator fills a real small disk: it stops with one message, and every batch,
+    metrics line and checkpoint left behind is whole (no temporaries, no torn lines)."""
+    model, _, base_url = served
+    out = small_disk / "run"
+    done = orchestrator(
+        out, model, base_url, "--max-steps", "200", "--async-level", "200", "--batch-size", "8",
+        "--rollouts-per-example", "4", "--ckpt.interval", "2", "--num-saved-samples", "8",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"the disk of {out} is full" in done.stderr and "Traceback" not in done.stderr
+    run_dir = RunDir(out)
+    written = steps_in(run_dir.rollouts)
+    assert written and len(written) < 200
+    for step in written:
+        assert read_batch(run_dir.rollout_dir(step)).step == step
+    leftovers = [p for p in out.rglob(".*.tmp*")]
+    assert not leftovers, leftovers
+    assert metrics(out)  # every line parses
+    for step in steps_in(run_dir.checkpoints):
+        part = run_dir.part_dir(step, "orchestrator")
+        if (part / "DONE").exists():
+            json.loads((part / "state.json").read_text())

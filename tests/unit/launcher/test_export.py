@@ -40,8 +40,8 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
     """The LoRA policy itself: the base with the published adapter (fp32) applied."""
     from transformers import AutoModelForCausalLM
 
-    from launcher.commands.export import load_adapter
     from trainer.config import LoraConfig
+    from trainer.export import load_adapter
     from trainer.lora import apply_lora
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

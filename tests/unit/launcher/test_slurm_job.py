@@ -6,8 +6,9 @@ import subprocess
 import pytest
 
 from launcher import slurm
-from launcher.plan import make_plan
+from launcher.prepare import build_plan as make_plan
 from launcher.rl_config import RLConfig
+from launcher.slurm_config import INSIDE_ENV, SlurmConfig
 
 GPU_RUN = {
     "model": {"name": "Qwen/Qwen3-0.6B"},
@@ -20,7 +21,7 @@ def test_dry_run_script_is_valid_bash_with_the_job_layout(tmp_path):
     plan = make_plan(RLConfig.model_validate(GPU_RUN), dry_run=True)
     script = slurm.job_script(plan, plan.run.config_file("rl"))
     for line in ("#SBATCH --nodes=3", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu",
-                 "#SBATCH --account=rl", f"export {slurm.INSIDE_ENV}=1"):  # fmt: skip
+                 "#SBATCH --account=rl", f"export {INSIDE_ENV}=1"):  # fmt: skip
         assert line in script, script
     assert script.splitlines()[-1].endswith("configs/rl.toml")
     (tmp_path / "job.sbatch").write_text(script)
@@ -30,8 +31,8 @@ def test_dry_run_script_is_valid_bash_with_the_job_layout(tmp_path):
 
 def test_node_counts_must_add_up():
     with pytest.raises(ValueError, match="inference_nodes \\+ trainer_nodes = 1 \\+ 1"):
-        slurm.SlurmConfig(nodes=3, inference_nodes=1)
-    assert slurm.SlurmConfig(nodes=2).inference_nodes == 1
+        SlurmConfig(nodes=3, inference_nodes=1)
+    assert SlurmConfig(nodes=2).inference_nodes == 1
 
 
 def test_components_are_placed_on_their_nodes(monkeypatch):

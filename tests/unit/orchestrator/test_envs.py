@@ -5,8 +5,10 @@ import asyncio
 
 import pytest
 
-from orchestrator.envs.classic import VerifiersEnv, check_installed, module_name
+from orchestrator.envs.classic import VerifiersEnv
 from orchestrator.main import main
+from rlcore.environments import check_classic as check_installed
+from rlcore.environments import module_name
 from rlcore.errors import ConfigError
 
 BUNDLED = ["rl-add-digits", "rl-repeat-word", "rl-guess-number"]
@@ -85,7 +87,10 @@ def test_guess_env_answers_each_guess(envs):
 
 def test_env_type_selects_the_adapter():
     from orchestrator.config import EnvConfig, OrchestratorConfig
-    from orchestrator.envs import ENV_TYPES, check_envs, load_env
+    from orchestrator.envs import ENV_TYPES, load_env
+    from rlcore.environments import INSTALL_CHECKS, check_envs
+
+    assert set(INSTALL_CHECKS) == set(ENV_TYPES)  # every type can be checked before it loads
 
     assert EnvConfig(id="rl-add-digits").type == "verifiers"
     env = load_env(EnvConfig(id="rl-add-digits", args={"num_eval_examples": 4}))

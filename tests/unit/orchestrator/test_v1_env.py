@@ -10,7 +10,8 @@ import pytest
 
 from inference.generate_compat import TextModeByDefault, with_text_mode
 from orchestrator.envs import load_env
-from orchestrator.envs.v1 import V1Env, branch_turns, check_installed, env_config, is_v1_module
+from orchestrator.envs.v1 import V1Env, branch_turns, env_config, is_v1_module
+from rlcore.environments import check_v1 as check_installed
 from rlcore.errors import ConfigError
 
 
@@ -109,13 +110,13 @@ def test_an_unreachable_server_costs_the_rollouts_not_the_run(tiny_model_dir):
     import asyncio
 
     from orchestrator.config import SamplingConfig
-    from orchestrator.envs import make_client, sampling_args
+    from orchestrator.envs import sampling_args
+    from orchestrator.pooled_client import PooledClient
     from orchestrator.servers import ServerPool
     from tests.integration.helpers import free_port
 
     pool = ServerPool([f"http://127.0.0.1:{free_port()}/v1"])
-    client = make_client(pool, timeout_s=5, max_concurrent=4, seq_len=256)
-    client.pool, client.base_model = pool, str(tiny_model_dir)
+    client = PooledClient(pool, str(tiny_model_dir), seq_len=256, timeout_s=5, max_concurrent=4)
     env = V1Env("rl-add-digits-v1", {})
     sampling = sampling_args(SamplingConfig(max_tokens=4))
 

@@ -1,0 +1,118 @@
+"""Bad values are refused at the door: exit 2, one message naming the key (and the file or
+flag), the value and the fix, never a traceback or validation-library wording."""
+
+import pytest
+
+from launcher.prepare import build_plan as make_plan
+from launcher.rl_config import RLConfig
+from launcher.slurm_config import SlurmConfig
+from orchestrator.config import OrchestratorConfig
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError
+from trainer.config import TrainerConfig
+
+SECTIONS = ("trainer", "orchestrator", "inference")
+
+
+def refused(model, argv, capsys) -> str:
+    sections = SECTIONS if model is RLConfig else ()
+    with pytest.raises(SystemExit) as exc:
+        parse_config(model, "rl", argv, sections=sections)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert "Traceback" not in err and "pydantic" not in err and "<lambda>" not in err, err
+    return err
+
+
+def toml(tmp_path, text: str, name: str = "c.toml") -> str:
+    path = tmp_path / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return str(path)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_floats_are_refused_in_files_and_flags(tmp_path, capsys, value):
+    err = refused(TrainerConfig, ["@", toml(tmp_path, f"[optim]\nlr = {value}\n")], capsys)
+    assert "`optim.lr`" in err and "c.toml" in err and "finite" in err
+    err = refused(TrainerConfig, ["--optim.lr", value], capsys)
+    assert "`optim.lr`" in err and "--optim.lr" in err and "finite" in err
+
+
+def test_non_finite_floats_are_refused_inside_free_form_tables(tmp_path, capsys):
+    text = '[[orchestrator.env]]\nid = "rl-add-digits"\nargs = { weights = [1.0, nan] }\n'
+    err = refused(RLConfig, ["@", toml(tmp_path, text)], capsys)
+    assert "`orchestrator.env[0].args.weights[1]` = nan" in err and "finite" in err
+
+
+def test_a_boolean_is_not_a_number(tmp_path, capsys):
+    err = refused(TrainerConfig, ["@", toml(tmp_path, "max_steps = true\n")], capsys)
+    assert "`max_steps` = true (" in err and "expected a number, got a boolean" in err
+    err = refused(RLConfig, ["@", toml(tmp_path, "[orchestrator]\nbatch_size = false\n")], capsys)
+    assert "`orchestrator.batch_size` = false" in err
+
+
+@pytest.mark.parametrize("argv", [["--max-steps", "99999999999999999999"], ["--seed", "2" * 30]])
+def test_integers_far_beyond_sane_ranges_are_refused(capsys, argv):
+    err = refused(TrainerConfig, argv, capsys)
+    assert "out of range" in err and argv[0] in err
+
+
+def test_a_toml_file_that_is_not_utf8_names_the_file_and_byte(tmp_path, capsys):
+    path = toml(tmp_path, b"seed = 1\n# caf\xe9\n")
+    err = refused(TrainerConfig, ["@", path], capsys)
+    assert f"{path}:2:6" in err and "0xe9" in err and "UTF-8" in err
+
+
+def test_an_unknown_tagged_type_is_said_once_with_the_valid_ones(capsys):
+    err = refused(RLConfig, ["--weight-transfer.type", "nccl"], capsys)
+    assert err.count("\n") == 1, err
+    assert "`weight_transfer.type` = 'nccl'" in err and "'filesystem'" in err
+    err = refused(RLConfig, ["--trainer.weight-transfer.type", "nccl"], capsys)
+    assert err.count("nccl") == 1, err
+
+
+def test_a_shared_flag_error_is_said_once(capsys):
+    err = refused(RLConfig, ["--max-steps", "-3"], capsys)
+    assert err.count("max_steps") == 1, err
+
+
+def test_one_rollout_per_example_gives_no_signal(capsys):
+    err = refused(OrchestratorConfig, ["--rollouts-per-example", "1", "--batch-size", "4"], capsys)
+    assert "rollouts_per_example = 1" in err and "2 or more" in err
+
+
+def test_slurm_node_counts_must_add_up():
+    for bad in ({"nodes": 1, "trainer_nodes": 2}, {"nodes": 1, "inference_nodes": 2},
+                {"nodes": 3, "inference_nodes": 1, "trainer_nodes": 1},
+                {"nodes": 2, "trainer_nodes": 2}):  # fmt: skip
+        with pytest.raises(ValueError, match="slurm.nodes"):
+            SlurmConfig.model_validate(bad)
+    assert SlurmConfig.model_validate({"inference_nodes": 2}).nodes == 3
+
+
+def test_inference_needs_gpus_when_the_trainer_has_them(capsys):
+    err = refused(RLConfig, ["--inference-gpu-ids", "[]", "--trainer-gpu-ids", "0"], capsys)
+    assert "--inference-gpu-ids is empty" in err
+    config = RLConfig.model_validate({"trainer_gpu_ids": [3]})
+    with pytest.raises(ConfigError, match="leaves no GPU for inference"):
+        make_plan(config, dry_run=False)  # this machine has no GPU to give inference
+
+
+def test_seq_len_fills_max_model_len_and_a_smaller_one_is_refused():
+    plan = make_plan(RLConfig.model_validate({"seq_len": 1024}), dry_run=True)
+    assert plan.config.inference.model.max_model_len == 1024
+    config = RLConfig.model_validate(
+        {"seq_len": 1024, "inference": {"model": {"max_model_len": 256}}}
+    )
+    with pytest.raises(ConfigError, match="max_model_len = 256 is below seq_len = 1024"):
+        make_plan(config, dry_run=True)
+
+
+def test_an_output_dir_that_is_a_file_is_refused_by_a_dry_run_too(tmp_path):
+    from launcher.preflight import check_output_dir
+
+    (tmp_path / "taken").write_text("a file\n")
+    plan = make_plan(RLConfig.model_validate({"output_dir": str(tmp_path / "taken")}), True)
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        check_output_dir(plan, clean=False)
+    assert (tmp_path / "taken").read_text() == "a file\n"
