@@ -145,7 +145,7 @@ class InferenceConfig(BaseConfig):
     its own port (`server.port` + i); the orchestrator sends each request to the least-loaded one
     and every weight update to all. The `inference` command itself serves one."""
 
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Sampling seed of the engine."""
 
     log: LogConfig = LogConfig()

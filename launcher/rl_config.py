@@ -3,7 +3,6 @@
 before validation, so the resolved config holds each value where it is used."""
 
 import copy
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, model_validator
@@ -13,24 +12,18 @@ from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared
 from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import BaseConfig, CkptConfig, WandbConfig, WeightTransferConfig
+from rlcore.config import shared_overrides
 from rlcore.schema import rename_deep
 from trainer.config import TrainerConfig
 
 __all__ = ["COMPONENTS", "RLConfig"]
 
 
-class SharedModelConfig(BaseConfig):
-    name: str | None = None
-    """Model for all three processes; None leaves each sub-config's own `model.name`."""
+SharedOverrides = shared_overrides()
+"""The top-level shared keys (`max_steps`, `model.name`, ...), from their one declaration."""
 
 
-class SharedLogConfig(BaseConfig):
-    level: str | None = None
-    """Log level for all three processes; None leaves each sub-config's own."""
-
-
-class RLConfig(BaseConfig):
+class RLConfig(SharedOverrides):
     """Configuration of `rl`: the three processes, their GPUs and how they are supervised."""
 
     trainer: TrainerConfig = TrainerConfig()
@@ -41,36 +34,6 @@ class RLConfig(BaseConfig):
 
     inference: InferenceConfig = InferenceConfig()
     """The inference server (`inference @ infer.toml` when run alone)."""
-
-    model: SharedModelConfig = SharedModelConfig()
-    """Shared `model.name` for all three processes."""
-
-    max_steps: Annotated[int, Field(gt=0)] | None = None
-    """Shared `max_steps` for trainer and orchestrator; None leaves theirs."""
-
-    seq_len: Annotated[int, Field(gt=0)] | None = None
-    """Shared `seq_len` for trainer and orchestrator; None leaves theirs."""
-
-    output_dir: Path | None = None
-    """Shared run directory for all three processes; None leaves theirs (they must agree)."""
-
-    async_level: Annotated[int, Field(ge=0)] | None = None
-    """Shared `async_level` for trainer and orchestrator; None leaves theirs."""
-
-    seed: int | None = None
-    """Shared seed for all three processes; None leaves theirs."""
-
-    ckpt: CkptConfig | None = None
-    """Shared `ckpt.*` keys (interval, keep, resume_step, enabled) for trainer and orchestrator."""
-
-    wandb: WandbConfig | None = None
-    """Shared `wandb.*` keys (project, name, entity, offline, tags) for trainer and orchestrator."""
-
-    log: SharedLogConfig = SharedLogConfig()
-    """Shared `log.level` for all three processes."""
-
-    weight_transfer: WeightTransferConfig | None = None
-    """Shared weight transport for all three processes; None leaves theirs."""
 
     inference_gpu_ids: list[int] | None = None
     """Physical GPU ids for inference; None means GPU 0 when GPUs exist, else CPU."""

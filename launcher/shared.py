@@ -1,6 +1,6 @@
-"""The keys the three processes share, declared once. This one tuple drives filling silent
-sub-configs, the agreement checks (before and after validation) and `rl --help`; which
-components carry a key is read off their schemas."""
+"""Filling and agreement of the keys the processes share (declared once, rlcore.config's
+SHARED_KEYS): filling silent sub-configs, the agreement checks (before and after validation)
+and `rl --help`; which components carry a key is read off their schemas."""
 
 from typing import Any
 
@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from inference.config import InferenceConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import NONE_STRINGS, BaseConfig
+from rlcore.config import LOOSE_KEYS, NONE_STRINGS, SHARED_KEYS, BaseConfig
 from rlcore.schema import model_members
 from trainer.config import TrainerConfig
 
@@ -18,26 +18,6 @@ COMPONENT_CONFIGS: dict[str, type[BaseConfig]] = {
     "inference": InferenceConfig,
 }
 COMPONENTS = tuple(COMPONENT_CONFIGS)
-
-SHARED_KEYS: tuple[tuple[str, ...], ...] = (
-    ("model", "name"),
-    ("max_steps",),
-    ("seq_len",),
-    ("output_dir",),
-    ("async_level",),
-    ("seed",),
-    ("ckpt",),
-    ("wandb",),
-    ("log", "level"),
-    ("weight_transfer",),
-)
-"""Set at the top level (or in one sub-config) they fill every component that carries them;
-two places with different values are an error naming both."""
-
-LOOSE_KEYS: tuple[tuple[str, ...], ...] = (("wandb", "name"),)
-"""Shared leaves the components may set differently (prime-rl names each process's W&B run);
-a top-level value fills only the components that are silent. The run's one W&B run takes the
-orchestrator's name."""
 
 
 def carriers(path: tuple[str, ...]) -> list[str]:

@@ -3,7 +3,6 @@ as a local `datasets` folder (default data/tasks/NAME) and print the `[[env]]` l
 it; no network. `rl init --tasks FILE.json` (init_from_tasks): connect to the first task's MCP
 server, list its tools and print an rl.toml whose system prompt describes them."""
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -99,6 +98,8 @@ async def first_task_tools(path: Path) -> tuple[dict, list[dict]]:
 
 
 def init_from_tasks(path: str, template: str) -> int:
+    import asyncio
+
     from rl_tasks import describe_tools
     from rl_tasks.link import McpError
     from rl_tasks.taskfile import TaskError

@@ -12,7 +12,7 @@ PORT = 8175
 
 def test_default_model_answers_arithmetic(tmp_path):
     flags = ["--model.name", DEFAULT_MODEL, "--server.port", str(PORT)]
-    flags += ["--output-dir", str(tmp_path), "--cpu.kvcache-space-gib", "1"]
+    flags += ["--output-dir", str(tmp_path / "run"), "--cpu.kvcache-space-gib", "1"]
     with InferenceProcess(flags, tmp_path / "inference.log") as server:
         server.wait_ready(timeout_s=900)
         status, body = post_json(

@@ -78,7 +78,7 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     from inference.process import InferenceProcess
 
     flags = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 2)]
-    server = InferenceProcess([*flags, "--output-dir", str(tmp_path)], tmp_path / "inf.log")
+    server = InferenceProcess([*flags, "--output-dir", str(tmp_path / "run")], tmp_path / "inf.log")
     server.start()
     try:
         deadline = time.monotonic() + 300

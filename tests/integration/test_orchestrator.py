@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from rlcore.admin_token import ADMIN_TOKEN_ENV
+from rlcore.ownership import remove_run_files
 from rlcore.protocol import read_batch
 from rlcore.rundir import RunDir, steps_in
 
@@ -58,6 +59,14 @@ def served(tiny_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def fresh_run(served) -> Path:
+    """The server's run folder, emptied of an earlier test's run: policies load only from the
+    server's own run (its weights/), so every orchestrator run that swaps weights uses it."""
+    run = served[1] / "server"
+    remove_run_files(run, keep_marker=True)
+    return run
 
 
 def wait_healthy(root: str, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
@@ -158,7 +167,7 @@ def test_batches_on_disk(served, tmp_path):
     from transformers import AutoTokenizer
 
     model, root, base_url = served
-    out = root / "run_batches"
+    out = fresh_run(served)
     evals = '[eval]\ninterval = 2\n[[eval.env]]\nid = "rl-guess-number"\nnum_examples = 2\n'
     envs = env_toml(
         out, 'id = "rl-add-digits"', 'id = "rl-guess-number", weight = 2.0', extra=evals
@@ -251,10 +260,11 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     envs = env_toml(root / "resume", 'id = "rl-add-digits"', 'id = "rl-repeat-word"')
     common = ("--batch-size", "4", "--rollouts-per-example", "2", "--num-saved-samples", "4",
               "--ckpt.interval", "2", "@", envs)  # fmt: skip
-    whole = root / "run_whole"
+    whole = fresh_run(served)
     run_with_trainer(whole, model, base_url, "--max-steps", "4", *common)
+    uninterrupted = prompts_by_step(whole)
     common += ("--wandb.project", "orch-test", "--wandb.offline")  # W&B continues its run too
-    parts = root / "run_parts"
+    parts = fresh_run(served)
     run_with_trainer(parts, model, base_url, "--max-steps", "2", *common)
     assert RunDir(parts).latest_checkpoint() == 2
     first = prompts_by_step(parts)
@@ -263,7 +273,7 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
                             "-1", *common)  # fmt: skip
     assert "Step 0 " not in done.stdout and "Step 2 " in done.stdout
     resumed = {**first, **prompts_by_step(parts)}
-    assert resumed == prompts_by_step(whole)
+    assert resumed == uninterrupted
     assert len({json.dumps(p) for p in resumed.values()}) == 4  # the steps differ
     assert RunDir(parts).latest_checkpoint() == 4
     run_ids = {json.loads((parts / f"checkpoints/step_{s}/orchestrator/state.json").read_text())[
@@ -353,7 +363,7 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
     from transformers import AutoTokenizer
 
     model, root, base_url = served
-    out = root / "run_v1"
+    out = fresh_run(served)
     evals = (
         '[eval]\ninterval = 2\neval_base_model = false\n[[eval.env]]\nid = "rl-add-digits-v1"\n'
         'args = { split = "eval" }\nnum_examples = 2\n'

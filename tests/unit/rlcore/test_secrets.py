@@ -1,0 +1,74 @@
+"""Secrets in configs never reach a resolved config, a printed config, an error message or the
+W&B config; `$VAR` references are resolved only inside the process, and `rl` passes a literal
+secret to the processes by environment."""
+
+import pytest
+
+from launcher.launch import write_configs
+from launcher.prepare import build_plan
+from launcher.rl_config import RLConfig
+from orchestrator.config import OrchestratorConfig
+from rlcore.errors import ConfigError
+from rlcore.rundir import RunDir
+from rlcore.secrets import is_secret_key, redact, resolve, scrub
+from rlcore.toml_io import dump_config, load_toml
+from rlcore.wandb_run import start_wandb
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_secret_names_are_told_from_ordinary_ones():
+    secret = ["api_key", "apiKey", "hf_token", "OPENAI_API_KEY", "password", "client_secret"]
+    plain = ["max_tokens", "num_tokens", "tokenizer", "api_key_var", "key_path", "keep", "monkey"]
+    assert all(is_secret_key(k) for k in secret)
+    assert not any(is_secret_key(k) for k in plain)
+
+
+def test_literals_are_redacted_and_references_kept():
+    data = {"args": {"api_key": SECRET, "auth": [{"token": SECRET}], "hf_token": "$HF_TOKEN"}}
+    assert redact(data) == {"args": {"api_key": "***", "auth": [{"token": "***"}],
+                                     "hf_token": "$HF_TOKEN"}}  # fmt: skip
+    assert scrub(f"bad key {SECRET}!", data) == "bad key ***!"
+
+
+def test_references_resolve_from_the_environment_only_in_the_process(monkeypatch):
+    monkeypatch.setenv("MY_KEY", SECRET)
+    args = {"api_key": "$MY_KEY", "other": "$NOT_A_SECRET_KEY_VALUE"}
+    assert resolve(args, "args") == {"api_key": SECRET, "other": "$NOT_A_SECRET_KEY_VALUE"}
+    monkeypatch.delenv("MY_KEY")
+    with pytest.raises(ConfigError, match=r"args.api_key = '\$MY_KEY': \$MY_KEY is not set"):
+        resolve(args, "args", env={})
+
+
+def test_resolved_and_printed_configs_show_no_literal_secret():
+    config = OrchestratorConfig.model_validate(
+        {"env": [{"id": "rl-add-digits", "args": {"api_key": SECRET, "n": 3}}]}
+    )
+    text = dump_config(config)
+    assert SECRET not in text and 'api_key = "***"' in text and "n = 3" in text
+
+
+def test_rl_writes_references_and_hands_the_value_to_the_processes(tmp_path):
+    config = RLConfig.model_validate({
+        "output_dir": str(tmp_path / "run"),
+        "orchestrator": {"env": [{"id": "rl-add-digits", "args": {"api_key": SECRET}}]},
+        "inference": {"vllm_args": {"api_key": SECRET}},
+    })  # fmt: skip
+    plan = build_plan(config, dry_run=True)
+    plan.run.claim()
+    write_configs(plan)
+    for path in RunDir(tmp_path / "run").configs.glob("*.toml"):
+        assert SECRET not in path.read_text(), path
+    orch = load_toml(plan.run.config_file("orchestrator"))
+    name = orch["env"][0]["args"]["api_key"].removeprefix("$")
+    assert name.startswith("RL_SECRET_") and plan.secret_env[name] == SECRET
+    assert plan.env("orchestrator")[name] == SECRET and plan.env("inference")[name] == SECRET
+    assert SECRET not in plan.command("orchestrator") + plan.command("inference")
+
+
+def test_the_wandb_config_is_redacted(tmp_path, fake_wandb):
+    config = OrchestratorConfig.model_validate(
+        {"wandb": {"project": "p"}, "env": [{"id": "rl-add-digits", "args": {"token": SECRET}}]}
+    )
+    start_wandb(config.wandb, RunDir(tmp_path), None, {"orchestrator": config.model_dump()})
+    assert SECRET not in repr(fake_wandb.inits) and "***" in repr(fake_wandb.inits)
