@@ -47,6 +47,7 @@ def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
            "--out", str(data)]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f'dataset = "{data}"' in done.stdout, done.stderr
+    assert "start local programs" in done.stdout and "time.sleep(600)" in done.stdout
 
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
@@ -66,6 +67,8 @@ def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
     finally:
         kill_sessions({rl.pid, *run_state(out).get("pids", {}).values()})
     assert code == 0, log.read_text()[-3000:]
+    announced = log.read_text().split("starting orchestrator")[0]
+    assert "start these local programs" in announced and "time.sleep(600)" in announced
 
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     setups = {c["pid"] for c in calls if c["tool"] == "setup"}

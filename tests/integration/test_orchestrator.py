@@ -318,6 +318,14 @@ def test_unreachable_server_ends_with_a_message(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_a_seq_len_the_server_cannot_hold_is_refused(served, tmp_path):
+    model, _, base_url = served  # the server's max_model_len is 1024
+    done = orchestrator(tmp_path / "run", model, base_url, "--seq-len", "2048")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "max_model_len 1024 but seq_len = 2048" in done.stderr
+    assert "--model.max-model-len 2048" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_wrong_model_name_fails_fast(served, tmp_path):
     _, _, base_url = served
     done = orchestrator(tmp_path / "run", Path("not/the-model"), base_url)

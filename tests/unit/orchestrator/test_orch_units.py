@@ -182,6 +182,24 @@ def test_a_batch_without_tokens_ends_the_run():
         check_errors(3, [failed], empty)
 
 
+def test_a_rollout_without_a_model_turn_is_a_counted_error_with_its_reason():
+    from orchestrator.config import OrchestratorConfig
+    from orchestrator.loop import EMPTY_ROLLOUT, build_batch, first_error, mark_empty
+    from rlcore.metrics import record_step_line
+
+    silent = Rollout(example_id=0, prompt=[], completion=[], reward=0.0)  # no turn, no error
+    ok = rollout([Turn([1], [2], [-1.0])], reward=1.0)
+    groups = [[silent, ok]]
+    mark_empty(groups)
+    assert silent.error == EMPTY_ROLLOUT and ok.error is None
+    assert "max_model_len" in EMPTY_ROLLOUT
+    batch, stats = build_batch(OrchestratorConfig(), 0, groups)
+    assert len(batch.samples) == 1 and stats.num_dropped == 1
+    assert first_error([silent, ok]) == {"first_error": EMPTY_ROLLOUT}
+    line = record_step_line({"step": 0, "reward": 1.0, "num_samples": 1, "num_errors": 1})
+    assert line.endswith("| Errors: 1 rollouts")
+
+
 def test_verifiers_output_becomes_a_rollout():
     from orchestrator.envs.classic import _to_rollout
 
