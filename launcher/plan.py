@@ -93,7 +93,7 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
     if missing:
         message = (
             f"GPU id(s) {missing} not present on this machine (found: {available or 'none'}); "
-            "fix --inference-gpu-ids / --trainer-gpu-ids"
+            f"fix {'--gpus' if config.gpus else '--inference-gpu-ids / --trainer-gpu-ids'}"
         )
         if not dry_run:
             raise ConfigError(message)

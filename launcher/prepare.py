@@ -6,26 +6,43 @@ import subprocess
 
 from launcher.memory import check_memory
 from launcher.plan import Plan, make_plan
-from launcher.rl_config import RLConfig
+from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
+from rlcore.errors import ConfigError
 
 
-def detect_gpus() -> list[int]:
-    """Physical GPU ids visible on this machine, without importing torch."""
+def query_gpus(field: str) -> list[str]:
+    """One `nvidia-smi --query-gpu` field per visible GPU, without importing torch."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return (
-        [int(x) for x in out.stdout.split() if x.strip().isdigit()] if out.returncode == 0 else []
-    )
+    return [line.strip() for line in out.stdout.splitlines()] if out.returncode == 0 else []
+
+
+def detect_gpus() -> list[int]:
+    """Physical GPU ids visible on this machine."""
+    return [int(x) for x in query_gpus("index") if x.isdigit()]
+
+
+def check_gpu_type(config: RLConfig, dry_run: bool, warnings: list[str]) -> None:
+    """`--gpus NxTYPE`: every GPU found must be of TYPE (a dry run only warns)."""
+    wanted = gpu_type(config.gpus) if config.gpus else None
+    names = query_gpus("name") if wanted else []
+    wrong = sorted({n for n in names if wanted.lower() not in n.lower()})
+    if wanted and (wrong or not names):
+        found = ", ".join(wrong) if wrong else "no GPU"
+        message = f"--gpus {config.gpus} asks for {wanted} GPUs but this machine has {found}"
+        if not dry_run:
+            raise ConfigError(message + ": fix --gpus or run where they are")
+        warnings.append(message + " (dry run: continuing)")
 
 
 def build_plan(config: RLConfig, dry_run: bool) -> Plan:
@@ -33,6 +50,8 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
     job: its GPUs are elsewhere)."""
     submitting = config.slurm is not None and not inside_job()
     plan = make_plan(config, detect_gpus(), dry_run, submitting)
+    if not submitting:
+        check_gpu_type(plan.config, dry_run, plan.warnings)
     if not submitting:
         plan.memory, warning = check_memory(plan.config, plan.gpu_map)
         if warning is not None:

@@ -9,6 +9,7 @@ rl SUBCOMMAND ...                         (run management: launcher/commands/, s
 import os
 import sys
 import time
+from pathlib import Path
 
 from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
@@ -20,7 +21,8 @@ from rlcore.toml_io import dump_config
 USAGE = (
     "rl [@ rl.toml] [--trainer @ train.toml] [--orchestrator @ orch.toml] "
     "[--inference @ infer.toml] [--KEY VALUE ...] [--dry-run] [--clean] [--wandb-api-key KEY]\n"
-    "       rl run @ config.toml ...  |  rl SUBCOMMAND [RUN] ..."
+    "       rl --config workflow.yaml [--dataset ORG/NAME] [--model M] [--gpus NxTYPE] ...\n"
+    "       rl run @ config.toml ...  |  rl SUBCOMMAND [RUN] ...  |  rl  (interactive)"
 )
 EXTRA_HELP = """\
   --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
@@ -31,6 +33,15 @@ EXTRA_HELP = """\
                         files, never through a link)
   --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
                         in their environment, never written to a config or log
+  --config FILE.yaml    a workflow config (`rl init TARGET` writes one): train the rl-tasks
+                        environment on --dataset with its prompt, action mappings and rubric;
+                        flags and @ files override its settings
+  --dataset NAME        a tasks dataset `rl hf` wrote (ORG/NAME) or its folder; default: the
+                        primary dataset of rl.lock.yaml
+  --model NAME          the same as --model.name NAME
+  rl (nothing else)     interactive: finds a workflow config, a dataset and rl.lock.yaml, offers
+                        `rl init` / `rl hf` for what is missing and asks before starting; without
+                        a terminal it says what is missing and exits 2
 
 subcommands (`rl SUBCOMMAND --help` for each; RUN: a run's name under outputs/, or its path):
   run @ FILE ...  the same as `rl @ FILE ...`
@@ -41,70 +52,86 @@ them; two places with different values are an error naming both.
 {shared}"""
 
 API_KEY_FLAG = "--wandb-api-key"
+FLAG_EXAMPLES = {
+    API_KEY_FLAG: "KEY",
+    "--config": "configs/my-env.yaml",
+    "--dataset": "my-org/my-tasks",
+}
 
 
-def take_api_key(argv: list[str]) -> list[str]:
-    """Remove `--wandb-api-key KEY` from argv and put KEY in this process's environment, which
-    the components inherit: it never reaches a config, a log or W&B's config."""
-    out, i = [], 0
+def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """argv without `flag VALUE` (or `flag=VALUE`), and the value (None when absent)."""
+    out, value, i = [], None, 0
     while i < len(argv):
         token = argv[i]
-        if token == API_KEY_FLAG or token.startswith(API_KEY_FLAG + "="):
-            key = token.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
-            if not key or key.startswith("-"):
-                exit_with(f"{API_KEY_FLAG} needs a value: {API_KEY_FLAG} KEY", "rl")
-            os.environ["WANDB_API_KEY"] = key
+        if token == flag or token.startswith(flag + "="):
+            value = token.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not value or value.startswith("-"):
+                exit_with(f"{flag} needs a value, e.g. {flag} {FLAG_EXAMPLES[flag]}", "rl")
             i += 1 if "=" in token else 2
             continue
         out.append(token)
         i += 1
-    return out
+    return out, value
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = take_api_key(sys.argv[1:] if argv is None else argv)
+    argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)
+    if api_key:  # the processes inherit it; it never reaches a config, a log or W&B's config
+        os.environ["WANDB_API_KEY"] = api_key
     if argv and argv[0] == "run":
         argv = argv[1:]
     if argv and argv[0] in COMMANDS:
         sys.exit(run_command(argv[0], argv[1:]))
+    if not argv:
+        from launcher.interactive import bare_rl
+
+        sys.exit(bare_rl())
+    argv, workflow = take_flag(argv, "--config")
+    argv, dataset = take_flag(argv, "--dataset")
+    first = []
+    if workflow is not None or dataset is not None:
+        from launcher.workflow import workflow_layer
+
+        try:
+            layer = workflow_layer(Path(workflow) if workflow else None, dataset)
+        except ConfigError as err:
+            exit_with(str(err), "rl")
+        first = [(layer, workflow or f"--dataset {dataset}")]
     config, parsed = parse_config(
-        RLConfig,
-        "rl",
-        argv,
-        sections=("trainer", "orchestrator", "inference"),
-        usage=USAGE,
-        extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()),
-    )
+        RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
+        extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()), first=first,
+    )  # fmt: skip
+    sys.exit(start(config, dry_run="dry_run" in parsed.flags, clean="clean" in parsed.flags))
+
+
+def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
+    """Plan, check and run (or print, or submit) the run; the exit code."""
     from launcher.plan import describe
     from launcher.prepare import build_plan
 
-    dry_run = "dry_run" in parsed.flags
     try:
         plan = build_plan(config, dry_run=dry_run)
+        if dry_run:
+            from launcher.preflight import check_output_dir
+
+            check_output_dir(plan, clean)
     except ConfigError as err:
         exit_with(str(err), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
-    clean = "clean" in parsed.flags
-    if dry_run:
-        from launcher.preflight import check_output_dir
-
-        try:
-            check_output_dir(plan, clean)
-        except ConfigError as err:
-            exit_with(str(err), "rl")
     if plan.config.slurm is not None:
-        sys.exit(run_slurm(plan, dry_run, clean))
+        return run_slurm(plan, dry_run, clean)
     if dry_run:
         print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(plan.config)}")
         print(describe(plan))
-        return
+        return 0
     from launcher.launch import launch
 
     started = time.monotonic()
     code = launch(plan, clean)
     print(f"rl: finished in {time.monotonic() - started:.0f} s with exit code {code}")
-    sys.exit(code)
+    return code
 
 
 def run_slurm(plan, dry_run: bool, clean: bool) -> int:

@@ -3,9 +3,10 @@
 before validation, so the resolved config holds each value where it is used."""
 
 import copy
+import re
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from inference.config import InferenceConfig
 from launcher.hosted import from_hosted
@@ -17,6 +18,18 @@ from rlcore.schema import rename_deep
 from trainer.config import TrainerConfig
 
 __all__ = ["COMPONENTS", "RLConfig"]
+
+PROVIDERS = ("local", "slurm")
+
+
+def gpu_count(gpus: str) -> int:
+    """`8` or `8xH100` -> 8."""
+    return int(gpus.split("x", 1)[0])
+
+
+def gpu_type(gpus: str) -> str | None:
+    """`8xH100` -> `H100`; None for a bare count."""
+    return gpus.split("x", 1)[1] if "x" in gpus else None
 
 
 SharedOverrides = shared_overrides()
@@ -54,6 +67,16 @@ class RLConfig(SharedOverrides):
     shutdown_grace_s: Annotated[float, Field(gt=0)] = 15.0
     """Seconds between SIGTERM and SIGKILL when stopping a component."""
 
+    gpus: str | None = None
+    """GPUs for the run, `N` or `NxTYPE` (e.g. `4xH100`): a quarter of them (at least one) go
+    to the trainer, the rest to inference (2: 1+1, 4: 3+1, 8: 6+2); the count and type are
+    checked against the GPUs found. None: --inference-gpu-ids / --trainer-gpu-ids, or the
+    defaults."""
+
+    provider: str = "local"
+    """Where the run goes: `local` (this machine) or `slurm` (an sbatch job with the [slurm]
+    settings; one node with `gpus` GPUs when [slurm] is not given)."""
+
     slurm: SlurmConfig | None = None
     """Run as a SLURM job: `rl` writes and submits an sbatch script (`--dry-run` prints it), and
     inside the job starts each component with `srun` on its nodes; None runs here."""
@@ -65,6 +88,38 @@ class RLConfig(SharedOverrides):
             data = from_hosted(copy.deepcopy(data))
             data = fill_shared(rename_deep(cls, data))
         return data
+
+    @field_validator("gpus")
+    @classmethod
+    def validate_gpus(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[1-9]\d*(x[A-Za-z0-9_-]+)?", value):
+            raise ValueError("expected N or NxTYPE, e.g. `--gpus 4` or `--gpus 8xH100`")
+        return value
+
+    @model_validator(mode="after")
+    def auto_setup_gpus(self) -> "RLConfig":
+        if self.provider not in PROVIDERS:
+            raise ValueError(
+                f"provider = {self.provider!r} is not supported: use one of {', '.join(PROVIDERS)} "
+                "(`slurm` submits through the [slurm] settings)"
+            )
+        if self.gpus is None:
+            if self.provider == "slurm" and self.slurm is None:
+                self.slurm = SlurmConfig(nodes=1)
+            return self
+        if self.inference_gpu_ids is not None or self.trainer_gpu_ids is not None:
+            raise ValueError(
+                "--gpus and --inference-gpu-ids / --trainer-gpu-ids both choose GPUs: give one"
+            )
+        count = gpu_count(self.gpus)
+        if count < 2:
+            raise ValueError(f"--gpus {self.gpus}: inference and trainer need a GPU each (2+)")
+        trainer = max(1, count // 4)
+        self.inference_gpu_ids = list(range(count - trainer))
+        self.trainer_gpu_ids = list(range(count - trainer, count))
+        if self.provider == "slurm" and self.slurm is None:
+            self.slurm = SlurmConfig(nodes=1, gpus_per_node=count)
+        return self
 
     @model_validator(mode="after")
     def validate_agreement(self) -> "RLConfig":

@@ -132,9 +132,13 @@ class ArgParser:
         self.sections = sections
         self.flag_names = ["--" + leaf.dotted.replace("_", "-") for leaf in leaves(model)]
 
-    def parse(self, argv: list[str]) -> ParsedArgs:
+    def parse(self, argv: list[str], first: list[tuple[dict, str]] = ()) -> ParsedArgs:
+        """`first`: layers (data, label) below every file and flag of `argv`, e.g. a workflow
+        config already translated to this config's keys."""
         out = ParsedArgs()
-        layers: list[tuple[dict, str, tuple[str, ...]]] = []
+        layers: list[tuple[dict, str, tuple[str, ...]]] = [
+            (_normalize_keys(data), label, ()) for data, label in first
+        ]
         overrides: list[tuple[tuple[str, ...], Any, str]] = []
         i = 0
         while i < len(argv):
@@ -214,6 +218,8 @@ class ArgParser:
         is_table = any(f.startswith(flag + ".") for f in self.flag_names)
         if leaf is None and is_table and values in (["None"], ["null"]):
             return path, values[0], flag
+        if leaf is None and is_table and len(values) == 1 and f"{flag}.name" in self.flag_names:
+            return (*path, "name"), values[0], flag  # `--model M` is `--model.name M`
         if leaf is None and is_table and not values and f"{flag}.enabled" in self.flag_names:
             # prime-rl's bare `--ckpt`: switch the table on
             note_renamed(flag, f"{flag}.enabled true")

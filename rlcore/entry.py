@@ -48,12 +48,14 @@ def parse_config(
     sections: tuple[str, ...] = (),
     usage: str = "",
     extra_help: str = "",
+    first: list[tuple[dict, str]] = (),
 ) -> tuple[M, ParsedArgs]:
-    """Parse argv into a config, handling the informational flags; exit 2 on user errors."""
+    """Parse argv into a config, handling the informational flags; exit 2 on user errors.
+    `first`: layers (data, label) below every file and flag, e.g. a translated workflow."""
     argv = sys.argv[1:] if argv is None else argv
     parser = ArgParser(model, prog, sections)
     try:
-        parsed = parser.parse(argv)
+        parsed = parser.parse(argv, first)
         if "help" in parsed.flags:
             print(
                 help_text(

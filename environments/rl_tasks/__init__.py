@@ -12,6 +12,11 @@ and left out of training, and the run goes on.
     id = "rl-tasks"
     args = { dataset = "data/tasks/NAME" }     # written by `rl tasks FILE.json --name NAME`
     # or  args = { tasks = "tasks.json" }
+
+A workflow config (`rl init`, `rl --config x.yaml`) adds `parser`, `action_mappings` and
+`rubric`: the model then also writes text calls `<tool>name(args)</tool>` (rl_tasks.actions),
+and the reward is the rubric's weighted sum of task completion (the evaluate tool), tool
+execution (the share of calls that ran without error) and format compliance, each logged.
 """
 
 import json
@@ -22,6 +27,14 @@ from typing import Any
 import verifiers as vf
 from datasets import Dataset, load_from_disk
 
+from rl_tasks.actions import (
+    TOOL_TAG,
+    ActionError,
+    Workflow,
+    format_score,
+    parse_call,
+    to_mcp_call,
+)
 from rl_tasks.link import McpError, McpLink
 from rl_tasks.taskfile import load_tasks, server_spec, setup_tools
 
@@ -56,7 +69,8 @@ def describe_tools(tools: list[dict[str, Any]]) -> str:
 
 
 def parse_calls(message: Any) -> list[dict[str, Any]]:
-    """Tool calls in an assistant message: the API's `tool_calls`, else <tool_call> blocks."""
+    """Tool calls in an assistant message: the API's `tool_calls`, <tool_call> JSON blocks and
+    <tool>name(args)</tool> text calls (`{"text": ...}`, mapped by the workflow)."""
     calls = []
     for call in getattr(message, "tool_calls", None) or []:
         calls.append({"name": call.name, "arguments": call.arguments})
@@ -68,6 +82,7 @@ def parse_calls(message: Any) -> list[dict[str, Any]]:
             calls.append({"error": f"not JSON: {block[:200]}"})
             continue
         calls.append(parsed if isinstance(parsed, dict) else {"error": "not an object"})
+    calls += [{"text": block} for block in TOOL_TAG.findall(text if isinstance(text, str) else "")]
     return calls
 
 
@@ -88,15 +103,18 @@ def reward_of(text: str) -> float:
 
 
 class TasksEnv(vf.MultiTurnEnv):
-    def __init__(self, tool_timeout_s: float, system_prompt: str | None, **kwargs):
+    def __init__(
+        self, tool_timeout_s: float, system_prompt: str | None, workflow: Workflow, **kwargs
+    ):
         super().__init__(**kwargs)
         self.tool_timeout_s = tool_timeout_s
         self.task_system_prompt = system_prompt
+        self.workflow = workflow
 
     async def setup_state(self, state: vf.State) -> vf.State:
         task = json.loads(state["info"]["rl_task"])
         name, spec = server_spec(task)
-        state["task_reward"] = 0.0
+        state.update(task_reward=0.0, num_calls=0, num_ok_calls=0, format_scores=[])
         link = McpLink(name, spec, self.tool_timeout_s)
         state["mcp"] = link
         try:
@@ -107,6 +125,9 @@ class TasksEnv(vf.MultiTurnEnv):
             tools = [t for t in await link.list_tools() if t["name"] not in hidden]
         except McpError as err:
             raise TaskServerError(str(err)) from None
+        state["tool_params"] = {
+            t["name"]: list(t["parameters"].get("properties", {})) for t in tools
+        }
         system = self.task_system_prompt or describe_tools(tools)
         if task.get("system_prompt"):
             system = f"{task['system_prompt']}\n\n{system}"
@@ -126,14 +147,35 @@ class TasksEnv(vf.MultiTurnEnv):
         return not parse_calls(state["trajectory"][-1]["completion"][-1])
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs):
-        replies = []
+        replies, valid = [], True
         for call in parse_calls(messages[-1]):
-            replies.append(await self.run_call(state["mcp"], call))
+            call = self.resolve(call, state["tool_params"])
+            valid = valid and "error" not in call
+            reply, ok = await self.run_call(state["mcp"], call)
+            state["num_calls"] += 1
+            state["num_ok_calls"] += ok
+            replies.append(reply)
+        text = getattr(messages[-1], "content", None) or ""
+        state["format_scores"].append(format_score(str(text), self.workflow, valid))
         return [vf.UserMessage(content="\n".join(replies))]
 
-    async def run_call(self, link: McpLink, call: dict[str, Any]) -> str:
+    def resolve(self, call: dict[str, Any], params: dict[str, list[str]]) -> dict[str, Any]:
+        """A text call (`{"text": "name(args)"}`) as `{"name", "arguments"}` through the
+        workflow's action mappings; a call that does not map carries its `error`."""
+        if "text" not in call:
+            return call
+        try:
+            action, args, kwargs = parse_call(call["text"])
+            name, arguments = to_mcp_call(action, args, kwargs, self.workflow, params)
+        except ActionError as err:
+            return {"error": str(err)}
+        return {"name": name, "arguments": arguments}
+
+    async def run_call(self, link: McpLink, call: dict[str, Any]) -> tuple[str, bool]:
+        """The <tool_response> for one call, and whether the tool ran without an error."""
         if "error" in call:
-            return f"<tool_response>\nerror: the tool call is {call['error']}\n</tool_response>"
+            text = f"error: the tool call is {call['error']}"
+            return f"<tool_response>\n{text}\n</tool_response>", False
         arguments = call.get("arguments") or {}
         if isinstance(arguments, str):
             try:
@@ -141,12 +183,12 @@ class TasksEnv(vf.MultiTurnEnv):
             except ValueError:
                 arguments = {}
         try:
-            text, _ = await link.call(str(call.get("name")), arguments)
+            text, is_error = await link.call(str(call.get("name")), arguments)
         except McpError as err:
             if "hung" in str(err) or "not connected" in str(err):
                 raise TaskServerError(str(err)) from None
-            text = f"error: {err}"
-        return f"<tool_response>\n{text}\n</tool_response>"
+            text, is_error = f"error: {err}", True
+        return f"<tool_response>\n{text}\n</tool_response>", not is_error
 
     @vf.cleanup
     async def evaluate_and_close(self, state: vf.State) -> None:
@@ -164,8 +206,37 @@ class TasksEnv(vf.MultiTurnEnv):
             await link.close()
 
 
-def task_reward(state: vf.State, **kwargs) -> float:
+def task_completion(state: vf.State, **kwargs) -> float:
+    """The task's own reward: the evaluate tool's answer."""
     return float(state.get("task_reward") or 0.0)
+
+
+def tool_execution(state: vf.State, **kwargs) -> float:
+    """The share of the rollout's tool calls that ran without an error (0 without calls)."""
+    return state.get("num_ok_calls", 0) / state["num_calls"] if state.get("num_calls") else 0.0
+
+
+def format_compliance(state: vf.State, **kwargs) -> float:
+    """The mean format score of the turns that called a tool (0 without calls)."""
+    scores = state.get("format_scores") or []
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+RUBRIC_FUNCS = {
+    "task_completion": task_completion,
+    "tool_execution": tool_execution,
+    "format_compliance": format_compliance,
+}
+
+
+def build_rubric(workflow: Workflow) -> vf.Rubric:
+    """The reward: the workflow's weighted terms (the task's reward alone by default); every
+    term is logged as a metric, weighted or not."""
+    names = list(RUBRIC_FUNCS)
+    return vf.Rubric(
+        funcs=[RUBRIC_FUNCS[n] for n in names],
+        weights=[workflow.weights.get(n, 0.0) for n in names],
+    )
 
 
 def load_environment(
@@ -174,20 +245,26 @@ def load_environment(
     max_turns: int = 4,
     tool_timeout_s: float = 30.0,
     system_prompt: str | None = None,
+    parser: dict | None = None,
+    action_mappings: dict | None = None,
+    rubric: dict | None = None,
 ) -> vf.Environment:
     """Tasks from a `rl tasks` dataset folder (`dataset`) or straight from a tasks.json
-    (`tasks`); `system_prompt` replaces the generated tool description."""
+    (`tasks`); `system_prompt` replaces the generated tool description; `parser`,
+    `action_mappings` and `rubric` are a workflow config's sections (rl_tasks.actions)."""
     if (dataset is None) == (tasks is None):
         raise ValueError("rl-tasks takes one of args.dataset (a `rl tasks` folder) or args.tasks")
     if dataset is not None:
         rows = load_from_disk(str(Path(dataset))).to_list()
     else:
         rows = task_rows(load_tasks(Path(tasks)))
+    workflow = Workflow.from_args(parser, action_mappings, rubric)
     return TasksEnv(
         tool_timeout_s=tool_timeout_s,
         system_prompt=system_prompt,
+        workflow=workflow,
         dataset=Dataset.from_list(rows),
         eval_dataset=Dataset.from_list(rows),
-        rubric=vf.Rubric(funcs=[task_reward]),
+        rubric=build_rubric(workflow),
         max_turns=max_turns,
     )

@@ -35,13 +35,21 @@ class TaskError(ValueError):
     """A task file that cannot be used; the message names the file, task and field."""
 
 
-def load_tasks(path: Path) -> list[dict[str, Any]]:
+def read_json(path: Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except OSError as err:
         raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
     except ValueError as err:
         raise TaskError(f"{path}: not valid JSON ({err})") from None
+
+
+def load_tasks(path: Path) -> list[dict[str, Any]]:
+    return parse_tasks(read_json(path), path)
+
+
+def parse_tasks(data: Any, path: Path) -> list[dict[str, Any]]:
+    """Checked tasks from a tasks file's JSON (one task or a list); `path` names it in errors."""
     tasks = data if isinstance(data, list) else [data]
     if not tasks:
         raise TaskError(f"{path}: holds no task (an empty list)")

@@ -4,10 +4,12 @@ line in COMMANDS."""
 
 import sys
 
-from launcher.commands import delete, export, init, list_runs, logs, plot, status, stop, tasks
+from launcher.commands import delete, export, hf, init, list_runs, logs, plot, status, stop, tasks
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 
-COMMANDS = {m.NAME: m for m in (init, tasks, status, list_runs, logs, stop, delete, plot, export)}
+COMMANDS = {
+    m.NAME: m for m in (init, tasks, hf, status, list_runs, logs, stop, delete, plot, export)
+}
 
 
 def commands_help() -> str:

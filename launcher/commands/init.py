@@ -1,10 +1,31 @@
-"""`rl init [ENV_ID]` and `rl init --tasks FILE.json`: print a commented rl.toml to start from."""
+"""`rl init TARGET` writes a workflow config (YAML) from an MCP environment's tools: TARGET is a
+docker image (its server over stdio: `docker run --rm -i IMAGE`), an MCP URL, a local server
+command (`"python server.py"`), or `--tasks tasks.json` (the first task's server). `rl init
+[ENV_ID]` prints a commented rl.toml for a verifiers environment, as before."""
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
 
 NAME = "init"
-HELP = "print a commented rl.toml to start from"
+HELP = "write a workflow config from an MCP environment's tools, or print an rl.toml"
+EPILOG = """\
+TARGET:
+  my-env:latest             a docker image (needs a running docker daemon)
+  http://host:8765/mcp      an MCP server over streamable HTTP
+  "python server.py"        a local server command (stdio)
+  rl-add-digits             a verifiers environment id: prints a commented rl.toml instead
+The YAML goes to configs/<env>.yaml (-o to choose); an existing file is kept unless --force.
+rl.lock.yaml records the environment (its image or server) for `rl hf` and `rl --config`."""
+IMAGE = re.compile(r"^[a-z0-9][\w.-]*(/[\w.-]+)*:[\w.-]+$")
+CONNECT_TIMEOUT_S = 120
 
 INIT_TEMPLATE = """\
 # rl.toml: start with `rl @ rl.toml`; any key can be overridden on the command line, e.g.
@@ -47,24 +68,127 @@ port = 8000
 
 
 def parser():
-    parser = command_parser(NAME, HELP + " (redirect it: rl init > rl.toml).")
-    parser.add_argument("env_id", nargs="?", default="rl-add-digits",
-                        help="the environment to train on (default: rl-add-digits)")  # fmt: skip
-    parser.add_argument("--tasks", metavar="FILE.json",
-                        help="MCP tasks: connect to the first task's server and describe its "
-                        "tools in the system prompt")  # fmt: skip
+    parser = command_parser(NAME, HELP + ".", EPILOG)
+    target_help = "a docker image, an MCP URL, a local server command, or an environment id"
+    parser.add_argument("target", nargs="?", help=target_help)
+    parser.add_argument("--tasks", metavar="FILE.json", help="use the first task's MCP server")
+    parser.add_argument("-o", "--out", type=Path, help="the YAML to write (configs/<env>.yaml)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
 
 
 def run(args) -> int:
-    if args.tasks is not None:
-        from launcher.commands.tasks import init_from_tasks
+    if args.tasks is not None and args.target is not None:
+        raise ConfigError("give either TARGET or --tasks FILE.json, not both")
+    if args.tasks is None and (args.target is None or server_kind(args.target) == "env"):
+        env_id = args.target or "rl-add-digits"
+        if env_id.startswith("-"):
+            raise ConfigError(f"{env_id!r} is not an environment id")
+        print(INIT_TEMPLATE.format(env_id=env_id, name=env_id.split("/")[-1]), end="")
+        return 0
+    name, spec, lock = server_of(args)
+    out = args.out or Path("configs") / f"{name}.yaml"
+    if out.exists() and not args.force:
+        raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
+    tools = list_tools(name, spec)
+    write_workflow(out, name, args.target or args.tasks, tools)
+    from launcher.lockfile import update_lock
 
-        if args.env_id != "rl-add-digits":
-            raise ConfigError("give either ENV_ID or --tasks FILE.json, not both")
-        return init_from_tasks(args.tasks, INIT_TEMPLATE)
-    if args.env_id.startswith("-"):
-        raise ConfigError(f"{args.env_id!r} is not an environment id")
-    name = args.env_id.split("/")[-1]
-    print(INIT_TEMPLATE.format(env_id=args.env_id, name=name), end="")
+    update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
+    print(f"rl: wrote {out} ({len(tools)} tools: {', '.join(t['name'] for t in tools)})")
+    print(f"rl: next: `rl hf tasks.json --name ORG/NAME`, then `rl --config {out}`")
     return 0
+
+
+def server_kind(target: str) -> str:
+    if "://" in target:
+        return "url"
+    if " " in target.strip() or Path(target).is_file():
+        return "command"
+    if IMAGE.match(target):
+        return "image"
+    return "env"
+
+
+def server_of(args) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(environment name, MCP server spec, what the lock file records) of TARGET/--tasks."""
+    if args.tasks is not None:
+        from rl_tasks.taskfile import TaskError, load_tasks, server_spec
+
+        try:
+            name, spec = server_spec(load_tasks(Path(args.tasks))[0])
+        except TaskError as err:
+            raise ConfigError(str(err)) from None
+        return name, spec, {}
+    target, kind = args.target, server_kind(args.target)
+    if kind == "url":
+        return re.sub(r"[^\w-]", "-", target.split("://", 1)[1].split("/")[0]), {"url": target}, {}
+    if kind == "command":
+        argv = shlex.split(target) if " " in target.strip() else [sys.executable, target]
+        return Path(argv[-1]).stem, {"command": argv[0], "args": argv[1:]}, {}
+    check_docker()
+    name = target.rsplit("/", 1)[-1].split(":")[0]
+    return name, {"command": "docker", "args": ["run", "--rm", "-i", target]}, {"image": target}
+
+
+def check_docker() -> None:
+    if shutil.which("docker") is None:
+        raise ConfigError("TARGET is a docker image but docker is not installed here: install "
+                          "it, or give the server as an MCP URL or a local command")  # fmt: skip
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    if info.returncode != 0:
+        raise ConfigError("TARGET is a docker image but no docker daemon answers (`docker info` "
+                          "failed): start it, or give the server as an MCP URL or a local "
+                          "command")  # fmt: skip
+
+
+def list_tools(name: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    import asyncio
+
+    from rl_tasks.link import McpError, McpLink
+
+    from launcher.commands.tasks import print_local_commands
+
+    if "command" in spec:
+        print_local_commands([{"mcp_config": {name: spec}}], file=sys.stderr)
+
+    async def fetch() -> list[dict[str, Any]]:
+        link = McpLink(name, spec, timeout_s=CONNECT_TIMEOUT_S)
+        try:
+            await link.open()
+            return await link.list_tools()
+        finally:
+            await link.close()
+
+    try:
+        tools = asyncio.run(fetch())
+    except McpError as err:
+        raise ConfigError(str(err)) from None
+    return [t for t in tools if t["name"] not in ("setup", "evaluate")]
+
+
+def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]]) -> None:
+    from rl_tasks.actions import TEXT_CALL_SYNTAX, example_call
+
+    from launcher.lockfile import write_yaml
+
+    lines = ["You can use these tools:"]
+    mappings = {}
+    for tool in tools:
+        params = list(tool.get("parameters", {}).get("properties", {}))
+        lines.append(f"- {tool['name']}({', '.join(params)}): {tool['description'].strip()}")
+        mappings[tool["name"]] = {"_tool": tool["name"], "_parser": {"positional": params},
+                                  **{p: {"from_arg": p} for p in params}}  # fmt: skip
+    lines.append(TEXT_CALL_SYNTAX.format(example=example_call(tools)))
+    workflow = {
+        "job": {"name": name, "metadata": {"environment": target}},
+        "system_prompt": "\n".join(lines) + "\n",
+        "parser": {"use_thinking": False, "xml_weight": 0.6, "action_weight": 0.4},
+        "action_mappings": mappings,
+        "rubric": {
+            "weights": {"task_completion": 0.8, "tool_execution": 0.1, "format_compliance": 0.1}
+        },  # fmt: skip
+        "defaults": {"max_turns": 4},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_yaml(out, workflow, f"# rl --config {out}: a workflow config written by rl init\n")

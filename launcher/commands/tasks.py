@@ -1,7 +1,6 @@
 """`rl tasks FILE.json --name NAME [--out DIR]`: check every task of a tasks.json, write them
 as a local `datasets` folder (default data/tasks/NAME) and print the `[[env]]` lines to train on
-it; no network. `rl init --tasks FILE.json` (init_from_tasks): connect to the first task's MCP
-server, list its tools and print an rl.toml whose system prompt describes them."""
+it; no network."""
 
 import sys
 from pathlib import Path
@@ -80,40 +79,3 @@ def write_dataset(tasks: list[dict], folder: Path) -> None:
     with atomic_folder(folder, file_mode=None) as tmp:
         Dataset.from_list(task_rows(tasks)).save_to_disk(str(tmp))
         (tmp / DATASET_MARKER).write_text("written by rl tasks\n")
-
-
-async def first_task_tools(path: Path) -> tuple[dict, list[dict]]:
-    from rl_tasks.link import McpLink
-    from rl_tasks.taskfile import load_tasks, server_spec, setup_tools
-
-    task = load_tasks(path)[0]
-    print_local_commands([task], file=sys.stderr)  # stdout is the config
-    link = McpLink(*server_spec(task), timeout_s=60)
-    try:
-        await link.open()
-        hidden = {s["name"] for s in setup_tools(task)} | {task["evaluate_tool"]["name"]}
-        return task, [t for t in await link.list_tools() if t["name"] not in hidden]
-    finally:
-        await link.close()
-
-
-def init_from_tasks(path: str, template: str) -> int:
-    import asyncio
-
-    from rl_tasks import describe_tools
-    from rl_tasks.link import McpError
-    from rl_tasks.taskfile import TaskError
-
-    try:
-        task, tools = asyncio.run(first_task_tools(Path(path)))
-    except (TaskError, McpError) as err:
-        raise ConfigError(str(err)) from None
-    name = Path(path).stem
-    prompt = describe_tools(tools).replace('"""', "'''")
-    config = template.format(env_id="rl-tasks", name=name).replace(
-        "args = {}", f'args = {{ tasks = "{path}", system_prompt = """\n{prompt}\n""" }}'
-    )
-    print(f"# tools of {next(iter(task['mcp_config']))} (task {task['id']}): "
-          f"{', '.join(t['name'] for t in tools)}")  # fmt: skip
-    print(config, end="")
-    return 0

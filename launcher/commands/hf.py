@@ -1,0 +1,102 @@
+"""`rl hf tasks.json --name ORG/NAME [--private] [--no-push]`: check the tasks (one object or a
+list), fill a task's missing `mcp_config` from rl.lock.yaml (the environment `rl init` read),
+write them as a local `datasets` dataset (data/datasets/ORG/NAME) and make it the lock file's
+primary dataset, which `rl --config` trains on. It is pushed to the Hugging Face hub only when
+asked (not --no-push), with a token (HF_TOKEN) and a network; otherwise it says where it is."""
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.commands.base import command_parser
+from launcher.commands.tasks import check_out, print_local_commands, write_dataset
+from rlcore.errors import ConfigError
+
+NAME = "hf"
+HELP = "check tasks, save them as a dataset, make it rl.lock.yaml's primary one (and push it)"
+NAME_PART = r"[A-Za-z0-9][\w.-]*"
+TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def parser():
+    parser = command_parser(NAME, HELP + ".")
+    parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
+    parser.add_argument("--name", required=True, help="the dataset's name, ORG/NAME or NAME")
+    parser.add_argument("--private", action="store_true", help="push it as a private dataset")
+    parser.add_argument("--no-push", action="store_true", help="keep it local only")
+    return parser
+
+
+def run(args) -> int:
+    import re
+
+    from launcher.lockfile import dataset_dir, now_iso, read_lock, update_lock
+
+    if not re.fullmatch(f"({NAME_PART}/)?{NAME_PART}", args.name) or ".." in args.name:
+        raise ConfigError(f"--name {args.name!r}: expected ORG/NAME or NAME (letters, digits, "
+                          "`-`, `_`, `.`)")  # fmt: skip
+    folder = dataset_dir(args.name)
+    check_out(folder)
+    tasks = load_filled(args.file, read_lock())
+    print_local_commands(tasks)
+    write_dataset(tasks, folder)
+    update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),
+                                     "updated_at": now_iso()}})  # fmt: skip
+    print(f"rl: {len(tasks)} task(s) checked, saved to {folder}; rl.lock.yaml's primary "
+          f"dataset is {args.name}")  # fmt: skip
+    if not args.no_push:
+        push(folder, args.name, args.private)
+    return 0
+
+
+def load_filled(path: Path, lock: dict[str, Any]) -> list[dict]:
+    """The tasks of `path`, each without `mcp_config` given the lock file's environment."""
+    from rl_tasks.taskfile import TaskError, parse_tasks, read_json
+
+    try:
+        data = read_json(path)
+        items = data if isinstance(data, list) else [data]
+        servers = lock.get("mcp_config")
+        for index, task in enumerate(items):
+            if isinstance(task, dict) and "mcp_config" not in task:
+                if not servers:
+                    raise TaskError(
+                        f"{path}: task {index}: `mcp_config` is missing and rl.lock.yaml names no "
+                        "environment: run `rl init TARGET` first, or give the task its server"
+                    )
+                task["mcp_config"] = servers
+        return parse_tasks(items, path)
+    except TaskError as err:
+        raise ConfigError(str(err)) from None
+
+
+def hub_token() -> str | None:
+    from rlcore.secrets import dotenv
+
+    env = {**dotenv(), **os.environ}
+    return next((env[v] for v in TOKEN_VARS if env.get(v)), None)
+
+
+def push(folder: Path, name: str, private: bool) -> None:
+    """Push to the hub when a token is set and the hub answers; a failure is a note, since the
+    dataset is saved either way."""
+    token = hub_token()
+    if token is None:
+        print(f"rl: not pushed (no HF_TOKEN in the environment or .env); the dataset is in "
+              f"{folder}")  # fmt: skip
+        return
+    try:
+        push_to_hub(folder, name, private, token)
+    except Exception as err:  # noqa: BLE001 - offline, refused, ...: the local copy stands
+        print(f"rl: not pushed ({type(err).__name__}: {str(err)[:200]}); the dataset is in "
+              f"{folder}", file=sys.stderr)  # fmt: skip
+        return
+    print(f"rl: pushed to the hub as {name}{' (private)' if private else ''}")
+
+
+def push_to_hub(folder: Path, name: str, private: bool, token: str) -> None:
+    """The hub boundary: upload the saved dataset."""
+    from datasets import load_from_disk
+
+    load_from_disk(str(folder)).push_to_hub(name, private=private, token=token)

@@ -1,0 +1,88 @@
+"""Bare `rl`: look for a workflow config (configs/*.yaml), a tasks dataset (rl.lock.yaml's
+primary dataset) and the lock file, say what was found, offer `rl init` / `rl hf` for what is
+missing and ask before starting. Without a terminal it says what is missing and exits 2: it
+never starts a run nobody asked for."""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.commands import run_command
+from launcher.lockfile import LOCK_FILE, dataset_dir, read_lock
+from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+
+
+@dataclass
+class Found:
+    config: Path | None
+    dataset: str | None
+    lock: bool
+
+    def missing(self) -> list[str]:
+        out = []
+        if self.config is None:
+            out.append("a workflow config: `rl init TARGET` (a docker image, an MCP URL or a "
+                       "server command) writes configs/<env>.yaml")  # fmt: skip
+        if self.dataset is None:
+            out.append("a tasks dataset: `rl hf tasks.json --name ORG/NAME`")
+        return out
+
+
+def look_around() -> Found:
+    configs = sorted(Path("configs").glob("*.yaml")) if Path("configs").is_dir() else []
+    try:
+        lock = read_lock()
+    except ConfigError:
+        lock = {}
+    entry = lock.get("primary_dataset")
+    name = entry.get("name") if isinstance(entry, dict) else None
+    dataset = name if name and dataset_dir(name).is_dir() else None
+    return Found(configs[0] if configs else None, dataset, LOCK_FILE.exists())
+
+
+def report(found: Found) -> None:
+    print(f"rl: workflow config: {found.config or 'none found in configs/'}")
+    print(f"rl: tasks dataset:   {found.dataset or 'none (rl.lock.yaml names no saved dataset)'}")
+    print(f"rl: lock file:       {LOCK_FILE if found.lock else 'none'}")
+
+
+def bare_rl() -> int:
+    found = look_around()
+    report(found)
+    if not sys.stdin.isatty():
+        missing = found.missing()
+        for item in missing:
+            print(f"rl: missing {item}", file=sys.stderr)
+        print("rl: error: no terminal to ask before starting; run "
+              f"`rl --config {found.config or 'CONFIG.yaml'}` (see `rl --help`)",
+              file=sys.stderr)  # fmt: skip
+        return USER_ERROR_EXIT_CODE
+    return ask_and_start(found)
+
+
+def ask_and_start(found: Found) -> int:
+    if found.config is None:
+        target = input("No workflow config. Generate one with `rl init`: docker image, MCP URL "
+                       "or server command (empty: stop)? ").strip()  # fmt: skip
+        if not target or run_command("init", [target]) != 0:
+            return USER_ERROR_EXIT_CODE
+        found = look_around()
+    if found.dataset is None:
+        tasks = input("No tasks dataset. A tasks.json to save with `rl hf` (empty: stop)? ")
+        if not tasks.strip():
+            return USER_ERROR_EXIT_CODE
+        name = input("Its name, ORG/NAME [local/tasks]: ").strip() or "local/tasks"
+        if run_command("hf", [tasks.strip(), "--name", name, "--no-push"]) != 0:
+            return USER_ERROR_EXIT_CODE
+        found = look_around()
+    if found.config is None or found.dataset is None:
+        return USER_ERROR_EXIT_CODE
+    command = ["--config", str(found.config), "--dataset", found.dataset]
+    answer = input(f"Start training: rl {' '.join(command)}? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        print("rl: nothing started")
+        return 0
+    from launcher.rl import main
+
+    main(command)
+    return 0

@@ -1,0 +1,148 @@
+"""Workflow configs, `rl --config configs/my-env.yaml`, as tool-use projects write them (and
+`rl init` generates them): the job, the system prompt, how text tool calls are parsed and mapped
+to the environment's MCP tools, and the rubric. `rl` turns one into the `rl-tasks` environment
+on a tasks dataset (`--dataset`, else the lock file's primary dataset) with training settings
+fit for it; every `rl` flag and `@` file still overrides them.
+
+    job: {name: my-env, metadata: {environment: my-env:latest}}
+    system_prompt: |
+      ...
+    parser: {use_thinking: false, xml_weight: 0.6, action_weight: 0.4}
+    action_mappings: {...}          # rl_tasks.actions
+    rubric: {weights: {task_completion: 0.8, tool_execution: 0.1, format_compliance: 0.1}}
+    defaults: {max_turns: 4}
+"""
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from launcher.lockfile import LOCK_FILE, dataset_dir, primary_dataset, read_yaml
+from rlcore.config import BaseConfig
+from rlcore.errors import ConfigError
+
+
+class JobConfig(BaseConfig):
+    name: str = Field(pattern=r"^[\w.-]+$")
+    """The job's name: the run folder is outputs/<name>."""
+
+    metadata: dict[str, Any] = {}
+    """Free-form facts about the job; `environment` names what `rl init` read the tools from."""
+
+
+class ParserConfig(BaseConfig):
+    use_thinking: bool = False
+    """Expect <think>...</think> before each <tool> call."""
+
+    xml_weight: float = Field(0.6, ge=0)
+    """Share of the format score for one well-formed <tool>...</tool> block per turn."""
+
+    action_weight: float = Field(0.4, ge=0)
+    """Share of the format score for an action that maps to a tool call."""
+
+
+class RubricConfig(BaseConfig):
+    weights: dict[str, float] = {"task_completion": 0.8, "tool_execution": 0.1,
+                                 "format_compliance": 0.1}  # fmt: skip
+    """Weights of the reward's terms: task_completion (the task's evaluate tool),
+    tool_execution (calls that ran without error), format_compliance (the parser's score)."""
+
+
+class DefaultsConfig(BaseConfig):
+    max_turns: int = Field(4, gt=0, le=100)
+    """Model turns per rollout."""
+
+
+class WorkflowConfig(BaseConfig):
+    """A workflow config file (YAML)."""
+
+    job: JobConfig
+    """Who this is: the name and where the tools came from."""
+
+    system_prompt: str | None = None
+    """The system prompt (the tools and how to call them); None describes the server's tools."""
+
+    parser: ParserConfig = ParserConfig()
+    """How text tool calls are recognised and scored."""
+
+    action_mappings: dict[str, dict[str, Any]] = {}
+    """Actions the model writes -> MCP tool calls (rl_tasks.actions)."""
+
+    rubric: RubricConfig = RubricConfig()
+    """The reward's terms and weights."""
+
+    defaults: DefaultsConfig = DefaultsConfig()
+    """Episode settings."""
+
+
+TRAINING = {
+    "max_steps": 10,
+    "seq_len": 1024,
+    "async_level": 1,
+    "ckpt": {"interval": 5, "keep": 1},
+    "trainer": {"optim": {"lr": 6e-5}},
+    "inference": {"model": {"dtype": "float32"}, "cpu": {"kvcache_space_gib": 2}},
+    "orchestrator": {
+        "batch_size": 16,
+        "rollouts_per_example": 4,
+        "sampling": {"max_tokens": 96, "temperature": 0.7},
+    },
+}
+"""Settings a workflow run starts from (the MCP example's, measured on 2 CPU cores)."""
+
+
+def load_workflow(path: Path) -> WorkflowConfig:
+    from rl_tasks.actions import Workflow
+
+    data = read_yaml(path, "the workflow config")
+    try:
+        workflow = WorkflowConfig.model_validate(data)
+        Workflow.from_args(workflow.parser.model_dump(), workflow.action_mappings,
+                           workflow.rubric.model_dump())  # fmt: skip
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: `{key}`: {first['msg']}") from None
+    except ValueError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return workflow
+
+
+def resolve_dataset(dataset: str | None) -> Path:
+    """The tasks dataset folder: `--dataset` (a name `rl hf` wrote, or a folder), else the lock
+    file's primary dataset."""
+    name = dataset or primary_dataset()
+    if name is None:
+        raise ConfigError(
+            f"no tasks dataset: pass --dataset ORG/NAME, or write one with `rl hf tasks.json "
+            f"--name ORG/NAME` (it becomes {LOCK_FILE}'s primary dataset)"
+        )
+    folder = dataset_dir(name)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"dataset {name!r} is not here ({folder} does not exist): write it with `rl hf "
+            f"tasks.json --name {name}` (the hub is not read at run time)"
+        )
+    return folder
+
+
+def workflow_layer(config: Path | None, dataset: str | None) -> dict[str, Any]:
+    """The `rl` settings a workflow config and/or a tasks dataset stand for."""
+    folder = resolve_dataset(dataset)
+    args: dict[str, Any] = {"dataset": str(folder)}
+    name = folder.name
+    if config is not None:
+        workflow = load_workflow(config)
+        name = workflow.job.name
+        args |= {
+            "max_turns": workflow.defaults.max_turns,
+            "parser": workflow.parser.model_dump(),
+            "action_mappings": workflow.action_mappings,
+            "rubric": workflow.rubric.model_dump(),
+        }
+        if workflow.system_prompt:
+            args["system_prompt"] = workflow.system_prompt
+    layer = {**TRAINING, "output_dir": f"outputs/{name}"}
+    layer["orchestrator"] = {**TRAINING["orchestrator"], "env": [{"id": "rl-tasks", "args": args}]}
+    return layer
