@@ -11,14 +11,17 @@ fit for it; every `rl` flag and `@` file still overrides them.
     action_mappings: {...}          # rl_tasks.actions
     rubric: {weights: {task_completion: 0.8, tool_execution: 0.1, format_compliance: 0.1}}
     defaults: {max_turns: 4}
+    rl: {max_steps: 12}             # optional: rl settings for this workflow
 """
 
+import copy
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError
 
 from launcher.lockfile import LOCK_FILE, dataset_dir, primary_dataset, read_yaml
+from rlcore.cli import deep_merge
 from rlcore.config import BaseConfig
 from rlcore.errors import ConfigError
 
@@ -74,6 +77,11 @@ class WorkflowConfig(BaseConfig):
 
     defaults: DefaultsConfig = DefaultsConfig()
     """Episode settings."""
+
+    rl: dict[str, Any] = {}
+    """`rl` settings for this workflow, any key of `rl --help` as a nested table (e.g.
+    `{max_steps: 12, orchestrator: {sampling: {temperature: 0.7}}}`), over the workflow
+    defaults; flags and `@` files still override them."""
 
 
 TRAINING = {
@@ -143,6 +151,8 @@ def workflow_layer(config: Path | None, dataset: str | None) -> dict[str, Any]:
         }
         if workflow.system_prompt:
             args["system_prompt"] = workflow.system_prompt
-    layer = {**TRAINING, "output_dir": f"outputs/{name}"}
-    layer["orchestrator"] = {**TRAINING["orchestrator"], "env": [{"id": "rl-tasks", "args": args}]}
+    layer = deep_merge(copy.deepcopy(TRAINING), {"output_dir": f"outputs/{name}"})
+    layer["orchestrator"]["env"] = [{"id": "rl-tasks", "args": args}]
+    if config is not None:
+        layer = deep_merge(layer, copy.deepcopy(workflow.rl))
     return layer

@@ -35,6 +35,8 @@ class McpLink:
         try:
             self.session = await asyncio.wait_for(asyncio.shield(self._ready), self.timeout_s)
         except TimeoutError:
+            # The server may still fail later; that outcome is no longer anyone's to read.
+            self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             await self.close()
             raise McpError(f"MCP server {self.name} ({self.describe()}) did not start within "
                            f"{self.timeout_s:g} s") from None  # fmt: skip

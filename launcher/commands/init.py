@@ -87,6 +87,7 @@ def run(args) -> int:
         print(INIT_TEMPLATE.format(env_id=env_id, name=env_id.split("/")[-1]), end="")
         return 0
     name, spec, lock = server_of(args)
+    name = args.out.stem if args.out else name
     out = args.out or Path("configs") / f"{name}.yaml"
     if out.exists() and not args.force:
         raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
