@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None) -> None:
         RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
         extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()), first=first,
     )  # fmt: skip
-    sys.exit(start(config, dry_run="dry_run" in parsed.flags, clean="clean" in parsed.flags))
+    code = start(config, dry_run="dry_run" in parsed.flags, clean="clean" in parsed.flags)
+    if code:
+        sys.exit(code)
 
 
 def start(config: RLConfig, dry_run: bool, clean: bool) -> int:

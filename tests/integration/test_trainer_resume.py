@@ -41,6 +41,7 @@ def batch(step: int) -> Batch:
 
 
 def write_batches(rd: RunDir, steps) -> None:
+    rd.claim()  # the orchestrator's part: a run folder before its first batch
     for step in steps:
         write_batch(batch(step), rd.rollout_dir(step))
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from launcher.commands import run_command
-from launcher.rl import main, take_api_key
+from launcher.rl import API_KEY_FLAG, main, take_flag
 from rlcore.rundir import RunDir
 
 
@@ -96,10 +96,9 @@ def test_plot_writes_a_png_of_the_curves(tmp_path, capsys):
 
 def test_wandb_api_key_goes_to_the_environment_only(monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    argv = take_api_key(["@", "x.toml", "--wandb-api-key", "sekrit123", "--max-steps", "2"])
-    assert (
-        argv == ["@", "x.toml", "--max-steps", "2"] and os.environ["WANDB_API_KEY"] == "sekrit123"
-    )
+    argv, key = take_flag(["@", "x.toml", API_KEY_FLAG, "sekrit123", "--max-steps", "2"],
+                          API_KEY_FLAG)  # fmt: skip
+    assert argv == ["@", "x.toml", "--max-steps", "2"] and key == "sekrit123"
     with pytest.raises(SystemExit):
         main(["--wandb-api-key=sekrit456", "--print-config"])
     out = capsys.readouterr()
