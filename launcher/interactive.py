@@ -46,7 +46,8 @@ def report(found: Found) -> None:
     print(f"rl: lock file:       {LOCK_FILE if found.lock else 'none'}")
 
 
-def bare_rl() -> int:
+def bare_rl() -> int | list[str]:
+    """An exit code, or the arguments of the run the user agreed to start."""
     found = look_around()
     report(found)
     if not sys.stdin.isatty():
@@ -60,7 +61,7 @@ def bare_rl() -> int:
     return ask_and_start(found)
 
 
-def ask_and_start(found: Found) -> int:
+def ask_and_start(found: Found) -> int | list[str]:
     if found.config is None:
         target = input("No workflow config. Generate one with `rl init`: docker image, MCP URL "
                        "or server command (empty: stop)? ").strip()  # fmt: skip
@@ -82,7 +83,4 @@ def ask_and_start(found: Found) -> int:
     if answer not in ("y", "yes"):
         print("rl: nothing started")
         return 0
-    from launcher.rl import main
-
-    main(command)
-    return 0
+    return command

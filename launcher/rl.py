@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     if not argv:
         from launcher.interactive import bare_rl
 
-        sys.exit(bare_rl())
+        answer = bare_rl()  # an exit code, or the run the user agreed to
+        if isinstance(answer, int):
+            sys.exit(answer)
+        argv = answer
     argv, workflow = take_flag(argv, "--config")
     argv, dataset = take_flag(argv, "--dataset")
     first = []
