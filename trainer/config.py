@@ -48,11 +48,14 @@ class TrainerModelConfig(ModelConfig):
     (trainer/logprob_head.py); None computes full logits as transformers does."""
 
     attn_implementation: Literal[
-        "auto", "varlen", "sdpa", "eager", "flash_attention_2", "flash_attention_3"
-    ] = "auto"
+        "auto", "varlen", "sdpa", "eager", "flex_attention", "flash_attention_2",
+        "flash_attention_3",
+    ] = "auto"  # fmt: skip
     """Attention kernel. `auto`: on CUDA in bf16/fp16 flash-attn's kernels when installed, else
     `varlen` (torch's variable-length flash attention: packed samples without a dense mask);
-    sdpa on CPU or in fp32. The log says which one runs (trainer/attention.py)."""
+    sdpa on CPU or in fp32; and only a kernel that does what the model needs (Gemma-2's
+    attention-logit softcapping: flash-attn, else eager). The log says which one runs and why
+    (trainer/attention.py)."""
 
     ac: ActivationCheckpointConfig | None = None
     """prime-rl's activation-checkpointing table (read as `activation_checkpointing = true`)."""
