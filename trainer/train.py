@@ -341,11 +341,11 @@ def check_parity(trainer: Trainer, step: int, metrics: dict[str, float]) -> None
 def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict[str, float]:
     world = trainer.world
     stats = torch.tensor(
-        [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.tokens],
+        [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.masked, sums.tokens],
         dtype=torch.float64,
         device=world.device,
     )
-    loss, entropy, kl, clipped, tokens = world.all_reduce_sum(stats).tolist()
+    loss, entropy, kl, clipped, masked, tokens = world.all_reduce_sum(stats).tolist()
     tokens = max(tokens, 1)
     step_time_s = time.perf_counter() - start
     return {
@@ -353,6 +353,7 @@ def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict
         "entropy": entropy / tokens,
         "mismatch_kl": kl / tokens,
         "clip_frac": clipped / tokens,
+        "mask_frac": masked / tokens,
         "grad_norm": float(grad_norm),
         "lr": lr,
         "num_tokens": batch.num_tokens,
