@@ -299,8 +299,8 @@ class TrainerConfig(SharedFields):
     optim: OptimConfig = OptimConfig()
     """Optimizer and learning-rate schedule."""
 
-    loss: LossConfig = RatioClipLossConfig()
-    """Policy-gradient objective; pick a variant with `type`."""
+    loss: LossConfig = DualClipLossConfig()
+    """Policy-gradient objective; pick a variant with `type` (docs/losses.md)."""
 
     data: DataConfig = DataConfig()
     """Where batches come from and how they are packed."""
