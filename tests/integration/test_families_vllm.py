@@ -15,8 +15,9 @@ from families import FAMILIES, save_family_model  # noqa: E402
 
 from tests.integration.test_rl import run_sessions  # noqa: E402
 
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-@pytest.mark.slow
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_two_steps_pass_the_parity_check(family, tmp_path):
     model = save_family_model(family, tmp_path / "model")

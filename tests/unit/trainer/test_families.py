@@ -138,6 +138,22 @@ def test_gemma2_attention_softcap_needs_eager_on_cpu(family_dirs, cpu_world, cap
     assert (trainer_logprobs(sdpa, cpu_world, batch, 1.0) - reference).abs().max() > 0.1
 
 
+@pytest.mark.parametrize(
+    "kernel", ["eager", pytest.param("flex_attention", marks=pytest.mark.slow)]
+)
+def test_gemma2_packed_rows_with_the_kernels_that_softcap(family_dirs, cpu_world, kernel):
+    """Kernels that honour the softcap and the sliding window give the HF forward's logprobs on
+    packed rows; flex compiles its kernel on CPU too (about a minute: slow tier)."""
+    from transformers import AutoModelForCausalLM
+
+    batch = samples(1)
+    reference = reference_logprobs(
+        AutoModelForCausalLM.from_pretrained(family_dirs["gemma2"]), batch, 1.0
+    )
+    model = load(family_dirs["gemma2"], cpu_world, 7, attn_implementation=kernel)
+    assert (trainer_logprobs(model, cpu_world, batch, 1.0) - reference).abs().max() < TOLERANCE
+
+
 def test_an_unlisted_architecture_keeps_its_own_head_and_says_so(
     family_dirs, cpu_world, caplog, monkeypatch
 ):
