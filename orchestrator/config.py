@@ -157,6 +157,19 @@ class AdvantageConfig(BaseConfig):
     """Divide group-relative advantages by the group's reward standard deviation."""
 
 
+class DynamicSamplingConfig(BaseConfig):
+    """Dynamic sampling (DAPO): train only on groups whose rollouts got different rewards."""
+
+    enabled: bool = False
+    """Leave out groups whose rollouts all got the same reward (zero advantage: nothing to learn,
+    yet they dilute the step) and generate more groups until the batch is full again; the
+    skipped groups are counted in `num_skipped_groups`."""
+
+    max_rounds: PositiveInt = 4
+    """Generation rounds per step at most, the first included; a batch still short after them
+    trains on the informative groups found (or, with none, on the last round's groups)."""
+
+
 class OrchestratorConfig(SharedFields):
     """Configuration of the `orchestrator` process."""
 
@@ -190,6 +203,9 @@ class OrchestratorConfig(SharedFields):
 
     advantage: AdvantageConfig = AdvantageConfig()
     """Advantage estimation."""
+
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    """Skip groups with one reward for all their rollouts and sample more (off by default)."""
 
     weights_timeout_s: PositiveFloat = 1800.0
     """Seconds to wait for the trainer to publish the weights a step needs."""

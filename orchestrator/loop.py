@@ -23,6 +23,7 @@ from orchestrator.client import (
     wait_for_server,
 )
 from orchestrator.config import OrchestratorConfig
+from orchestrator.dynamic import sample_batch
 from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.rollouts import Stats, rollout_samples
@@ -242,14 +243,16 @@ async def train_step(
     """Generate, score and write batch `state.step`, then log it."""
     step, start = state.step, time.monotonic()
     wait_s = await ensure_policy(config, run_dir, policy, step)
-    picks = sampler.take(config.batch_size // config.rollouts_per_example)
     generate_start = time.monotonic()
-    groups = await generate(config, envs, picks, client, policy.model or config.model.name)
+    model = policy.model or config.model.name
+    sampled = await sample_batch(
+        config.batch_size // config.rollouts_per_example,
+        lambda num_groups: sample_groups(config, envs, sampler, client, model, num_groups),
+        config.dynamic_sampling,
+    )
     generate_s = time.monotonic() - generate_start
-    mark_empty(groups)
-    if config.zero_truncated_rewards:
-        zero_truncated(groups)
-    batch, stats = build_batch(config, step, groups)
+    picks, groups = sampled.picks, sampled.groups
+    batch, stats = build_batch(config, step, sampled.kept)
     rollouts = [r for group in groups for r in group]
     check_errors(step, rollouts, batch)
     samples = samples_jsonl(rollouts, config.num_saved_samples)
@@ -259,7 +262,7 @@ async def train_step(
     state.num_samples += len(batch.samples)
     state.num_tokens += batch.num_tokens
     step_s = time.monotonic() - start
-    metrics = step_metrics(config, envs, picks, groups, batch, stats)
+    metrics = step_metrics(config, envs, picks, groups, batch, stats) | sampled.metrics()
     metrics |= {"policy_step": policy.step, "time/step_s": step_s, "time/wait_weights_s": wait_s}
     metrics |= {"time/generate_s": generate_s, "progress/num_tokens": state.num_tokens}
     metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
@@ -281,6 +284,19 @@ def mark_empty(groups: list[list[Rollout]]) -> None:
     for rollout in (r for group in groups for r in group):
         if not rollout.turns and rollout.error is None:
             rollout.error = EMPTY_ROLLOUT
+
+
+async def sample_groups(
+    config: OrchestratorConfig, envs: list[EnvAdapter], sampler: ExampleSampler, client,
+    model: str, num_groups: int,
+) -> tuple[list[tuple[int, int]], list[list[Rollout]]]:  # fmt: skip
+    """Draw `num_groups` examples and generate and score a group for each."""
+    picks = sampler.take(num_groups)
+    groups = await generate(config, envs, picks, client, model)
+    mark_empty(groups)
+    if config.zero_truncated_rewards:
+        zero_truncated(groups)
+    return picks, groups
 
 
 def zero_truncated(groups: list[list[Rollout]]) -> None:

@@ -128,10 +128,46 @@ def flash_attn_version() -> int | None:
     return None
 
 
-def choose_attention(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+# What each kernel can do beyond causal attention within packed samples. Sliding windows come
+# from transformers' masks (eager, sdpa) or the kernel's window argument (varlen, flash, flex);
+# attention-logit softcapping needs the kernel to apply tanh to the scores.
+KERNEL_FEATURES: dict[str, set[str]] = {
+    "eager": {"softcap", "sliding_window"},
+    "sdpa": {"sliding_window"},
+    VARLEN: {"sliding_window"},
+    "flex_attention": {"softcap", "sliding_window"},
+    "flash_attention_2": {"softcap", "sliding_window"},
+    "flash_attention_3": {"softcap", "sliding_window"},
+}
+
+
+def attention_needs(model_config) -> dict[str, str]:
+    """The attention features this model uses: feature -> what it is, for the log."""
+    text = model_config.get_text_config() if model_config is not None else None
+    needs = {}
+    softcap = getattr(text, "attn_logit_softcapping", None)
+    if softcap:
+        needs["softcap"] = f"attention-logit softcapping at {softcap:g}"
+    window = getattr(text, "sliding_window", None)
+    if window and getattr(text, "use_sliding_window", True) is not False:
+        needs["sliding_window"] = f"a sliding window of {window} tokens"
+    return needs
+
+
+def missing_features(kernel: str, model_config) -> list[str]:
+    """What this model needs that `kernel` does not do (descriptions), empty when none."""
+    have = KERNEL_FEATURES.get(kernel, set())
+    return [what for need, what in attention_needs(model_config).items() if need not in have]
+
+
+def choose_attention(
+    requested: str, device: torch.device, dtype: torch.dtype, model_config=None
+) -> str:
     """The transformers attention implementation to load the model with. `auto`: on CUDA in
     bf16/fp16, flash-attn's kernels when installed, else torch's varlen flash attention; sdpa
-    otherwise (CPU, fp32). An explicit choice is kept."""
+    otherwise (CPU, fp32); and among those only a kernel that does what the model needs
+    (attention-logit softcapping: flash-attn, else eager). An explicit choice is kept, with a
+    warning when it lacks something the model needs."""
     choice = requested
     if requested.startswith("flash_attention") and flash_attn_version() is None:
         raise ConfigError(
@@ -140,15 +176,30 @@ def choose_attention(requested: str, device: torch.device, dtype: torch.dtype) -
             "attention on CUDA, sdpa elsewhere)"
         )
     if requested == "auto":
-        choice = "sdpa"
-        if device.type == "cuda" and dtype in FLASH_DTYPES:
-            version = flash_attn_version()
-            if version is not None:
-                choice = f"flash_attention_{version}"
-            elif varlen_available():
-                choice = VARLEN
+        choice = auto_attention(device, dtype, model_config)
     if choice == VARLEN:
         register_varlen()
-    how = f" (attn_implementation = {requested})" if requested == "auto" else ""
+    needs = attention_needs(model_config)
+    missing = missing_features(choice, model_config)
+    why = f"; the model uses {', '.join(needs.values())}" if needs else ""
+    how = f" (attn_implementation = {requested}{why})" if requested == "auto" else ""
     logger.info(f"attention: {choice}{how}")
+    if missing:
+        logger.warning(
+            f"attention: {choice} lacks {', '.join(missing)}, which this model uses: its logprobs "
+            "will differ from the model's own (and the inference engine's); set "
+            "model.attn_implementation = auto or eager"
+        )
     return choice
+
+
+def auto_attention(device: torch.device, dtype: torch.dtype, model_config) -> str:
+    """`auto`'s pick: the fastest kernel this machine has that does what the model needs."""
+    candidates = ["sdpa"]
+    if device.type == "cuda" and dtype in FLASH_DTYPES:
+        version = flash_attn_version()
+        candidates = [VARLEN, "sdpa"] if varlen_available() else ["sdpa"]
+        if version is not None:
+            candidates.insert(0, f"flash_attention_{version}")
+    candidates.append("eager")  # does everything the supported architectures need, slowly
+    return next(k for k in candidates if not missing_features(k, model_config))

@@ -48,11 +48,14 @@ class TrainerModelConfig(ModelConfig):
     (trainer/logprob_head.py); None computes full logits as transformers does."""
 
     attn_implementation: Literal[
-        "auto", "varlen", "sdpa", "eager", "flash_attention_2", "flash_attention_3"
-    ] = "auto"
+        "auto", "varlen", "sdpa", "eager", "flex_attention", "flash_attention_2",
+        "flash_attention_3",
+    ] = "auto"  # fmt: skip
     """Attention kernel. `auto`: on CUDA in bf16/fp16 flash-attn's kernels when installed, else
     `varlen` (torch's variable-length flash attention: packed samples without a dense mask);
-    sdpa on CPU or in fp32. The log says which one runs (trainer/attention.py)."""
+    sdpa on CPU or in fp32; and only a kernel that does what the model needs (Gemma-2's
+    attention-logit softcapping: flash-attn, else eager). The log says which one runs and why
+    (trainer/attention.py)."""
 
     ac: ActivationCheckpointConfig | None = None
     """prime-rl's activation-checkpointing table (read as `activation_checkpointing = true`)."""
@@ -126,8 +129,14 @@ class LoraConfig(BaseConfig):
         return self
 
 
+# Loss variants. `ratio` is exp(logp_trainer - logp_inference) of one sampled token: the trainer
+# recomputes no "old" policy, so one ratio measures both the policy's staleness (async_level)
+# and the trainer/inference mismatch. docs/losses.md compares them with the peers' definitions.
+
+
 class RatioClipLossConfig(BaseConfig):
-    """PPO-style objective: the importance ratio against inference logprobs is clipped."""
+    """PPO's clipped surrogate -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A), asymmetric
+    ("clip-higher", DAPO's 0.2 / 0.28). Unbounded for A < 0 and r above the clip."""
 
     type: Literal["ratio_clip"] = "ratio_clip"
     """Loss variant."""
@@ -139,8 +148,29 @@ class RatioClipLossConfig(BaseConfig):
     """Upper clip: the ratio is kept below 1 + clip_high."""
 
 
+class DualClipLossConfig(RatioClipLossConfig):
+    """`ratio_clip` whose loss for A < 0 is also capped at c |A| (verl's dual-clip): a token far
+    more likely now than when sampled stops pushing once r > c."""
+
+    type: Literal["dual_clip"] = "dual_clip"  # type: ignore[assignment]
+    """Loss variant."""
+
+    c: Annotated[float, Field(gt=1)] = 3.0
+    """Dual-clip bound: for A < 0 the loss is at most c |A| (verl's clip_ratio_c)."""
+
+    @model_validator(mode="after")
+    def validate_c(self) -> "DualClipLossConfig":
+        if self.c <= 1 + self.clip_high:
+            raise ValueError(
+                f"loss.c = {self.c} must exceed 1 + loss.clip_high ({1 + self.clip_high:g}), or "
+                "the dual clip cuts into PPO's own clip range: raise loss.c (3 is typical)"
+            )
+        return self
+
+
 class RatioMaskLossConfig(BaseConfig):
-    """Tokens whose importance ratio leaves [low, high] are dropped from the loss."""
+    """Token-level importance-ratio masking: -r A for tokens with low <= r <= high; tokens
+    outside are dropped (no gradient)."""
 
     type: Literal["ratio_mask"] = "ratio_mask"
     """Loss variant."""
@@ -158,7 +188,68 @@ class RatioMaskLossConfig(BaseConfig):
         return self
 
 
-LossConfig = Annotated[RatioClipLossConfig | RatioMaskLossConfig, Field(discriminator="type")]
+class SequenceMaskLossConfig(RatioMaskLossConfig):
+    """Sequence-level importance-ratio masking: -r A per token, and every token of a sample
+    whose length-normalised ratio exp(mean log r) leaves [low, high] is dropped."""
+
+    type: Literal["sequence_mask"] = "sequence_mask"  # type: ignore[assignment]
+    """Loss variant."""
+
+    low: Annotated[float, Field(ge=0)] = 0.8
+    """Samples whose geometric-mean ratio is below this are masked out."""
+
+    high: Annotated[float, Field(gt=0)] = 1.25
+    """Samples whose geometric-mean ratio is above this are masked out."""
+
+
+class ProbMaskLossConfig(BaseConfig):
+    """prime-rl's default: -r A, except tokens whose probability moved more than `mask_high`
+    up (A > 0) or `mask_low` down (A < 0) since sampling are dropped; plus kl_tau (log r)^2
+    on every token."""
+
+    type: Literal["prob_mask"] = "prob_mask"
+    """Loss variant."""
+
+    mask_low: Annotated[float, Field(gt=0, le=1)] = 0.2
+    """For A < 0, drop tokens whose probability fell by more than this (absolute)."""
+
+    mask_high: Annotated[float, Field(gt=0, le=1)] = 0.2
+    """For A > 0, drop tokens whose probability rose by more than this (absolute)."""
+
+    kl_tau: Annotated[float, Field(ge=0)] = 1e-3
+    """Weight of the (log r)^2 penalty on every trained token; 0 turns it off."""
+
+
+class TisLossConfig(BaseConfig):
+    """Truncated importance sampling: -sg(min(r, cap)) A log p; the policy gradient weighted by
+    the ratio, truncated at `cap` (bounded for either sign of A)."""
+
+    type: Literal["tis"] = "tis"
+    """Loss variant."""
+
+    cap: Annotated[float, Field(ge=1)] = 2.0
+    """Largest importance weight a token gets."""
+
+
+class GspoLossConfig(BaseConfig):
+    """GSPO: PPO's clip on the length-normalised sequence ratio s = exp(mean log r) of each
+    sample, the gradient spread over its tokens (GSPO-token with one advantage per sample)."""
+
+    type: Literal["gspo"] = "gspo"
+    """Loss variant."""
+
+    clip_low: Annotated[float, Field(ge=0, lt=1)] = 3e-4
+    """Lower clip of the sequence ratio: s is kept above 1 - clip_low (GSPO paper: 3e-4)."""
+
+    clip_high: Annotated[float, Field(ge=0)] = 4e-4
+    """Upper clip of the sequence ratio: s is kept below 1 + clip_high (GSPO paper: 4e-4)."""
+
+
+LossConfig = Annotated[
+    RatioClipLossConfig | DualClipLossConfig | RatioMaskLossConfig | SequenceMaskLossConfig
+    | ProbMaskLossConfig | TisLossConfig | GspoLossConfig,
+    Field(discriminator="type"),
+]  # fmt: skip
 
 
 class FakeDataConfig(BaseConfig):
@@ -208,8 +299,8 @@ class TrainerConfig(SharedFields):
     optim: OptimConfig = OptimConfig()
     """Optimizer and learning-rate schedule."""
 
-    loss: LossConfig = RatioClipLossConfig()
-    """Policy-gradient objective; pick a variant with `type`."""
+    loss: LossConfig = DualClipLossConfig()
+    """Policy-gradient objective; pick a variant with `type` (docs/losses.md)."""
 
     data: DataConfig = DataConfig()
     """Where batches come from and how they are packed."""

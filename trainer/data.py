@@ -69,6 +69,7 @@ class MicroBatch:
     inference_logprobs: torch.Tensor  # [T] float32
     advantages: torch.Tensor  # [T] float32, the sample's advantage
     loss_weights: torch.Tensor  # [T] float32, the sample's loss_weight
+    sample_ids: torch.Tensor  # [T] int64, which of the row's samples (0, 1, ...) holds j
 
     @property
     def num_tokens(self) -> int:
@@ -111,6 +112,8 @@ def make_micro_batch(samples: list[Sample]) -> MicroBatch:
     for key in rows[0]:
         flat = [x for row in rows for x in row[key]]
         out[key] = torch.tensor(flat, dtype=DTYPES.get(key, torch.float32))
+    lengths = [len(row["input_ids"]) for row in rows]
+    out["sample_ids"] = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(lengths))
     out["input_ids"] = out["input_ids"][None]
     out["position_ids"] = out["position_ids"][None]
     return MicroBatch(**out)

@@ -40,7 +40,7 @@ class MetricsLogger:
 
 
 def format_line(step: int, metrics: dict[str, float]) -> str:
-    shown = ("loss", "entropy", "mismatch_kl", "clip_frac", "grad_norm", "lr")
+    shown = ("loss", "entropy", "mismatch_kl", "clip_frac", "mask_frac", "grad_norm", "lr")
     parts = [f"{k} {metrics[k]:.4g}" for k in shown if k in metrics]
     parts.append(f"{metrics.get('tokens_per_s', 0):.0f} tok/s")
     parts.append(f"{metrics.get('step_time_s', 0):.2f} s")

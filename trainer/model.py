@@ -42,7 +42,7 @@ def load_model(
 
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     dtype = compute_dtype(config, model_config)
-    attention = choose_attention(config.attn_implementation, world.device, dtype)
+    attention = choose_attention(config.attn_implementation, world.device, dtype, model_config)
     model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=torch.float32,
@@ -57,10 +57,11 @@ def load_model(
         from trainer.lora import apply_lora
 
         apply_lora(model, lora)
+    model.chunked_head = False
     if config.logprob_chunk_tokens is not None:
         from trainer.logprob_head import install
 
-        install(model, config.logprob_chunk_tokens, model.compute_dtype)
+        model.chunked_head = install(model, config.logprob_chunk_tokens, model.compute_dtype)
     if config.activation_checkpointing:
         checkpoint_layers(model, config.activation_checkpointing_freq)
     if config.compile:

@@ -13,7 +13,7 @@ import resource
 import shutil
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,11 +29,12 @@ from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
 from trainer.dist import World, setup_world, teardown_world
-from trainer.logprob_head import LogprobRequest, request_logprobs
-from trainer.loss import LossSums, TokenLoss, build_loss, compute_loss, loss_from_logprobs
+from trainer.logprob_head import LogprobRequest, request_logprobs, uses_chunked_head
+from trainer.loss import LossSums, TokenLoss, build_loss, loss_from_logprobs, token_logprobs
 from trainer.metrics import MetricsLogger
 from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
+from trainer.parity import parity_causes, parity_message
 from trainer.weights import build_sender, place_weights
 
 logger = logging.getLogger("trainer")
@@ -55,6 +56,8 @@ class Trainer:
     checkpointer: Checkpointer
     logger: MetricsLogger | None
     start_step: int = 0
+    parity_causes: list[str] = field(default_factory=list)
+    """What the trainer knows can make its logprobs differ from inference's (trainer/parity.py)."""
 
 
 def run(config: TrainerConfig) -> None:
@@ -121,6 +124,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss), sender,
         checkpointer, logger=None,
     )  # fmt: skip
+    trainer.parity_causes = parity_causes(model, source_dir(source))
     saved: dict[str, Any] = {}
     if resume_step is not None:
         saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
@@ -259,8 +263,6 @@ def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, Loss
         mb = mb.to(world.device)
         if world.distributed:  # reduce gradients once, after the last micro-batch
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
-        # No cache and no attention mask: transformers then reads sample boundaries from the
-        # restarting position ids and masks attention block-diagonally.
         loss, mb_sums = micro_batch_loss(trainer, mb, batch.temperature, num_loss_tokens)
         # FSDP averages gradients over ranks; the loss is a sum over the whole batch.
         (loss * world.world_size).backward()
@@ -272,13 +274,23 @@ def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, Loss
 def micro_batch_loss(
     trainer: Trainer, mb, temperature: float, num_loss_tokens: int
 ) -> tuple[torch.Tensor, LossSums]:
-    """Forward one micro-batch; the chunked head (trainer/logprob_head.py) answers logprobs
-    and entropies directly, else the loss is computed from full logits."""
-    model, world = trainer.model, trainer.world
-    chunked = trainer.config.model.logprob_chunk_tokens is not None
+    """This micro-batch's share of the batch loss, and its metric sums."""
+    logprobs, entropy = forward_logprobs(trainer.model, trainer.world, mb, temperature)
+    return loss_from_logprobs(logprobs, entropy, mb, trainer.token_loss, num_loss_tokens)
+
+
+def forward_logprobs(
+    model: nn.Module, world: World, mb, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward one micro-batch: the logprob of each target token under logits / temperature and
+    the entropy ([T] fp32 each; only loss positions are meaningful). The chunked head
+    (trainer/logprob_head.py) answers them directly, else they come from full logits."""
+    chunked = uses_chunked_head(model)
     if chunked:
         request_logprobs(model, LogprobRequest(mb.target_ids, mb.loss_mask, temperature))
     try:
+        # No cache and no attention mask: transformers then reads sample boundaries from the
+        # restarting position ids and masks attention block-diagonally.
         with compute_context(model, world):
             out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
     finally:
@@ -286,10 +298,8 @@ def micro_batch_loss(
             request_logprobs(model, None)
     if chunked:
         answer = out.logits[0].float()
-        return loss_from_logprobs(
-            answer[:, 0], answer[:, 1], mb, trainer.token_loss, num_loss_tokens
-        )
-    return compute_loss(out.logits[0], mb, temperature, trainer.token_loss, num_loss_tokens)
+        return answer[:, 0], answer[:, 1]
+    return token_logprobs(out.logits[0], mb.target_ids, temperature)
 
 
 def apply_update(trainer: Trainer, total_loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
@@ -326,25 +336,17 @@ def check_parity(trainer: Trainer, step: int, metrics: dict[str, float]) -> None
     if kl <= limit:
         logger.info(f"parity check passed: mismatch_kl {kl:.2e} <= {limit:g}")
         return
-    raise TrainingError(
-        f"parity check failed at step {step}: mismatch_kl {kl:.3g} > {limit:g} "
-        "(parity.max_mismatch_kl): the trainer's logprobs of the sampled tokens disagree with "
-        "the inference engine's. Likely causes: sampling defaults the server took from the "
-        "model folder's generation_config.json (start vLLM with --generation-config vllm), "
-        "different dtypes (trainer.model.dtype vs inference.model.dtype), or a different chat "
-        "template or tokenizer in the trainer's and the served model folders. "
-        "--trainer.parity.enabled false skips this check"
-    )
+    raise TrainingError(parity_message(step, kl, limit, trainer.parity_causes))
 
 
 def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict[str, float]:
     world = trainer.world
     stats = torch.tensor(
-        [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.tokens],
+        [float(total_loss), sums.entropy, sums.mismatch_kl, sums.clipped, sums.masked, sums.tokens],
         dtype=torch.float64,
         device=world.device,
     )
-    loss, entropy, kl, clipped, tokens = world.all_reduce_sum(stats).tolist()
+    loss, entropy, kl, clipped, masked, tokens = world.all_reduce_sum(stats).tolist()
     tokens = max(tokens, 1)
     step_time_s = time.perf_counter() - start
     return {
@@ -352,6 +354,7 @@ def step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start) -> dict
         "entropy": entropy / tokens,
         "mismatch_kl": kl / tokens,
         "clip_frac": clipped / tokens,
+        "mask_frac": masked / tokens,
         "grad_norm": float(grad_norm),
         "lr": lr,
         "num_tokens": batch.num_tokens,

@@ -1,0 +1,56 @@
+"""The step-1 parity guard names the causes the trainer can tell, and the knob for each."""
+
+import json
+import shutil
+
+import pytest
+
+from trainer.config import DataConfig
+from trainer.parity import parity_message
+from trainer.train import TrainingError, check_parity, setup_trainer
+
+
+def real_data(trainer):
+    """The check is skipped on synthetic batches: pretend these came from an orchestrator."""
+    trainer.config = trainer.config.model_copy(update={"data": DataConfig()})
+    return trainer
+
+
+def test_no_known_cause_lists_the_usual_suspects(tiny_model_dir, tmp_path, fake_config, cpu_world):
+    trainer = real_data(setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world))
+    assert trainer.parity_causes == []
+    check_parity(trainer, 1, {"mismatch_kl": 5e-4})  # fp32: limit 1e-3
+    check_parity(trainer, 2, {"mismatch_kl": 3.0})  # only the attempt's first step
+    with pytest.raises(TrainingError, match=r"mismatch_kl 2\.25 > 0\.001.*no known cause"):
+        check_parity(trainer, 1, {"mismatch_kl": 2.25})
+
+
+def test_sampling_defaults_and_dtype_are_named_with_their_knobs(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation |= {"do_sample": True, "top_k": 3, "repetition_penalty": 1.3, "top_p": 1.0}
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    model = {"name": str(folder), "dtype": "bfloat16", "serving_dtype": "float32"}
+    config = fake_config(folder, tmp_path / "run", model=model)
+    trainer = real_data(setup_trainer(config, cpu_world))
+    with pytest.raises(TrainingError) as failure:
+        check_parity(trainer, 1, {"mismatch_kl": 2.25})
+    message = str(failure.value)
+    assert "mismatch_kl 2.25 > 0.01" in message  # bf16 compute: limit 1e-2
+    assert "(1) dtype: the trainer computes in bfloat16 while inference serves float32" in message
+    assert "set trainer.model.dtype = float32" in message
+    assert "generation_config.json sets {'top_k': 3, 'repetition_penalty': 1.3}" in message
+    assert "--generation-config vllm" in message
+
+
+def test_an_attention_kernel_without_softcapping_is_named():
+    cause = (
+        "the trainer's attention kernel sdpa lacks attention-logit softcapping at 10, which "
+        "Gemma2ForCausalLM uses: set trainer.model.attn_implementation = auto (or eager)"
+    )
+    message = parity_message(1, 0.97, 1e-3, [cause])
+    assert message.startswith("parity check failed at step 1: mismatch_kl 0.97 > 0.001")
+    assert f"Causes found: (1) {cause}." in message
