@@ -7,6 +7,7 @@ fit for it; every `rl` flag and `@` file still overrides them.
     job: {name: my-env, metadata: {environment: my-env:latest}}
     system_prompt: |
       ...
+    few_shot: [{role: user, content: ...}, {role: assistant, content: <tool>...</tool>}, ...]
     parser: {use_thinking: false, xml_weight: 0.6, action_weight: 0.4}
     action_mappings: {...}          # rl_tasks.actions
     rubric: {weights: {task_completion: 0.8, tool_execution: 0.1, format_compliance: 0.1}}
@@ -16,7 +17,7 @@ fit for it; every `rl` flag and `@` file still overrides them.
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -57,6 +58,14 @@ class DefaultsConfig(BaseConfig):
     """Model turns per rollout."""
 
 
+class MessageConfig(BaseConfig):
+    role: Literal["user", "assistant"]
+    """Who says it: `user` (a task, or a tool's <tool_response>) or `assistant` (the model)."""
+
+    content: str = Field(min_length=1)
+    """What is said."""
+
+
 class WorkflowConfig(BaseConfig):
     """A workflow config file (YAML)."""
 
@@ -65,6 +74,11 @@ class WorkflowConfig(BaseConfig):
 
     system_prompt: str | None = None
     """The system prompt (the tools and how to call them); None describes the server's tools."""
+
+    few_shot: list[MessageConfig] = []
+    """A solved example shown before each task (after the system prompt): alternating user and
+    assistant turns, the assistant's written as the model should write them. Small models
+    copy a demonstration far more reliably than they follow a description."""
 
     parser: ParserConfig = ParserConfig()
     """How text tool calls are recognised and scored."""
@@ -151,6 +165,8 @@ def workflow_layer(config: Path | None, dataset: str | None) -> dict[str, Any]:
         }
         if workflow.system_prompt:
             args["system_prompt"] = workflow.system_prompt
+        if workflow.few_shot:
+            args["few_shot"] = [m.model_dump() for m in workflow.few_shot]
     layer = deep_merge(copy.deepcopy(TRAINING), {"output_dir": f"outputs/{name}"})
     layer["orchestrator"]["env"] = [{"id": "rl-tasks", "args": args}]
     if config is not None:

@@ -42,6 +42,7 @@ class BaseConfig(BaseModel):
         validate_default=True,
         protected_namespaces=(),
         allow_inf_nan=False,
+        defer_build=True,
     )
 
     renamed: ClassVar[dict[str, str]] = {}

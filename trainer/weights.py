@@ -193,9 +193,10 @@ def place_weights(run_dir: RunDir, root: Path | None) -> None:
 
 
 def prune_weights(run_dir: RunDir, step: int, async_level: int) -> None:
-    """Delete weight folders older than any batch still to come can be generated from: after
-    step n the orchestrator may still use policies >= n - async_level - 1."""
-    oldest_needed = step - async_level - 1
+    """Delete weight folders no batch still to come can be generated from: step n consumed
+    batch n - 1, so the orchestrator is at batch b >= n, generated (and loading) from a policy
+    >= b - async_level. Keeps async_level + 1 folders (n - async_level ... n)."""
+    oldest_needed = step - async_level
     remove_steps(run_dir.weights, lambda s: s >= oldest_needed)
 
 

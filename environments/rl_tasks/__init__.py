@@ -46,6 +46,9 @@ CALL_SYNTAX = (
 )
 
 
+FEW_SHOT_ROLES = {"user": vf.UserMessage, "assistant": vf.AssistantMessage}
+
+
 class TaskServerError(vf.Error):
     """The task's MCP server failed or hung."""
 
@@ -104,11 +107,17 @@ def reward_of(text: str) -> float:
 
 class TasksEnv(vf.MultiTurnEnv):
     def __init__(
-        self, tool_timeout_s: float, system_prompt: str | None, workflow: Workflow, **kwargs
+        self,
+        tool_timeout_s: float,
+        system_prompt: str | None,
+        few_shot: list[dict[str, str]],
+        workflow: Workflow,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.tool_timeout_s = tool_timeout_s
         self.task_system_prompt = system_prompt
+        self.few_shot = few_shot
         self.workflow = workflow
 
     async def setup_state(self, state: vf.State) -> vf.State:
@@ -131,7 +140,8 @@ class TasksEnv(vf.MultiTurnEnv):
         system = self.task_system_prompt or describe_tools(tools)
         if task.get("system_prompt"):
             system = f"{task['system_prompt']}\n\n{system}"
-        state["prompt"] = [vf.SystemMessage(content=system), *state["prompt"]]
+        example = [FEW_SHOT_ROLES[m["role"]](content=m["content"]) for m in self.few_shot]
+        state["prompt"] = [vf.SystemMessage(content=system), *example, *state["prompt"]]
         return state
 
     async def checked_call(self, link: McpLink, spec: dict, role: str) -> str:
@@ -239,19 +249,37 @@ def build_rubric(workflow: Workflow) -> vf.Rubric:
     )
 
 
+def check_few_shot(messages: list) -> list[dict[str, str]]:
+    """`few_shot` as {role, content} dicts; anything else is a ValueError naming the message."""
+    for i, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in FEW_SHOT_ROLES
+            or not isinstance(message.get("content"), str)
+            or set(message) != {"role", "content"}
+        ):
+            raise ValueError(
+                f"few_shot[{i}] is {message!r}: each message is {{role: user|assistant, "
+                f"content: TEXT}}"
+            )
+    return messages
+
+
 def load_environment(
     dataset: str | None = None,
     tasks: str | None = None,
     max_turns: int = 4,
     tool_timeout_s: float = 30.0,
     system_prompt: str | None = None,
+    few_shot: list | None = None,
     parser: dict | None = None,
     action_mappings: dict | None = None,
     rubric: dict | None = None,
 ) -> vf.Environment:
     """Tasks from a `rl tasks` dataset folder (`dataset`) or straight from a tasks.json
-    (`tasks`); `system_prompt` replaces the generated tool description; `parser`,
-    `action_mappings` and `rubric` are a workflow config's sections (rl_tasks.actions)."""
+    (`tasks`); `system_prompt` replaces the generated tool description; `few_shot` is a solved
+    example (user/assistant messages) shown before each task; `parser`, `action_mappings` and
+    `rubric` are a workflow config's sections (rl_tasks.actions)."""
     if (dataset is None) == (tasks is None):
         raise ValueError("rl-tasks takes one of args.dataset (a `rl tasks` folder) or args.tasks")
     if dataset is not None:
@@ -262,6 +290,7 @@ def load_environment(
     return TasksEnv(
         tool_timeout_s=tool_timeout_s,
         system_prompt=system_prompt,
+        few_shot=check_few_shot(few_shot or []),
         workflow=workflow,
         dataset=Dataset.from_list(rows),
         eval_dataset=Dataset.from_list(rows),

@@ -24,6 +24,12 @@ TARGET:
   rl-add-digits             a verifiers environment id: prints a commented rl.toml instead
 The YAML goes to configs/<env>.yaml (-o to choose); an existing file is kept unless --force.
 rl.lock.yaml records the environment (its image or server) for `rl hf` and `rl --config`."""
+FILE_HEADER = """\
+# rl --config {out}: a workflow config written by rl init.
+# few_shot: replace the placeholder with one task solved by hand (each call the model should
+# write and the <tool_response> it gets back): small models copy a demonstration far more
+# reliably than they follow the system prompt.
+"""
 IMAGE = re.compile(r"^[a-z0-9][\w.-]*(/[\w.-]+)*:[\w.-]+$")
 CONNECT_TIMEOUT_S = 120
 
@@ -184,6 +190,10 @@ def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]
     workflow = {
         "job": {"name": name, "metadata": {"environment": target}},
         "system_prompt": "\n".join(lines) + "\n",
+        "few_shot": [
+            {"role": "user", "content": "Solve the task with the tools."},
+            {"role": "assistant", "content": f"<tool>{example_call(tools)}</tool>"},
+        ],
         "parser": {"use_thinking": False, "xml_weight": 0.6, "action_weight": 0.4},
         "action_mappings": mappings,
         "rubric": {
@@ -192,4 +202,4 @@ def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]
         "defaults": {"max_turns": 4},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_yaml(out, workflow, f"# rl --config {out}: a workflow config written by rl init\n")
+    write_yaml(out, workflow, FILE_HEADER.format(out=out))

@@ -133,7 +133,10 @@ def test_rl_round_trip(tmp_path):
     assert parse(RLConfig, ["@", path]) == config
 
 
-@pytest.mark.parametrize("path", sorted(str(p) for p in (REPO / "configs").rglob("*.toml")))
+SHIPPED = [*(REPO / "configs").rglob("*.toml"), *(REPO / "examples").rglob("*.toml")]
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in SHIPPED))
 def test_every_shipped_config_parses(path):
     name = Path(path).stem
     if name == "rl":

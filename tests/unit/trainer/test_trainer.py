@@ -104,7 +104,7 @@ def test_prune_weights_keeps_what_the_orchestrator_may_need(tmp_path):
     for s in range(6):
         rd.weight_dir(s).mkdir(parents=True)
     prune_weights(rd, 5, async_level=2)
-    assert sorted(p.name for p in rd.weights.iterdir()) == ["step_2", "step_3", "step_4", "step_5"]
+    assert sorted(p.name for p in rd.weights.iterdir()) == ["step_3", "step_4", "step_5"]
 
 
 def test_prune_checkpoints_spares_incomplete_ones(tmp_path):
