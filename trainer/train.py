@@ -62,6 +62,8 @@ class Trainer:
 
 def run(config: TrainerConfig) -> None:
     world = setup_world()
+    if world.is_main:
+        logger.info(f"world size {world.world_size} on {world.device.type}, {config.nodes} node(s)")
     try:
         trainer = setup_trainer(config, world)
         try:

@@ -18,7 +18,7 @@ def test_every_shipped_workflow_loads(path):
     workflow = load_workflow(path)
     roles = [m.role for m in workflow.few_shot]
     assert roles == ["user", "assistant"] * (len(roles) // 2)
-    assert all("<tool>" in m.content for m in workflow.few_shot if m.role == "assistant")
+    assert any("<tool>" in m.content for m in workflow.few_shot if m.role == "assistant")
 
 
 def test_a_bad_few_shot_message_names_the_key_and_the_shape(tmp_path):

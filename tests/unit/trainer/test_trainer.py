@@ -32,8 +32,8 @@ def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path
     run(fake_config(tiny_model_dir, tmp_path, max_steps=3, ckpt={"interval": 1, "keep": 2}))
     rd = RunDir(tmp_path)
     assert rd.complete_checkpoints() == [2, 3]  # keep = 2
-    assert all(rd.weights_stable(s) for s in (1, 2, 3))  # async_level 1: steps >= 1 kept
-    assert not rd.weight_dir(0).exists()
+    assert all(rd.weights_stable(s) for s in (2, 3))  # async_level 1: async_level + 1 kept
+    assert not rd.weight_dir(1).exists() and not rd.weight_dir(0).exists()
     model = AutoModelForCausalLM.from_pretrained(rd.weight_dir(3))
     # what inference checks before it swaps weights in
     check_weight_dir(rd.weight_dir(3), tmp_path.resolve(), tensor_shapes(Path(tiny_model_dir)))

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU acceptance suite, one command on a machine with a CUDA GPU:
+#
+#   bash benchmarks/gpu_suite.sh [OUT_DIR]        (default: benchmarks/results/gpu-<date>)
+#
+# Runs `pytest -m gpu` and the trainer benchmarks (single 16k, packed 8x2k) and, where vLLM is
+# installed, the weight-transfer benchmark; every figure lands as JSON in OUT_DIR, each step's
+# output in OUT_DIR/<step>.log, and OUT_DIR/summary.json says which steps passed. A step that
+# fails is recorded and the suite goes on; the exit code is the number of failed steps.
+# Python: $PYTHON (default: python). Needs the trainer's packages only (benchmarks/README.md
+# says how to carry pydantic & co. to a machine without a package index).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-benchmarks/results/gpu-$(date +%Y%m%d-%H%M%S)}"
+PY="${PYTHON:-python}"
+mkdir -p "$OUT"
+declare -A STATUS
+failed=0
+
+step() {  # step NAME COMMAND...: run it, log it, record pass/fail
+    local name="$1"
+    shift
+    echo "== $name: $*"
+    local start=$SECONDS
+    if "$@" >"$OUT/$name.log" 2>&1; then
+        STATUS[$name]="passed in $((SECONDS - start)) s"
+    else
+        STATUS[$name]="FAILED (exit $?) after $((SECONDS - start)) s: see $name.log"
+        failed=$((failed + 1))
+    fi
+    echo "   ${STATUS[$name]}"
+}
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_suite: $PY sees no CUDA GPU (or has no torch): run it on the GPU machine" >&2
+    exit 2
+fi
+"$PY" - >"$OUT/machine.json" <<'PYEOF'
+import json, platform, torch
+p = torch.cuda.get_device_properties(0)
+print(json.dumps({"gpu": p.name, "gpus": torch.cuda.device_count(),
+                  "memory_gib": round(p.total_memory / 2**30, 1), "torch": torch.__version__,
+                  "cuda": torch.version.cuda, "python": platform.python_version()}))
+PYEOF
+
+step pytest-gpu "$PY" -m pytest -m gpu -p no:cacheprovider -q -o addopts="--strict-markers" \
+    --junitxml="$OUT/pytest-gpu.xml" tests/unit
+step single-16k "$PY" benchmarks/trainer_throughput.py --preset single-16k --steps 5 \
+    --peak-tflops 989 --json "$OUT/single-16k.json"
+step packed-8x2k "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \
+    --peak-tflops 989 --json "$OUT/packed-8x2k.json"
+if "$PY" -c "import vllm" 2>/dev/null; then
+    step weight-transfer "$PY" benchmarks/weight_transfer.py --json "$OUT/weight-transfer.json"
+else
+    STATUS[weight-transfer]="skipped: vllm is not installed for $PY"
+fi
+
+{
+    echo "{"
+    first=1
+    for name in "${!STATUS[@]}"; do
+        [ $first -eq 1 ] || echo ","
+        first=0
+        printf '  "%s": "%s"' "$name" "${STATUS[$name]}"
+    done
+    echo ""
+    echo "}"
+} >"$OUT/summary.json"
+echo "gpu_suite: $failed step(s) failed; figures and logs in $OUT"
+exit "$failed"
