@@ -116,7 +116,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(
         config.weight_transfer, run_dir, model, world, source_dir(source), source,
-        config.async_level,
+        config.async_level, config.data.wait_timeout_s,
     )  # fmt: skip
     parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
     checkpointer = Checkpointer(run_dir, world, parts, config.ckpt.keep, config.ckpt.background)
