@@ -12,6 +12,7 @@ vLLM's layerwise reload (`load_weights` per bucket, finalised once per update). 
 trainer, up to the group's timeout; a trainer that dies mid-update fails the receive at once.
 """
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -55,6 +56,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self.store = None
         self.group = None
         self.bucket_bytes = 0
+        self.tied: list[list[str]] = []
 
     def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
         """Join the trainer's group (blocks until every rank joined, up to its timeout)."""
@@ -70,12 +72,14 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        self.tied = tied_groups(self.model)
         initialize_layerwise_reload(self.model)
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
         finalize_layerwise_reload(self.model, self.model_config)
+        retie(self.model, self.tied)
 
     def update_weights(self, update_info: dict) -> None:
         self.receive_weights(self.parse_update_info(update_info))
@@ -83,21 +87,22 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             torch.accelerator.synchronize()
 
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
-        """One broadcast per bucket into a buffer of its size, unpacked into the model."""
+        """One `load_weights` call over the whole update, as vLLM's own in-place reload does
+        (tied parameters stay tied); its iterator receives one bucket at a time."""
         if self.group is None:
             raise RuntimeError("gloo weight transfer: init_weight_transfer_engine first")
-        info = asdict(update_info)
+        self.model.load_weights(self.received(asdict(update_info)))
+
+    def received(self, info: dict) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each bucket broadcast into a buffer of its size, unpacked into named tensors."""
         sizes = update_sizes(info)
         for bucket in update_buckets(info, self.bucket_bytes):
             buffer = torch.empty(sum(sizes[i] for i in bucket), dtype=torch.uint8)
             broadcast(self.group, buffer)
             parts = buffer.split([sizes[i] for i in bucket])
-            weights = [
-                (info["names"][i], self.unpack(part, info["dtype_names"][i], info["shapes"][i]))
-                for i, part in zip(bucket, parts, strict=True)
-            ]
-            self.model.load_weights(weights)
-            del weights, parts, buffer
+            for i, part in zip(bucket, parts, strict=True):
+                yield info["names"][i], self.unpack(part, info["dtype_names"][i], info["shapes"][i])
+            del parts, buffer
 
     def unpack(self, part: torch.Tensor, dtype_name: str, shape: list[int]) -> torch.Tensor:
         return part.view(getattr(torch, dtype_name)).view(shape).to(self.device)
@@ -105,3 +110,24 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def shutdown(self) -> None:
         self.group = None
         self.store = None
+
+
+def tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """Names of parameters that are one tensor (tied embeddings), first-registered first."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def retie(model: torch.nn.Module, groups: list[list[str]]) -> None:
+    """vLLM's layerwise reload loads a tied tensor through its first owner only; the other
+    owner (`lm_head` of a tied-embedding model) gets the new values in the shared tensor but is
+    not processed again, so on CPU it kept computing with the old weights' prepacked copy.
+    Process every other owner again."""
+    for _, *others in groups:
+        for name in others:
+            owner = model.get_submodule(name.rpartition(".")[0])
+            method = getattr(owner, "quant_method", None)
+            if method is not None:
+                method.process_weights_after_loading(owner)

@@ -96,7 +96,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
     if world.is_main:
         run_dir.claim()
-        place_weights(run_dir, config.weight_transfer.dir)
+        place_weights(run_dir, getattr(config.weight_transfer, "dir", None))
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()
     return run_dir, resume_step
