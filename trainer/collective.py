@@ -104,8 +104,8 @@ class CollectiveSender(WeightSender):
         waited = time.perf_counter() - start
         if asked:
             self.send()
-        self.timings = {"transfer_wait_s": waited,
-                        "transfer_send_s": time.perf_counter() - start - waited}  # fmt: skip
+        sent_s = time.perf_counter() - start - waited if asked else 0.0
+        self.timings = {"transfer_wait_s": waited, "transfer_send_s": sent_s}
 
     def wait_for_request(self, step: int) -> bool:
         """True once the orchestrator asks for `step`; False when it will ask no more."""

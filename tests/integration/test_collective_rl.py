@@ -47,6 +47,7 @@ def check_on_policy_run(rl, out: Path, log: Path) -> None:
     print(f"mismatch_kl per step {kls}; policies sent after steps {sent}")
     assert len(kls) == 4 and max(kls) <= 1e-3, kls
     assert sent, "no policy was sent"
+    assert "now serving step_1" in (out / "logs" / "inference.log").read_text()
     weights = out / "weights"
     assert not (weights.exists() and [p for p in weights.iterdir() if p.name.startswith("step_")])
 
