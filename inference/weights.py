@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inference.collective import CollectiveLoader
 from inference.lora import AdapterSwapper, is_adapter_dir
 from inference.weight_dirs import (
     WeightDirError,
@@ -150,7 +151,7 @@ class FilesystemLoader(WeightLoader):
             raise WeightDirError(504, message) from None
 
 
-TRANSPORTS = {"filesystem": FilesystemLoader}
+TRANSPORTS = {"filesystem": FilesystemLoader, "collective": CollectiveLoader}
 
 
 def build_loader(config, engine, base: str, output_dir: Path, weights, adapters=None):

@@ -85,6 +85,11 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> dict[str, int | 
     return {m["id"]: m.get("max_model_len") for m in answer.json().get("data", [])}
 
 
+def brief(request: dict[str, Any]) -> dict[str, Any]:
+    """A load request for messages: a collective update's tensor list left out."""
+    return {key: value for key, value in request.items() if key != "update_info"}
+
+
 async def update_weights(
     base_url: str, request: dict[str, Any], timeout_s: float, token: str | None = None
 ) -> dict[str, Any] | None:
@@ -98,7 +103,7 @@ async def update_weights(
         async with httpx.AsyncClient(timeout=timeout_s) as http:
             answer = await http.post(url, json=request, headers=headers)
     except httpx.HTTPError as err:
-        raise OrchestratorError(f"POST {url} {request} failed: {err}") from None
+        raise OrchestratorError(f"POST {url} {brief(request)} failed: {err}") from None
     if answer.status_code in (404, 405):
         return None
     if answer.status_code == 401:
@@ -109,6 +114,6 @@ async def update_weights(
         )
     if answer.status_code != 200:
         raise OrchestratorError(
-            f"POST {url} {request} answered {answer.status_code}: {answer.text[:500]}"
+            f"POST {url} {brief(request)} answered {answer.status_code}: {answer.text[:500]}"
         )
     return answer.json()

@@ -109,6 +109,7 @@ async def run_async(config: OrchestratorConfig) -> None:
         if config.eval and config.max_steps % config.eval.interval:
             await evaluate(config, eval_envs, client, monitor, policy, config.max_steps)
     finally:
+        receiver.close()  # a trainer waiting to be asked for a policy goes on
         finished = state.step >= config.max_steps
         monitor.close(config.max_steps if finished else None, config.weights_timeout_s)
         await asyncio.gather(*(env.close() for env in [*envs, *eval_envs]))
@@ -151,9 +152,13 @@ async def ensure_policy(
     """Make inference serve a policy no older than step - async_level (the newest ready one
     when it must change); seconds spent waiting and loading."""
     oldest = max(0, step - config.async_level)
-    if policy.step is not None and (policy.step >= oldest or not policy.can_update):
-        return 0.0
     start = time.monotonic()
+    if policy.step is not None and (policy.step >= oldest or not policy.can_update):
+        newer = policy.receiver.newest() if policy.can_update and policy.receiver.eager else None
+        if newer is None or newer <= policy.step:
+            return 0.0
+        await serve(config, policy, newer)  # its trainer waits until it is taken
+        return time.monotonic() - start
     newest = await policy.receiver.wait(oldest, step, config.weights_timeout_s)
     await serve(config, policy, newest)
     return time.monotonic() - start
@@ -164,9 +169,11 @@ async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
     serve it, so nothing is generated from a mix of policies."""
     request = policy.receiver.load_request(step)
     token = read_token(RunDir(config.output_dir))
+    urls = config.client.base_urls
     answers = await asyncio.gather(*(
-        update_weights(url, request, config.client.timeout_s, token)
-        for url in config.client.base_urls
+        update_weights(url, policy.receiver.server_request(request, i, len(urls)),
+                       config.client.timeout_s, token)
+        for i, url in enumerate(urls)
     ))  # fmt: skip
     answer = answers[0]
     if answer is None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.client import OrchestratorError
+from rlcore import collective
 from rlcore.config import WeightTransferConfig
 from rlcore.rundir import STABLE, RunDir
 from rlcore.weight_transfer import WeightReceiver
@@ -55,7 +56,65 @@ class FilesystemReceiver(WeightReceiver):
         return {"weight_dir": str(self.run_dir.weight_dir(step).resolve())}
 
 
-TRANSPORTS = {"filesystem": FilesystemReceiver}
+@dataclass
+class CollectiveReceiver(WeightReceiver):
+    """Policies the trainer offers in `transfer/offer.json` (rlcore.collective): one at a time,
+    the trainer waiting until it is asked for it, so each is served as soon as it appears."""
+
+    run_dir: RunDir
+    trusted_upto: int = 0
+    attempt_start: float = field(default_factory=time.time)
+    offer: dict[str, Any] | None = None
+    eager = True
+
+    def current_offer(self) -> dict[str, Any] | None:
+        """This attempt's trainer's offer (an earlier attempt's is stale)."""
+        offer = collective.read_offer(self.run_dir.transfer)
+        if offer is None or offer["time"] < self.attempt_start - 1.0:
+            return None
+        return offer
+
+    def newest(self) -> int | None:
+        offer = self.current_offer()
+        return None if offer is None else offer["step"]
+
+    async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            offer = self.current_offer()
+            if offer is not None and oldest <= offer["step"] <= newest:
+                self.offer = offer
+                return offer["step"]
+            if time.monotonic() >= deadline:
+                raise OrchestratorError(
+                    f"the trainer offered no policy step {oldest}..{newest} in "
+                    f"{self.run_dir.transfer / collective.OFFER} within {timeout_s:g}s "
+                    f"(weights_timeout_s): is it running with output_dir {self.run_dir.root}?"
+                )
+            await asyncio.sleep(POLL_S)
+
+    def load_request(self, step: int) -> dict[str, Any]:
+        """Also asks the trainer to send `step` (it sends while inference receives)."""
+        offer = self.offer if self.offer and self.offer["step"] == step else self.current_offer()
+        if offer is None or offer["step"] != step:
+            raise OrchestratorError(f"policy step {step} is not on offer by the trainer")
+        collective.write_request(self.run_dir.transfer, step, offer["group"]["id"])
+        return {key: offer[key] for key in ("step", "group", "update_info")}
+
+    def server_request(self, request: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+        workers = request["group"]["world_size"] - 1
+        if workers % count:
+            raise OrchestratorError(
+                f"weight_transfer.inference_workers = {workers} cannot be split evenly over "
+                f"{count} inference servers: set it to the servers' workers together"
+            )
+        return request | {"rank_offset": 1 + index * (workers // count)}
+
+    def close(self) -> None:
+        collective.mark_done(self.run_dir.transfer)
+
+
+TRANSPORTS = {"filesystem": FilesystemReceiver, "collective": CollectiveReceiver}
 
 
 def build_receiver(

@@ -153,7 +153,8 @@ class FilesystemTransferConfig(BaseConfig):
     inference reloads its weights from that folder in place."""
 
     type: Literal["filesystem"] = "filesystem"
-    """Weight transport; `filesystem` is the only one so far."""
+    """Weight transport: `filesystem` (policy folders on disk) or `collective` (broadcast from
+    the trainer straight into the inference workers' memory)."""
 
     background: bool = True
     """Write each policy folder in a background thread: the trainer's step only gathers the
@@ -167,10 +168,71 @@ class FilesystemTransferConfig(BaseConfig):
     a link to `<dir>/rl-weights-<id>`; None keeps them in `<output_dir>/weights`."""
 
 
+class CollectiveTransferConfig(BaseConfig):
+    """Each policy is broadcast from trainer rank 0 straight into the inference workers'
+    memory over one torch.distributed group (trainer + every inference worker), made once
+    per trainer start; nothing is written to `weights/`. The orchestrator asks for a policy,
+    the trainer sends it, inference pauses generation around the receive."""
+
+    type: Literal["collective"] = "collective"
+    """Weight transport: `filesystem` (policy folders on disk) or `collective` (broadcast from
+    the trainer straight into the inference workers' memory)."""
+
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Collective library: `gloo` (CPU tensors, works everywhere), `nccl` (GPU to GPU, vLLM's
+    own engine); `auto` picks nccl when inference runs on GPUs, else gloo."""
+
+    host: str = "127.0.0.1"
+    """Address of the trainer's rank 0 that inference workers connect to."""
+
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    """TCP port of the group's rendezvous on `host`; None: `rl` picks a free one (recorded in
+    the run's configs), a trainer started alone picks its own."""
+
+    inference_workers: PositiveInt | None = None
+    """Inference worker processes that receive, all servers together (tp × dp each); None:
+    `rl` derives it, a trainer started alone takes 1."""
+
+    bucket_mb: PositiveInt = 256
+    """Tensors travel packed in buckets of at most this many MiB (a larger tensor goes alone):
+    each side holds one bucket at a time, never a second copy of the model."""
+
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Seconds each collective wait may take (joining the group, one whole update); None:
+    `timeout_s_per_gb` × the policy's size in GB, at least `min_timeout_s`."""
+
+    timeout_s_per_gb: Annotated[float, Field(gt=0)] = 60.0
+    """Seconds per GB of policy for the default `timeout_s`."""
+
+    min_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    """Floor of the default `timeout_s`, in seconds."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def validate_no_folder_keys(cls, data: Any) -> Any:
+        for key in ("dir", "background") if isinstance(data, dict) else ():
+            if key in data:
+                raise ValueError(
+                    f"weight_transfer.{key} belongs to the filesystem transport, but "
+                    "weight_transfer.type = 'collective' writes no policy folders: drop "
+                    f"weight_transfer.{key}, or use --weight-transfer.type filesystem"
+                )
+        return data
+
+    def update_timeout_s(self, num_bytes: int) -> float:
+        """The timeout of one collective wait for a policy of `num_bytes`."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return max(self.min_timeout_s, self.timeout_s_per_gb * num_bytes / 1e9)
+
+
 # The transports, told apart by `type` (a table without it is the filesystem transport). A
-# second one joins as `Annotated[OtherConfig, Tag("other")]` inside the Union.
+# new one joins as `Annotated[OtherConfig, Tag("other")]` inside the Union.
 WeightTransferConfig = Annotated[
-    Union[Annotated[FilesystemTransferConfig, Tag("filesystem")]],  # noqa: UP007 - grows
+    Union[  # noqa: UP007 - tagged members
+        Annotated[FilesystemTransferConfig, Tag("filesystem")],
+        Annotated[CollectiveTransferConfig, Tag("collective")],
+    ],
     Discriminator(lambda v: (v.get("type") if isinstance(v, dict) else v.type) or "filesystem"),
 ]
 

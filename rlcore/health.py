@@ -43,3 +43,10 @@ def port_problem(host: str, port: int) -> str | None:
         except OSError as err:
             return err.strerror or str(err)
     return None
+
+
+def free_port(host: str) -> int:
+    """A TCP port on `host` that nothing listens on now (the OS's pick)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

@@ -76,6 +76,11 @@ class RunDir:
         return self.root / "checkpoints"
 
     @property
+    def transfer(self) -> Path:
+        """The collective transport's signal files (rlcore.collective)."""
+        return self.root / "transfer"
+
+    @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
 

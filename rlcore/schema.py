@@ -30,9 +30,12 @@ def _strip(annotation: Any) -> Any:
 
 
 def union_members(annotation: Any) -> list[Any]:
+    """The types a field can hold, None left out; nested unions (an optional tagged union)
+    flattened."""
     annotation = _strip(annotation)
     if get_origin(annotation) in (Union, types.UnionType):
-        return [_strip(a) for a in get_args(annotation) if a is not type(None)]
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return [member for a in args for member in union_members(a)]
     return [annotation]
 
 

@@ -45,6 +45,10 @@ class WeightSender(ABC):
 class WeightReceiver(ABC):
     """Orchestrator side: which policies exist, and how inference is told to load one."""
 
+    eager: bool = False
+    """Serve each new policy at the next batch boundary even when an older one would still do
+    (a transport whose trainer waits until its policy is taken sets it)."""
+
     @abstractmethod
     async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
         """The newest ready policy step m with oldest <= m <= newest, waiting up to
@@ -53,6 +57,17 @@ class WeightReceiver(ABC):
     @abstractmethod
     def load_request(self, step: int) -> dict[str, Any]:
         """The JSON body of POST /update_weights that makes inference serve policy `step`."""
+
+    def server_request(self, request: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+        """`request` as sent to server `index` of `count` (client.base_url order)."""
+        return request
+
+    def newest(self) -> int | None:
+        """The newest policy ready now (for `eager` transports), without waiting."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The orchestrator asks for no more policies (its end, also on an error)."""
 
 
 class WeightLoader(ABC):

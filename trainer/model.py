@@ -122,3 +122,20 @@ def source_dir(source: str) -> Path | None:
         return Path(snapshot_download(source, local_files_only=True))
     except Exception:  # not in the local HF cache: published folders get the tokenizer instead
         return None
+
+
+def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gathered or cast copies of tied parameters no longer share storage, so both would be
+    saved: keep only the source (loaders tie them again)."""
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in state and source in state:
+            del state[target]
+    return state
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Floating-point tensors in `dtype` (the fp32 master weights are published in the serving
+    dtype); integer buffers unchanged."""
+    if dtype is None or not tensor.is_floating_point() or tensor.dtype == dtype:
+        return tensor
+    return tensor.to(dtype)

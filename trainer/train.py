@@ -98,7 +98,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
     if world.is_main:
         run_dir.claim()
-        place_weights(run_dir, config.weight_transfer.dir)
+        place_weights(run_dir, getattr(config.weight_transfer, "dir", None))
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()
     return run_dir, resume_step
@@ -118,7 +118,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(
         config.weight_transfer, run_dir, model, world, source_dir(source), source,
-        config.async_level,
+        config.async_level, config.data.wait_timeout_s,
     )  # fmt: skip
     parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
     checkpointer = Checkpointer(run_dir, world, parts, config.ckpt.keep, config.ckpt.background)

@@ -28,8 +28,10 @@ from rlcore.ownership import owns_weights_folder, remove_path, weights_marker
 from rlcore.rundir import RunDir, remove_steps
 from rlcore.weight_transfer import WeightSender
 from trainer.background import BackgroundWriter
+from trainer.collective import CollectiveSender
 from trainer.dist import World
 from trainer.lora import is_lora, write_adapter
+from trainer.model import cast, drop_tied_copies
 
 # Files of the source model folder that are not copied: weights and what we write ourselves.
 SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
@@ -77,23 +79,6 @@ def to_host(
     if on_gpu:
         torch.cuda.synchronize()
     return host
-
-
-def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Gathered or cast copies of tied parameters no longer share storage, so both would be
-    saved: keep only the source (loaders tie them again)."""
-    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
-        if target in state and source in state:
-            del state[target]
-    return state
-
-
-def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """Floating-point tensors in `dtype` (the fp32 master weights are published in the serving
-    dtype); integer buffers unchanged."""
-    if dtype is None or not tensor.is_floating_point() or tensor.dtype == dtype:
-        return tensor
-    return tensor.to(dtype)
 
 
 def copy_support_files(source: Path | None, folder: Path, tokenizer_source: str) -> None:
@@ -253,13 +238,25 @@ class FilesystemSender(WeightSender):
         return self.timings
 
 
-TRANSPORTS = {"filesystem": FilesystemSender}
+def filesystem_sender(config, run_dir, model, world, source, source_name, async_level, _wait_s):
+    return FilesystemSender(
+        run_dir, model, world, source, source_name, async_level, config.background
+    )
+
+
+def collective_sender(config, run_dir, model, world, _source, _name, _async_level, wait_s):
+    return CollectiveSender(config, run_dir, model, world, wait_s)
+
+
+TRANSPORTS = {"filesystem": filesystem_sender, "collective": collective_sender}
 
 
 def build_sender(
     config: WeightTransferConfig, run_dir: RunDir, model: nn.Module, world: World,
-    source: Path | None, source_name: str, async_level: int,
+    source: Path | None, source_name: str, async_level: int, request_timeout_s: float,
 ) -> WeightSender:  # fmt: skip
+    """The configured transport's sender; `request_timeout_s` bounds how long a transport that
+    sends on request waits for the orchestrator to ask."""
     return TRANSPORTS[config.type](
-        run_dir, model, world, source, source_name, async_level, config.background
+        config, run_dir, model, world, source, source_name, async_level, request_timeout_s
     )

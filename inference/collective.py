@@ -1,0 +1,113 @@
+"""The collective transport's loader behind `/update_weights` (rlcore.collective): the request
+names the trainer's group, this server's first rank in it and the update's tensors; the
+workers receive them through vLLM's weight-transfer engine (`gloo`, or vLLM's `nccl`).
+
+Consumes: {step, group, rank_offset, update_info} bodies from the orchestrator. Waits for:
+in-flight requests (pause mode), joining the group and the update, each within the group's
+`timeout_s`. A failed or timed-out receive leaves the model half-written and the trainer's
+copy gone, so the server refuses further swaps (503) and the run stops (or restarts) with it.
+"""
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from inference.weight_dirs import WeightDirError
+from rlcore.collective import worker_init_info
+from rlcore.rundir import RunDir
+from rlcore.weight_transfer import WeightLoader
+
+logger = logging.getLogger("inference")
+FIELDS = ("step", "group", "rank_offset", "update_info")
+
+
+class CollectiveLoader(WeightLoader):
+    def __init__(
+        self, engine, base: str, run_dir: RunDir, timeout_s: float, pause_mode: str,
+        adapters=None,
+    ):  # fmt: skip
+        self.engine = engine
+        self.base = base
+        self.pause_mode = pause_mode
+        self.pause_timeout_s = timeout_s
+        self.group_id: str | None = None
+        """The group this server's workers joined (a trainer restart makes a new one)."""
+        self.current = base
+        self.lock = asyncio.Lock()
+        self.unsafe: str | None = None
+
+    async def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        missing = [key for key in FIELDS if key not in request]
+        if missing:
+            raise WeightDirError(
+                422, f"a collective update needs {', '.join(FIELDS)}; missing {missing}"
+            )
+        async with self.lock:
+            if self.unsafe is not None:
+                raise WeightDirError(503, f"{self.unsafe}; no update is received again: "
+                                     "restart inference")  # fmt: skip
+            start = time.monotonic()
+            try:
+                await self.wait_for("pausing generation", self.engine.pause_generation(
+                    mode=self.pause_mode, clear_cache=True
+                ), self.pause_timeout_s)  # fmt: skip
+                await self.receive(request)
+            finally:
+                await self.engine.resume_generation()
+            self.current = f"step_{request['step']}"
+            return {"status": "ok", "weights": self.current,
+                    "load_s": round(time.monotonic() - start, 3)}  # fmt: skip
+
+    async def receive(self, request: dict[str, Any]) -> None:
+        group, timeout_s = request["group"], float(request["group"]["timeout_s"])
+        transfer = self.engine.vllm_config.weight_transfer_config
+        ours = transfer.backend if transfer is not None else None
+        if group["backend"] != ours:
+            raise WeightDirError(422, f"the trainer sends over {group['backend']} but this server "
+                f"receives over {ours}: set the same weight_transfer.backend on both")  # fmt: skip
+        try:
+            if group["id"] != self.group_id:
+                await self.join(group, request["rank_offset"], timeout_s)
+            await self.wait_for("starting the update", self.engine.start_weight_update(), 60)
+            update = {"update_info": request["update_info"]}
+            await self.wait_for(
+                f"receiving policy step {request['step']} from the trainer",
+                self.engine.collective_rpc("update_weights", kwargs=update), timeout_s,
+            )  # fmt: skip
+            await self.wait_for("finishing the update", self.engine.finish_weight_update(),
+                                timeout_s)  # fmt: skip
+        except WeightDirError as err:
+            self.unsafe = str(err)
+            raise
+        except Exception as err:
+            self.unsafe = f"receiving policy step {request['step']} failed ({err})"
+            raise WeightDirError(500, f"{self.unsafe}: is the trainer still running?") from err
+        await self.engine.reset_prefix_cache()
+
+    async def join(self, group: dict[str, Any], rank_offset: int, timeout_s: float) -> None:
+        if self.group_id is not None:
+            await self.engine.collective_rpc("shutdown_weight_transfer_engine")
+            self.group_id = None
+        info = worker_init_info(group, rank_offset)
+        logger.info(f"joining the trainer's {group['backend']} group {group['id']} at "
+                    f"{group['host']}:{group['port']} from rank {rank_offset}")  # fmt: skip
+        await self.wait_for(
+            f"joining the trainer's group at {group['host']}:{group['port']}",
+            self.engine.collective_rpc("init_weight_transfer_engine",
+                                       kwargs={"init_info": info}),
+            timeout_s,
+        )  # fmt: skip
+        self.group_id = group["id"]
+
+    async def reload_base(self) -> dict[str, Any]:
+        raise WeightDirError(
+            422, "the collective transport cannot go back to the base weights: the trainer "
+            "holds the only copy of each policy"
+        )  # fmt: skip
+
+    async def wait_for(self, what: str, awaitable, timeout_s: float) -> Any:
+        try:
+            return await asyncio.wait_for(awaitable, timeout=timeout_s)
+        except TimeoutError:
+            raise WeightDirError(504, f"timed out after {timeout_s:g} s {what}") from None

@@ -1,0 +1,17 @@
+"""The `vllm.general_plugins` entry point (pyproject.toml): vLLM calls `register` in every
+process it starts (API server, engine core, workers), so the `gloo` weight-transfer engine is
+known wherever `--weight-transfer-config '{"backend": "gloo"}'` makes a worker create it.
+Registration is by module path: nothing heavy is imported until a worker creates the engine."""
+
+GLOO_ENGINE = "gloo"
+
+
+def register() -> None:
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    try:
+        WeightTransferEngineFactory.register_engine(
+            GLOO_ENGINE, "inference.gloo_engine", "GlooWeightTransferEngine"
+        )
+    except ValueError:  # registered already: plugins may be loaded more than once
+        pass

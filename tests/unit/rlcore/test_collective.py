@@ -1,0 +1,105 @@
+"""The collective transport's config, launcher derivation and refusals, and its wire format
+over a real gloo group (two ranks, threads of this process)."""
+
+import threading
+
+import pytest
+import torch
+
+from launcher.prepare import build_plan
+from launcher.rl_config import RLConfig
+from rlcore import collective
+from rlcore.config import CollectiveTransferConfig
+from rlcore.errors import ConfigError
+from rlcore.health import free_port
+from trainer.config import TrainerConfig
+
+
+def test_bucket_plan_keeps_order_and_bound():
+    sizes = [4, 4, 10, 1, 1, 3]
+    buckets = collective.plan_buckets(sizes, 8)
+    assert [list(b) for b in buckets] == [[0, 1], [2], [3, 4, 5]]
+    assert collective.plan_buckets([], 8) == []
+
+
+def test_timeout_scales_with_model_size_with_a_floor():
+    config = CollectiveTransferConfig()
+    assert config.update_timeout_s(10**8) == 120.0
+    assert config.update_timeout_s(10 * 10**9) == 600.0
+    assert CollectiveTransferConfig(timeout_s=5).update_timeout_s(10**12) == 5
+
+
+def test_filesystem_keys_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="weight_transfer.dir belongs to the filesystem"):
+        TrainerConfig.model_validate({"weight_transfer": {"type": "collective", "dir": "/x"}})
+
+
+def rl_config(**extra) -> RLConfig:
+    return RLConfig.model_validate({"weight_transfer": {"type": "collective"}, **extra})
+
+
+def test_rl_fills_port_workers_and_backend_everywhere():
+    plan = build_plan(rl_config(inference={"replicas": 2}), dry_run=True)
+    config = plan.config
+    transfer = config.trainer.weight_transfer
+    assert transfer.port is not None and transfer.inference_workers == 2
+    assert transfer.backend == "gloo"  # no GPU here
+    assert config.orchestrator.weight_transfer == transfer == config.inference.weight_transfer
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"trainer": {"lora": {"rank": 8}}}, "trainer.lora"),
+        ({"slurm": {"nodes": 2}}, "slurm.nodes = 2"),
+    ],
+)
+def test_rl_refuses_what_collective_cannot_do(extra, words):
+    with pytest.raises(ConfigError, match=words):
+        build_plan(rl_config(**extra), dry_run=True)
+
+
+def test_buckets_cross_a_real_gloo_group():
+    """Rank 0 packs tensors into buckets as the trainer does; rank 1 unpacks them as the
+    inference engine does, from update_info alone."""
+    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64),
+               "c": torch.randn(40).to(torch.bfloat16)}  # fmt: skip
+    info = {
+        "names": list(tensors),
+        "dtype_names": [str(t.dtype).removeprefix("torch.") for t in tensors.values()],
+        "shapes": [list(t.shape) for t in tensors.values()],
+    }
+    port, got = free_port("127.0.0.1"), {}
+
+    def rank(r: int) -> None:
+        _, group = collective.gloo_group("127.0.0.1", port, r, 2, "g", 30)
+        sizes = collective.update_sizes(info)
+        for bucket in collective.update_buckets(info, 64):
+            names = [info["names"][i] for i in bucket]
+            if r == 0:
+                flat = [tensors[n].contiguous().view(-1).view(torch.uint8) for n in names]
+                collective.broadcast(group, torch.cat(flat))
+                continue
+            buffer = torch.empty(sum(sizes[i] for i in bucket), dtype=torch.uint8)
+            collective.broadcast(group, buffer)
+            for i, part in zip(bucket, buffer.split([sizes[i] for i in bucket]), strict=True):
+                dtype = getattr(torch, info["dtype_names"][i])
+                got[info["names"][i]] = part.view(dtype).view(info["shapes"][i]).clone()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert set(got) == set(tensors)
+    for name, tensor in tensors.items():
+        assert torch.equal(got[name], tensor)
+
+
+def test_request_and_done_signals(tmp_path):
+    collective.write_offer(tmp_path, 3, {"id": "g1"}, {"names": []})
+    assert collective.read_offer(tmp_path)["step"] == 3
+    assert collective.read_request(tmp_path, "g1") is None
+    collective.write_request(tmp_path, 3, "g1")
+    assert collective.read_request(tmp_path, "g1") == 3
+    assert collective.read_request(tmp_path, "other-start") is None  # a new trainer's group

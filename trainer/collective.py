@@ -1,0 +1,184 @@
+"""The collective transport's sender (rlcore.collective): after each step, offer the policy and
+send it when the orchestrator asks, straight from the trainer's parameters (cast to the serving
+dtype) into the inference workers' memory; nothing is written to `weights/`.
+
+Consumes: `transfer/request.json` (the orchestrator asks for the offered step) or
+`transfer/done` (no more asks). Produces: `transfer/offer.json`, then one broadcast per bucket
+from rank 0. Waits for: the ask, up to `data.wait_timeout_s` (the orchestrator asks at its next
+batch boundary); the group and each update, up to the transport's timeout. Every rank takes
+part (FSDP gathers each tensor with `full_tensor()`), only rank 0 broadcasts.
+"""
+
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlcore import collective
+from rlcore.config import CollectiveTransferConfig
+from rlcore.errors import ConfigError
+from rlcore.health import free_port
+from rlcore.rundir import RunDir
+from rlcore.weight_transfer import WeightSender
+from trainer.dist import World
+from trainer.lora import is_lora
+from trainer.model import cast, drop_tied_copies
+
+logger = logging.getLogger("trainer")
+MIB = 1024 * 1024
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return backend
+
+
+def policy_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a policy update sends, by checkpoint name (tied copies left out); on FSDP
+    still sharded (DTensors: their shapes are global)."""
+    return drop_tied_copies(model, dict(model.state_dict()))
+
+
+def describe(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The update_info of every update: names, serving dtypes and full shapes, in send order."""
+    dtype = getattr(model, "serving_dtype", None)
+    dtypes = [dtype if dtype is not None and t.is_floating_point() else t.dtype
+              for t in tensors.values()]  # fmt: skip
+    return {
+        "names": list(tensors),
+        "dtype_names": [str(d).removeprefix("torch.") for d in dtypes],
+        "shapes": [list(t.shape) for t in tensors.values()],
+    }
+
+
+@dataclass
+class CollectiveSender(WeightSender):
+    config: CollectiveTransferConfig
+    run_dir: RunDir
+    model: nn.Module
+    world: World
+    request_timeout_s: float
+    group: dict[str, Any] = field(default_factory=dict)
+    update_info: dict[str, Any] = field(default_factory=dict)
+    link: Any = None
+    """Rank 0's end of the group once made: (store, gloo group) or vLLM's NCCL communicator."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if is_lora(self.model):
+            raise ConfigError(
+                "weight_transfer.type = 'collective' does not send LoRA adapters yet (trainer.lora "
+                "is set): use weight_transfer.type = 'filesystem' or drop trainer.lora"
+            )
+        self.update_info = describe(self.model, policy_tensors(self.model))
+        num_bytes = sum(collective.update_sizes(self.update_info))
+        config = self.config
+        group = None
+        if self.world.is_main:
+            shutil.rmtree(self.run_dir.transfer, ignore_errors=True)  # an earlier start's signals
+            group = collective.new_group(
+                config.host, config.port or free_port(config.host),
+                resolve_backend(config.backend), config.inference_workers or 1,
+                config.update_timeout_s(num_bytes), config.bucket_mb * MIB,
+            )  # fmt: skip
+        self.group = self.world.broadcast_object(group)
+        logger.info(f"collective weight transfer: {num_bytes / 1e9:.2f} GB per policy over "
+                    f"{self.group['backend']} at {self.group['host']}:{self.group['port']}, "
+                    f"timeout {self.group['timeout_s']:g} s")  # fmt: skip
+
+    def publish_initial(self, step: int) -> None:
+        if step > 0:  # a fresh start's inference already serves the base model
+            self.publish(step)
+
+    def publish(self, step: int) -> None:
+        start = time.perf_counter()
+        if self.world.is_main:
+            collective.write_offer(self.run_dir.transfer, step, self.group, self.update_info)
+        asked = self.world.broadcast_object(self.wait_for_request(step))
+        waited = time.perf_counter() - start
+        if asked:
+            self.send()
+        sent_s = time.perf_counter() - start - waited if asked else 0.0
+        self.timings = {"transfer_wait_s": waited, "transfer_send_s": sent_s}
+
+    def wait_for_request(self, step: int) -> bool:
+        """True once the orchestrator asks for `step`; False when it will ask no more."""
+        folder, deadline = self.run_dir.transfer, time.monotonic() + self.request_timeout_s
+        while True:
+            done = (folder / collective.DONE).exists()  # before the request: see rlcore.collective
+            asked = collective.read_request(folder, self.group["id"])
+            if asked is not None and asked >= step:
+                return True
+            if done:
+                return False
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the orchestrator did not ask for policy step {step} within "
+                    f"{self.request_timeout_s:g} s (data.wait_timeout_s): is it running with "
+                    f"output_dir {self.run_dir.root}?"
+                )
+            time.sleep(collective.POLL_S)
+
+    def send(self) -> None:
+        """Every rank gathers each tensor in turn; rank 0 broadcasts bucket by bucket."""
+        if self.world.is_main and self.link is None:
+            self.link = join_group(self.group)
+        tensors = policy_tensors(self.model)
+        info, dtype = self.update_info, getattr(self.model, "serving_dtype", None)
+        pairs = ((n, cast(full(tensors[n]), dtype)) for n in info["names"])
+        if self.group["backend"] == "nccl":
+            send_nccl(self.link, pairs, self.group, self.world.is_main)
+            return
+        for bucket in collective.update_buckets(info, self.group["bucket_bytes"]):
+            parts = [next(pairs)[1] for _ in bucket]
+            if self.world.is_main:
+                flat = [p.detach().cpu().contiguous().view(-1).view(torch.uint8) for p in parts]
+                collective.broadcast(self.link[1], torch.cat(flat))
+
+    def close(self) -> None:
+        self.link = None
+
+    def metrics(self) -> dict[str, float]:
+        return self.timings
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor on this rank (an FSDP shard is gathered: a collective)."""
+    gather = getattr(tensor, "full_tensor", None)
+    return (gather() if callable(gather) else tensor).detach()
+
+
+def join_group(group: dict[str, Any]):
+    """Rank 0 of the group: blocks until every inference worker joined (they join when the
+    orchestrator's first /update_weights reaches them), up to the group's timeout."""
+    logger.info(f"waiting for {group['world_size'] - 1} inference worker(s) to join "
+                f"{group['backend']} group {group['id']}")  # fmt: skip
+    if group["backend"] == "nccl":
+        from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+        rendezvous = {"master_address": group["host"], "master_port": group["port"],
+                      "world_size": group["world_size"]}  # fmt: skip
+        return trainer_init(rendezvous)
+    return collective.gloo_group(group["host"], group["port"], 0, group["world_size"],
+                                 group["id"], group["timeout_s"])  # fmt: skip
+
+
+def send_nccl(link, pairs: Iterator, group: dict[str, Any], is_main: bool) -> None:
+    """vLLM's packed NCCL producer, the counterpart of its `nccl` engine's consumer."""
+    if not is_main:
+        for _ in pairs:  # the other ranks only take part in the gathers
+            pass
+        return
+    from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
+
+    packed_nccl_broadcast_producer(
+        iterator=pairs, group=link, src=0, post_iter_func=lambda item: item[1],
+        buffer_size_bytes=group["bucket_bytes"], num_buffers=2,
+    )  # fmt: skip
+    torch.cuda.current_stream().synchronize()
