@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from inference.config import InferenceConfig
+from inference.worker_extension import WORKER_EXTENSION
 from rlcore.errors import ConfigError
 from rlcore.secrets import resolve, scrub
 
@@ -45,6 +46,8 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         # Token-in/token-out /inference/v1/generate, which verifiers v1 tasksets sample from
         # (their client reads each logprob's token as `token_id:<id>`).
         "--enable-scale-out", "--return-tokens-as-token-ids",
+        # reload_weights_retied: in-place reloads that keep tied weights right (CPU prepacks)
+        "--worker-extension-cls", WORKER_EXTENSION,
     ]  # fmt: skip
     if config.model.trust_remote_code:
         argv.append("--trust-remote-code")
@@ -125,6 +128,12 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
     api_key = vllm_args.pop("api_key", None) or vllm_args.pop("api-key", None)
     if api_key:  # vLLM reads it from there; it never appears in argv or vLLM's own logs
         os.environ["VLLM_API_KEY"] = str(api_key)
+    if {"worker_extension_cls", "worker-extension-cls"} & set(vllm_args):
+        raise ConfigError(
+            f"vllm_args.worker_extension_cls is the server's own ({WORKER_EXTENSION}: in-place "
+            "weight reloads need it); drop it from vllm_args, or subclass that class in yours "
+            "and run vLLM yourself"
+        )
     extra = user_argv(vllm_args, parser)
     stderr = io.StringIO()
     try:

@@ -136,7 +136,7 @@ class FilesystemLoader(WeightLoader):
         if delay:
             await asyncio.sleep(delay)
         await self.engine.collective_rpc(
-            "reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True}
+            "reload_weights_retied", kwargs={"weights_path": path, "is_checkpoint_format": True}
         )
 
     async def wait_for(self, what: str, awaitable, harmless: bool = False) -> Any:

@@ -130,6 +130,17 @@ def prompt_logprobs(url: str) -> list[float]:
     return [entry[str(tok)]["logprob"] for tok, entry in zip(PROMPT_IDS[1:], entries, strict=True)]
 
 
+def hf_prompt_logprobs(folder: Path) -> list[float]:
+    """The same logprobs from transformers' fp32 forward of the weights in `folder`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([PROMPT_IDS])).logits.float(), dim=-1)[0]
+    return [logprobs[i, tok].item() for i, tok in enumerate(PROMPT_IDS[1:])]
+
+
 def max_diff(a: list[float], b: list[float]) -> float:
     assert len(a) == len(b)
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
@@ -161,6 +172,8 @@ def test_update_weights_swaps_in_place_and_back(server, run_dir):
     assert status == 200 and body["weights"].endswith("step_1"), body
     changed = prompt_logprobs(server.url)
     assert max_diff(base, changed) > 1e-3
+    # exactly the folder's weights, the tied lm_head included (CPU prepacks linear weights)
+    assert max_diff(changed, hf_prompt_logprobs(run_dir / "weights/step_1")) < 1e-4
 
     status, body = server.admin_post(
         UPDATE_WEIGHTS_ROUTE, {"weight_dir": str(run_dir / "weights/step_0")}

@@ -92,7 +92,7 @@ def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys):
     (tmp_path / "taken" / "x").write_text("")
     cases = [
         ([str(tmp_path / "nope"), "--out", "o"], "is not a run folder"),
-        ([str(rd.root), "--step", "7", "--out", str(tmp_path / "o")], "weights: [0, 1, 2])"),
+        ([str(rd.root), "--step", "7", "--out", str(tmp_path / "o")], "weights: [1, 2])"),
         ([str(rd.root), "--out", str(tmp_path / "taken")], "already exists"),
         ([str(rd.root)], "--out"),
         ([str(rd.root), "--out", "o", "--dtype", "int8"], "invalid choice"),

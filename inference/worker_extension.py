@@ -1,0 +1,19 @@
+"""Methods added to every vLLM worker (`--worker-extension-cls`), called through
+`collective_rpc` by name.
+
+`reload_weights_retied`: vLLM's in-place reload loads a tied tensor (a tied-embedding model's
+`embed_tokens` / `lm_head`) through its first owner only; on CPU the other owner keeps
+computing with a prepacked copy of the old weights (0.8 nats off on the tiny model). This
+reloads, then processes every other owner of a tied tensor again."""
+
+WORKER_EXTENSION = "inference.worker_extension.TiedReload"
+
+
+class TiedReload:
+    def reload_weights_retied(self, **kwargs) -> None:
+        from inference.gloo_engine import retie, tied_groups
+
+        model = self.model_runner.get_model()
+        groups = tied_groups(model)
+        self.reload_weights(**kwargs)
+        retie(model, groups)
