@@ -37,10 +37,11 @@ def find_run(name: str) -> RunDir:
     for folder in candidates:
         if looks_like_run(folder):
             return RunDir(folder)
-    tried = " nor ".join(repr(str(c)) for c in candidates)
-    raise ConfigError(
-        f"no run {name!r}: {tried} is not a run folder; `rl list` shows the runs under {RUNS_ROOT}/"
-    )
+    if len(candidates) == 2:
+        found = f"neither {str(candidates[0])!r} nor {str(candidates[1])!r} is a run folder"
+    else:
+        found = f"{str(candidates[0])!r} is not a run folder"
+    raise ConfigError(f"no run {name!r}: {found}; `rl list` shows the runs under {RUNS_ROOT}/")
 
 
 def latest_run() -> RunDir:
