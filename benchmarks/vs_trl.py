@@ -5,6 +5,7 @@ the ratios ours / TRL's of wall time (command to exit), steady step (steps 5-24)
 over all processes, bytes written to disk, and the last-5 mean reward.
 
     python benchmarks/vs_trl.py [--seeds 0,1] [--skip-trl] [--skip-ours] [--trl-version X]
+                                [our side's extra rl flags: --weight-transfer.type collective]
 
 TRL never enters the project's environment: the script builds its own with uv in the cache
 folder (`trl-env/`: trl plus the torch, transformers, datasets and accelerate versions this
@@ -113,9 +114,9 @@ def run_trl(seed: int, work: Path, trl_version: str | None) -> dict:
     return figures | (json.loads(result.read_text()) if result.exists() else {})
 
 
-def run_ours(seed: int, work: Path) -> dict:
+def run_ours(seed: int, work: Path, extra: list[str]) -> dict:
     out = work / "ours"
-    argv = rl_argv(*QUICKSTART, "--seed", str(seed), "--output-dir", str(out), "--clean")
+    argv = rl_argv(*QUICKSTART, "--seed", str(seed), "--output-dir", str(out), "--clean", *extra)
     figures = timed(argv, work / "ours.log")
     metrics = out / "metrics.jsonl"
     records = read_records(metrics)[0] if metrics.exists() else []
@@ -150,13 +151,13 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--trl-version", default=None)
-    args = parser.parse_args()
+    args, extra = parser.parse_known_args()
     results = {}
     for seed in map(int, args.seeds.split(",")):
         with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
             work = Path(tmp)
             trl = {} if args.skip_trl else summary(run_trl(seed, work, args.trl_version))
-            ours = {} if args.skip_ours else summary(run_ours(seed, work))
+            ours = {} if args.skip_ours else summary(run_ours(seed, work, extra))
         results[seed] = {"ours": ours, "trl": trl}
         print_row(seed, ours, trl)
     save("vs_trl", results)
