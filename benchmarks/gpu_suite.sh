@@ -50,7 +50,8 @@ step single-16k "$PY" benchmarks/trainer_throughput.py --preset single-16k --ste
 step packed-8x2k "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \
     --peak-tflops 989 --json "$OUT/packed-8x2k.json"
 if "$PY" -c "import vllm" 2>/dev/null; then
-    step weight-transfer "$PY" benchmarks/weight_transfer.py --json "$OUT/weight-transfer.json"
+    step weight-transfer "$PY" benchmarks/weight_transfer.py  # writes results/weight_transfer.json
+    cp benchmarks/results/weight_transfer.json "$OUT/weight-transfer.json" 2>/dev/null
 else
     STATUS[weight-transfer]="skipped: vllm is not installed for $PY"
 fi

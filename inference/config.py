@@ -169,6 +169,12 @@ class InferenceConfig(BaseConfig):
 
     @model_validator(mode="after")
     def validate_vllm_args(self) -> "InferenceConfig":
+        if {"worker_extension_cls", "worker-extension-cls"} & set(self.vllm_args):
+            raise ValueError(
+                "vllm_args.worker_extension_cls is the server's own "
+                "(inference.worker_extension.TiedReload: in-place weight reloads need it): drop "
+                "it from vllm_args"
+            )
         clash = [k for k in self.vllm_args if k.replace("-", "_") in OWNED_VLLM_ARGS]
         if clash:
             fixes = ", ".join(f"{k} -> {OWNED_VLLM_ARGS[k.replace('-', '_')]}" for k in clash)

@@ -128,12 +128,6 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
     api_key = vllm_args.pop("api_key", None) or vllm_args.pop("api-key", None)
     if api_key:  # vLLM reads it from there; it never appears in argv or vLLM's own logs
         os.environ["VLLM_API_KEY"] = str(api_key)
-    if {"worker_extension_cls", "worker-extension-cls"} & set(vllm_args):
-        raise ConfigError(
-            f"vllm_args.worker_extension_cls is the server's own ({WORKER_EXTENSION}: in-place "
-            "weight reloads need it); drop it from vllm_args, or subclass that class in yours "
-            "and run vLLM yourself"
-        )
     extra = user_argv(vllm_args, parser)
     stderr = io.StringIO()
     try:
