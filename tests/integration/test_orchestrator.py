@@ -210,9 +210,10 @@ def check_groups(batch, records, tokenizer) -> None:
     4 has advantages summing to zero."""
     assert len(batch.samples) == len(records)
     for sample, record in zip(batch.samples, records, strict=True):
-        prompt = tokenizer.apply_chat_template(record["prompt"], add_generation_prompt=True)
-        ids = prompt["input_ids"] if isinstance(prompt, dict) else prompt
-        assert sample.prompt_ids == list(ids)
+        prompt = tokenizer.apply_chat_template(
+            record["prompt"], add_generation_prompt=True, return_dict=True
+        )
+        assert sample.prompt_ids == list(prompt["input_ids"])
         assert sample.reward == pytest.approx(record["reward"])
         first = record["completion"][0]["content"]
         model_ids = tokens_where(sample, 1)
