@@ -56,13 +56,15 @@ _MISSING = object()
 
 
 def _has_field(model: type[BaseConfig], path: tuple[str, ...]) -> bool:
-    for key in path:
-        field = model.model_fields.get(key)
-        if field is None:
-            return False
-        members = model_members(field.annotation)
-        model = members[0] if members else BaseConfig
-    return True
+    """Whether `path` names a field of `model`; through a union (e.g. the weight transports),
+    a field of any of its members."""
+    field = model.model_fields.get(path[0])
+    if field is None:
+        return False
+    members = model_members(field.annotation)
+    if len(path) == 1 or not members:
+        return len(path) == 1 or field.annotation is Any
+    return any(_has_field(member, path[1:]) for member in members)
 
 
 def _leaves(value: Any, prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:

@@ -277,6 +277,14 @@ class ArgParser:
             parent, name = loc[:-1], loc[-1]
             choices = keys_under(self.model, parent)
             hint = did_you_mean(name, choices) or f" (valid keys here: {', '.join(choices)})"
+            kinds = [c.model_fields["type"].default for c in classes_at(self.model, parent)
+                     if name in c.model_fields and "type" in c.model_fields]  # fmt: skip
+            if kinds:  # a key of another member of a tagged union
+                types = " or ".join(map(repr, kinds))
+                return (
+                    f"`{dotted}`{where} is a key of `{'.'.join(shown_loc[:-1])}.type` = {types} "
+                    f"only: set that type too, or drop `{name}`"
+                )
             return f"unknown key `{dotted}`{where}{hint}"
         if error["type"] == "union_tag_invalid":
             ctx = error.get("ctx", {})

@@ -360,3 +360,20 @@ def test_inference_replicas_get_their_own_ports_gpus_and_urls():
     assert config.inference.parallel.dp == 2
     with pytest.raises(ValueError, match="replicas × parallel.dp × tp = 3 × 1 × 1"):
         RLConfig.model_validate({"inference": {"replicas": 3}, **gpus})
+
+
+def test_shared_key_of_a_union_member_fills_every_component():
+    """`--weight-transfer.bucket-mb` is a key of the collective transport only: with that type
+    chosen it reaches all three processes."""
+    argv = ["--weight-transfer.type", "collective", "--weight-transfer.bucket-mb", "16"]
+    config = parse(RLConfig, argv)
+    for component in (config.trainer, config.orchestrator, config.inference):
+        assert component.weight_transfer.type == "collective"
+        assert component.weight_transfer.bucket_mb == 16
+
+
+def test_key_of_another_union_member_names_the_type_it_needs(tmp_path, capsys):
+    path = write(tmp_path, "t.toml", "[weight_transfer]\nbucket_mb = 16\n")
+    err = user_error(TrainerConfig, ["@", path], capsys)
+    assert "t.toml" in err and "weight_transfer.bucket_mb" in err
+    assert "'collective' only" in err and "did you mean" not in err
