@@ -226,7 +226,9 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
     ckpt_rows = [r for r in rows if r["ckpt_s"] > 0] or [{"ckpt_s": 0.0}]
     print(
         f"{dtype:>9}: {step_s:.3f} s/step, {tokens_s:,.0f} tokens/s{mfu}\n"
-        f"{'':>9}  timeline per step: train {med('train_s'):.3f} s, publish {med('publish_s'):.3f}"
+        f"{'':>9}  timeline per step: train {med('train_s'):.3f} s (forward "
+        f"{med('forward_s'):.3f}, backward {med('backward_s'):.3f}, optimizer "
+        f"{med('optimizer_s'):.3f}), publish {med('publish_s'):.3f}"
         f" s (background write {med('publish_write_s'):.3f} s, waited {med('publish_wait_s'):.3f}"
         f" s), checkpoint {statistics.median(r['ckpt_s'] for r in ckpt_rows):.3f} s every "
         f"{args.ckpt_interval} steps (background write {result['ckpt_write_s']:.3f} s, the next "

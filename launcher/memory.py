@@ -153,9 +153,9 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     if shape is None:
         return "trainer peak memory: not estimated (no local model folder)", None
     trainer = config.trainer
-    tokens = trainer.data.micro_batch_tokens or trainer.seq_len
-    compute_bytes = 4 if trainer.model.dtype == "float32" else 2
     gpus = gpu_map.get("trainer") or []
+    tokens = trainer.tokens_per_pass(on_cpu=not gpus)
+    compute_bytes = 4 if trainer.model.dtype == "float32" else 2
     lora = trainer.lora
     # Adapters: about two rank x hidden matrices per target layer per block.
     adapters = None if lora is None else 2 * lora.rank * shape.hidden * len(lora.target_modules)

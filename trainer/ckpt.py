@@ -117,10 +117,16 @@ class Checkpointer:
         if background:
             self.group, self.stager = async_resources(world)
 
-    def save(self, step: int, model: nn.Module, optimizer, scheduler, extra: dict) -> dict:
-        """Checkpoint the state after `step`; returns timings (seconds) for the step's metrics."""
+    def save(
+        self, step: int, model: nn.Module, optimizer, scheduler, extra: dict, last: bool = False
+    ) -> dict:
+        """Checkpoint the state after `step`; returns timings (seconds) for the step's metrics.
+        The run's `last` checkpoint is written in the foreground: nothing trains after it, so
+        a staged copy of the state would only double the trainer's memory."""
         run_dir, world = self.run_dir, self.world
-        if not self.background:
+        if not self.background or last:
+            self.before_update()
+            self.writer.wait()
             save_checkpoint(run_dir, step, model, optimizer, scheduler, world, extra, self.parts)
             if world.is_main:
                 prune_checkpoints(run_dir, self.keep)

@@ -7,6 +7,8 @@ metrics.jsonl records, configs/trainer.toml.
 Unblocked by: the orchestrator writing the next batch (or data.fake, which needs nobody).
 """
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import resource
@@ -36,6 +38,9 @@ from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
 from trainer.parity import parity_causes, parity_message
 from trainer.weights import build_sender, place_weights
+
+_LIBC_NAME = ctypes.util.find_library("c")
+MALLOC_TRIM = getattr(ctypes.CDLL(_LIBC_NAME), "malloc_trim", None) if _LIBC_NAME else None  # glibc
 
 logger = logging.getLogger("trainer")
 HANG_ENV = "RL_FAULT_HANG_AT_STEP"
@@ -105,6 +110,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
 
 
 def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
+    started = time.perf_counter()
     quiet_libraries()
     torch.manual_seed(config.seed)
     run_dir, resume_step = setup_run_dir(config, world)
@@ -139,6 +145,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         )
         trainer.logger.start_wandb(saved.get("wandb_run_id"))
     sender.publish_initial(trainer.start_step)
+    logger.info(f"set up in {time.perf_counter() - started:.1f} s (model, optimizer, transport)")
     return trainer
 
 
@@ -187,8 +194,9 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
         save_start = time.perf_counter()
         extra = {"wandb_run_id": trainer.logger.wandb_run.id} if has_wandb(trainer) else {}
         metrics |= trainer.checkpointer.save(
-            step, trainer.model, trainer.optimizer, trainer.scheduler, extra
-        )
+            step, trainer.model, trainer.optimizer, trainer.scheduler, extra,
+            last=step == config.max_steps,
+        )  # fmt: skip
         metrics["ckpt_s"] = time.perf_counter() - save_start
     if trainer.logger:
         trainer.logger.log(step, metrics)
@@ -221,17 +229,27 @@ def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
         torch.cuda.reset_peak_memory_stats()
     lr = trainer.scheduler.get_last_lr()[0]
     try:
-        total_loss, sums = forward_backward(trainer, batch)
+        total_loss, sums, times = forward_backward(trainer, batch)
+        optimizer_start = time.perf_counter()
         max_norm = trainer.config.optim.max_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         applied = apply_update(trainer, total_loss, grad_norm)
+        times["optimizer_s"] = time.perf_counter() - optimizer_start
     except torch.OutOfMemoryError as err:
         raise TrainingError(out_of_memory_message(trainer, batch, err)) from None
     metrics = step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
-    metrics["skipped_update"] = float(not applied)
-    return metrics
+    release_freed_memory(trainer.world)
+    return metrics | times | {"skipped_update": float(not applied)}
+
+
+def release_freed_memory(world: World) -> None:
+    """On CPU, hand the heap's free pages back to the system after each step: glibc keeps
+    them otherwise, and micro-batches of changing shapes grow the trainer's resident memory
+    step after step (measured 3.2 -> 5.9 GiB over 12 quick start steps)."""
+    if world.device.type == "cpu" and MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
 
 
 def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) -> str:
@@ -245,7 +263,7 @@ def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) ->
     return (
         f"{world.device} out of memory{used} at step {batch.step + 1} on a batch of "
         f"{batch.num_tokens} tokens: lower data.micro_batch_tokens "
-        f"(now {config.data.micro_batch_tokens or config.seq_len}) or seq_len (now "
+        f"(now {config.tokens_per_pass(world.device.type == 'cpu')}) or seq_len (now "
         f"{config.seq_len}), set model.activation_checkpointing = true (now "
         f"{model.activation_checkpointing}, every {model.activation_checkpointing_freq} "
         f"layer(s)), keep model.logprob_chunk_tokens set (now {model.logprob_chunk_tokens}), or "
@@ -254,23 +272,31 @@ def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) ->
     )
 
 
-def forward_backward(trainer: Trainer, batch: Batch) -> tuple[torch.Tensor, LossSums]:
-    """Accumulate this rank's gradients of the batch loss; returns (loss, metric sums)."""
+def forward_backward(
+    trainer: Trainer, batch: Batch
+) -> tuple[torch.Tensor, LossSums, dict[str, float]]:
+    """Accumulate this rank's gradients of the batch loss; returns (loss, metric sums,
+    seconds spent in forward passes and in backward passes)."""
     config, world, model = trainer.config, trainer.world, trainer.model
-    max_tokens = config.data.micro_batch_tokens or config.seq_len
+    max_tokens = config.tokens_per_pass(world.device.type == "cpu")
     micro_batches = split_for_ranks(batch, max_tokens, world.rank, world.world_size)
     num_loss_tokens = count_loss_tokens(batch)
     total_loss, sums = torch.zeros((), device=world.device), LossSums()
+    times = {"forward_s": 0.0, "backward_s": 0.0}
     for i, mb in enumerate(micro_batches):
+        start = time.perf_counter()
         mb = mb.to(world.device)
         if world.distributed:  # reduce gradients once, after the last micro-batch
             model.set_requires_gradient_sync(i == len(micro_batches) - 1)
         loss, mb_sums = micro_batch_loss(trainer, mb, batch.temperature, num_loss_tokens)
+        backward_start = time.perf_counter()
         # FSDP averages gradients over ranks; the loss is a sum over the whole batch.
         (loss * world.world_size).backward()
         total_loss += loss.detach()
         sums.add(mb_sums)
-    return total_loss, sums
+        times["forward_s"] += backward_start - start
+        times["backward_s"] += time.perf_counter() - backward_start
+    return total_loss, sums, times
 
 
 def micro_batch_loss(

@@ -66,7 +66,7 @@ def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cp
     with pytest.raises(TrainingError) as failure:
         train_step(trainer, batch)
     message = str(failure.value)
-    knobs = ("data.micro_batch_tokens (now 32)", "seq_len (now 32)", "9.27 GiB",
+    knobs = ("data.micro_batch_tokens (now 512)", "seq_len (now 32)", "9.27 GiB",
              "model.activation_checkpointing = true", "--trainer-gpu-ids")  # fmt: skip
     for knob in knobs:
         assert knob in message, message

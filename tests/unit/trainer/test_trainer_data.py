@@ -98,3 +98,14 @@ def test_several_gpus_reexec_under_torchrun(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")  # already under torchrun
     dist.maybe_reexec_under_torchrun(["@", "t.toml"])
     assert len(calls) == 1
+
+
+def test_tokens_per_pass_defaults_by_device():
+    from trainer.config import TrainerConfig
+
+    short, long = TrainerConfig(seq_len=256), TrainerConfig(seq_len=2048)
+    assert short.tokens_per_pass(on_cpu=True) == 512  # measured fastest on the quick start
+    assert short.tokens_per_pass(on_cpu=False) == 256
+    assert long.tokens_per_pass(on_cpu=True) == 2048  # never below seq_len
+    explicit = TrainerConfig(seq_len=256, data={"micro_batch_tokens": 300})
+    assert explicit.tokens_per_pass(on_cpu=True) == 300
