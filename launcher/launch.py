@@ -101,18 +101,18 @@ def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
 
 
 def supervise(plan: Plan, supervisor: Supervisor) -> int:
-    for name in plan.inference_names:
+    # All at once: the trainer loads its model and the orchestrator its environments while
+    # inference starts (the orchestrator waits for /health itself).
+    for name in (*plan.inference_names, "orchestrator", "trainer"):
         supervisor.start(name)
-    print("rl: waiting for inference to become healthy", flush=True)
+    supervisor.write_state("running")
+    print("rl: started inference, orchestrator and trainer; waiting for inference", flush=True)
     try:
         supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
     except TimeoutError as err:
         return fail(supervisor, err.args[1], 1, err.args[0])
     if all(supervisor.children[n].proc.poll() is None for n in plan.inference_names):
-        print("rl: inference is healthy; starting orchestrator and trainer", flush=True)
-        supervisor.start("orchestrator")
-        supervisor.start("trainer")
-        supervisor.write_state("running")
+        print("rl: inference is healthy", flush=True)
     while True:
         outcome = supervisor.poll()
         if outcome is not None:

@@ -140,6 +140,9 @@ def derive(config: RLConfig) -> RLConfig:
             "inference.server.port"
         )
     derive_max_model_len(config)
+    # The orchestrator starts with inference and waits for /health itself: as long as rl would.
+    startup_s = config.inference.server.startup_timeout_s
+    client.health_timeout_s = max(client.health_timeout_s, startup_s)
     trainer_model = config.trainer.model
     if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
         trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
@@ -245,7 +248,7 @@ def describe(plan: Plan) -> str:
         lines.append(f"  {component:<13} {'GPUs ' + ','.join(map(str, gpus)) if gpus else 'CPU'}")
     if plan.memory:
         lines.append(plan.memory)
-    lines.append("Commands (started in this order: inference, then orchestrator and trainer):")
+    lines.append("Commands (started together; the orchestrator waits for inference):")
     for component in plan.components:
         env = plan.env(component)
         cmd = " ".join(plan.command(component))

@@ -97,13 +97,13 @@ class Supervisor:
         return server_url(server.host, server.port)
 
     def wait_healthy(self, timeout_s: float) -> None:
-        """Until every inference server answers /health (or one exits: the supervision loop
-        reports it); TimeoutError(message, name) after `timeout_s`."""
+        """Until every inference server answers /health (or any component exits: the
+        supervision loop reports it); TimeoutError(message, name) after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         waiting = list(self.inference)
         while waiting:
             child = waiting[0]
-            if child.proc.poll() is not None:
+            if any(c.proc.poll() is not None for c in self.children.values()):
                 return
             if probe_health(self.url(child.name)) is None:
                 child.last_progress = time.monotonic()
