@@ -52,14 +52,17 @@ class CollectiveLoader(WeightLoader):
                 await self.wait_for("pausing generation", self.engine.pause_generation(
                     mode=self.pause_mode, clear_cache=True
                 ), self.pause_timeout_s)  # fmt: skip
-                await self.receive(request)
+                phases = {"pause": time.monotonic() - start}
+                phases |= await self.receive(request)
             finally:
                 await self.engine.resume_generation()
             self.current = f"step_{request['step']}"
             return {"status": "ok", "weights": self.current,
-                    "load_s": round(time.monotonic() - start, 3)}  # fmt: skip
+                    "load_s": round(time.monotonic() - start, 3),
+                    "phases_s": {k: round(v, 3) for k, v in phases.items()}}  # fmt: skip
 
-    async def receive(self, request: dict[str, Any]) -> None:
+    async def receive(self, request: dict[str, Any]) -> dict[str, float]:
+        """Join the trainer's group if new, then take the update; seconds per phase."""
         group, timeout_s = request["group"], float(request["group"]["timeout_s"])
         transfer = self.engine.vllm_config.weight_transfer_config
         ours = transfer.backend if transfer is not None else None
@@ -67,16 +70,20 @@ class CollectiveLoader(WeightLoader):
             raise WeightDirError(422, f"the trainer sends over {group['backend']} but this server "
                 f"receives over {ours}: set the same weight_transfer.backend on both")  # fmt: skip
         try:
+            clock = [time.monotonic()]
             if group["id"] != self.group_id:
                 await self.join(group, request["rank_offset"], timeout_s)
             await self.wait_for("starting the update", self.engine.start_weight_update(), 60)
+            clock.append(time.monotonic())
             update = {"update_info": request["update_info"]}
             await self.wait_for(
                 f"receiving policy step {request['step']} from the trainer",
                 self.engine.collective_rpc("update_weights", kwargs=update), timeout_s,
             )  # fmt: skip
+            clock.append(time.monotonic())
             await self.wait_for("finishing the update", self.engine.finish_weight_update(),
                                 timeout_s)  # fmt: skip
+            clock.append(time.monotonic())
         except WeightDirError as err:
             self.unsafe = str(err)
             raise
@@ -84,6 +91,8 @@ class CollectiveLoader(WeightLoader):
             self.unsafe = f"receiving policy step {request['step']} failed ({err})"
             raise WeightDirError(500, f"{self.unsafe}: is the trainer still running?") from err
         await self.engine.reset_prefix_cache()
+        spans = [b - a for a, b in zip(clock, clock[1:], strict=False)]
+        return dict(zip(("start", "receive", "finish"), spans, strict=True))
 
     async def join(self, group: dict[str, Any], rank_offset: int, timeout_s: float) -> None:
         if self.group_id is not None:

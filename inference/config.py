@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 
 from rlcore.config import (
     DEFAULT_RUN_DIR,
@@ -67,9 +67,9 @@ class ServerConfig(BaseConfig):
 
 
 class CpuConfig(BaseConfig):
-    kvcache_space_gib: PositiveInt = 4
-    """KV-cache memory in GiB when serving on CPU (sets VLLM_CPU_KVCACHE_SPACE unless that
-    environment variable is already set)."""
+    kvcache_space_gib: PositiveFloat = 4
+    """KV-cache memory in GiB when serving on CPU, fractions allowed (vLLM allocates all of it
+    at start); a VLLM_CPU_KVCACHE_SPACE environment variable (whole GiB) wins over it."""
 
     omp_threads_bind: str = "auto"
     """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` lets vLLM pick (sets

@@ -127,7 +127,6 @@ def setup_device_env(config: InferenceConfig) -> bool:
 
     if not current_platform.is_cpu():
         return False
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu.kvcache_space_gib))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     return True

@@ -59,6 +59,8 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         lora = config.lora
         argv += ["--enable-lora", "--max-lora-rank", str(lora.max_rank)]
         argv += ["--max-loras", str(lora.max_loras)]
+    if on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):  # the variable wins if set
+        argv += ["--kv-cache-memory-bytes", str(int(config.cpu.kvcache_space_gib * 2**30))]
     eager = on_cpu if config.enforce_eager is None else config.enforce_eager
     argv.append("--enforce-eager" if eager else "--no-enforce-eager")
     if config.weight_transfer.type == "collective":
