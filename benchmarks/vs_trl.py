@@ -2,10 +2,13 @@
 job (the bundled SmolLM2-135M, one-digit addition, 25 steps of 4 prompts x 8 rollouts, 16
 tokens, lr 3e-5, token-level loss, temperature 1, truncated answers score 0, no KL term), and
 the ratios ours / TRL's of wall time (command to exit), steady step (steps 5-24), peak memory
-over all processes, bytes written to disk, and the last-5 mean reward.
+over all processes (PSS), bytes the processes wrote (sampled per process), bytes that reached
+the disks (/proc/diskstats, after a sync), and the last-5 mean reward. Our side also prints
+where its time went (startup, and each part of a steady step) and memory and writes by process.
 
     python benchmarks/vs_trl.py [--seeds 0,1] [--skip-trl] [--skip-ours] [--trl-version X]
-                                [our side's extra rl flags: --weight-transfer.type collective]
+                                [--work DIR]
+                                [our side's extra rl flags: --weight-transfer.type filesystem]
 
 TRL never enters the project's environment: the script builds its own with uv in the cache
 folder (`trl-env/`: trl plus the torch, transformers, datasets and accelerate versions this
@@ -16,7 +19,10 @@ in fp32. Bars (issue "beat TRL"): wall <= 0.8x, last-5 reward >= 0.8, memory <= 
 
 import argparse
 import json
+import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +30,7 @@ import threading
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -40,43 +47,109 @@ TRL_SCRIPT = Path(__file__).with_name("trl_grpo_job.py")
 
 
 class Watch:
-    """Peak resident memory summed over a process tree, and bytes it wrote (sampled)."""
+    """Peak memory summed over a process tree (proportional set size: a page shared by n
+    processes counts 1/n in each, so shared libraries count once), its peak per role (each
+    direct child of the command with its descendants: inference, trainer, orchestrator), and
+    bytes each role wrote. Bytes are sampled every `interval_s`, memory every `pss_every`
+    samples: the kernel takes about 11 ms to sum one large process's pages, and sampling
+    eight of them twice a second would slow the run it measures."""
 
-    def __init__(self, proc: subprocess.Popen, interval_s: float = 0.5):
-        self.proc, self.interval_s = proc, interval_s
-        self.peak_rss, self.written = 0, {}
+    def __init__(self, proc: subprocess.Popen, interval_s: float = 0.5, pss_every: int = 4):
+        self.proc, self.interval_s, self.pss_every = proc, interval_s, pss_every
+        self.peak, self.role_peak, self.written, self.appeared = 0, {}, {}, {}
+        self.started = time.perf_counter()
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
     def loop(self) -> None:
         root = psutil.Process(self.proc.pid)
+        tick = 0
         while self.proc.poll() is None:
-            rss = 0
             try:
-                tree = [root, *root.children(recursive=True)]
+                roles = {"command": [root]}
+                for child in root.children():
+                    roles.setdefault(role_of(child), []).extend(
+                        [child, *child.children(recursive=True)]
+                    )
             except psutil.NoSuchProcess:
                 break
-            for p in tree:
-                try:
-                    rss += p.memory_info().rss
-                    self.written[p.pid] = p.io_counters().write_bytes
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-            self.peak_rss = max(self.peak_rss, rss)
+            memory, tick = tick % self.pss_every == 0, tick + 1
+            total = 0
+            for role, procs in roles.items():
+                self.appeared.setdefault(role, time.perf_counter() - self.started)
+                pss = sum(self.sample(role, p, memory) for p in procs)
+                self.role_peak[role] = max(self.role_peak.get(role, 0), pss)
+                total += pss
+            self.peak = max(self.peak, total)
             time.sleep(self.interval_s)
 
-    def result(self) -> dict[str, float]:
+    def sample(self, role: str, p: psutil.Process, memory: bool) -> int:
+        """Records the process's bytes written so far; its PSS now if `memory`, else 0."""
+        try:
+            self.written[p.pid] = (role, p.io_counters().write_bytes)
+            return pss_bytes(p.pid) if memory else 0
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            return 0
+
+    def result(self) -> dict[str, Any]:
         self.thread.join()
-        return {"peak_gib": self.peak_rss / 2**30, "written_gb": sum(self.written.values()) / 1e9}
+        by_role: dict[str, float] = {}
+        for role, written in self.written.values():
+            by_role[role] = by_role.get(role, 0.0) + written / 1e9
+        return {
+            "peak_gib": self.peak / 2**30,
+            "peak_gib_by_role": {r: v / 2**30 for r, v in sorted(self.role_peak.items())},
+            "written_gb": sum(by_role.values()),
+            "written_gb_by_role": dict(sorted(by_role.items())),
+            "appeared_s": self.appeared,
+        }
 
 
-def timed(argv: list[str], log: Path, cwd: Path = REPO) -> dict[str, float]:
-    started = time.perf_counter()
+def pss_bytes(pid: int) -> int:
+    """The kernel's own sum (smaps_rollup): cheap enough to sample twice a second without
+    slowing what it measures, unlike parsing every mapping of /proc/PID/smaps."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def role_of(proc: psutil.Process) -> str:
+    """`python -m trainer.main @ ...` -> trainer; anything else by its program name."""
+    argv = proc.cmdline()
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1].split(".")[0]
+    return Path(argv[0]).name if argv else "?"
+
+
+def timed(argv: list[str], log: Path, cwd: Path = REPO) -> dict[str, Any]:
+    os.sync()
+    disk_before = disk_written_bytes()
+    started, started_at = time.perf_counter(), time.time()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         watch = Watch(proc)
         code = proc.wait()
-    return {"exit_code": code, "wall_s": time.perf_counter() - started} | watch.result()
+    wall_s = time.perf_counter() - started
+    os.sync()  # what the run left in the page cache reaches the disk and is counted
+    written = (disk_written_bytes() - disk_before) / 1e9
+    figures = {"exit_code": code, "wall_s": wall_s, "started_at": started_at}
+    return figures | watch.result() | {"disk_written_gb": written}
+
+
+def disk_written_bytes() -> int:
+    """Bytes written to this machine's disks so far (/proc/diskstats; whole disks, not
+    partitions, RAM or loop devices): counts a run's writes even after its processes exit,
+    where per-process counters stop at their last sample."""
+    disks = {p.name for p in Path("/sys/block").iterdir()
+             if not p.name.startswith(("loop", "ram", "zram"))}  # fmt: skip
+    total = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        fields = line.split()
+        if fields[2] in disks:
+            total += int(fields[9]) * 512  # sectors written
+    return total
 
 
 def trl_python(trl_version: str | None) -> Path:
@@ -122,7 +195,46 @@ def run_ours(seed: int, work: Path, extra: list[str]) -> dict:
     records = read_records(metrics)[0] if metrics.exists() else []
     rewards = [r["reward"] for r in records if r["component"] == "orchestrator"]
     steps = [r["step_time_s"] for r in records if r["component"] == "trainer"]
-    return figures | {"rewards": rewards, "step_s": steps[5:] or steps}
+    profile = breakdown(out, records, figures)
+    return figures | {"rewards": rewards, "step_s": steps[5:] or steps, "profile": profile}
+
+
+TRAINER_PARTS = ("data_wait_s", "forward_s", "backward_s", "optimizer_s", "publish_s",
+                 "transfer_send_s", "ckpt_s", "step_time_s")  # fmt: skip
+ORCHESTRATOR_PARTS = ("time/generate_s", "time/wait_weights_s", "time/step_s")
+
+
+def breakdown(out: Path, records: list[dict], figures: dict) -> dict[str, dict[str, float]]:
+    """Where our run's time went: the startup (seconds from the command) and the median of
+    each part of a steady step (steps 5 on), per process."""
+    trainer = [r for r in records if r["component"] == "trainer"]
+    orchestrator = [r for r in records if r["component"] == "orchestrator"]
+    appeared, started_at = figures["appeared_s"], figures["started_at"]
+    startup = {f"{role} started": s for role, s in appeared.items() if role != "command"}
+    inference = log_seconds(out / "logs" / "inference.log", r"ready: serving .* \(([\d.]+) s\)")
+    setup = log_seconds(out / "logs" / "trainer.log", r"set up in ([\d.]+) s")
+    if inference is not None and "inference" in appeared:
+        startup["inference ready"] = appeared["inference"] + inference
+    if setup is not None and "trainer" in appeared:
+        startup["trainer set up"] = appeared["trainer"] + setup
+    if orchestrator:
+        startup["first batch"] = orchestrator[0]["time"] - started_at
+    if trainer:
+        startup["first update"] = trainer[0]["time"] - started_at
+    steady = {
+        "trainer": (trainer[5:], TRAINER_PARTS),
+        "orchestrator": (orchestrator[5:], ORCHESTRATOR_PARTS),
+    }
+    step = {
+        f"{name} {key}": statistics.median(r.get(key, 0.0) for r in rows)
+        for name, (rows, keys) in steady.items() if rows for key in keys
+    }  # fmt: skip
+    return {"startup_s": startup, "steady_step_s": step}
+
+
+def log_seconds(log: Path, pattern: str) -> float | None:
+    found = re.findall(pattern, log.read_text()) if log.exists() else []
+    return float(found[-1]) if found else None
 
 
 def summary(side: dict) -> dict:
@@ -132,17 +244,35 @@ def summary(side: dict) -> dict:
         "steady_step_s": sorted(steps)[len(steps) // 2] if steps else float("nan"),
         "peak_gib": side["peak_gib"],
         "written_gb": side["written_gb"],
+        "disk_written_gb": side["disk_written_gb"],
         "last5_reward": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else float("nan"),
         "exit_code": side["exit_code"],
+    } | {
+        key: side[key]
+        for key in ("profile", "peak_gib_by_role", "written_gb_by_role")
+        if key in side
     }
+
+
+def print_profile(ours: dict) -> None:
+    for section, figures in ours.get("profile", {}).items():
+        print(f"        ours, {section.replace('_', ' ')}:")
+        for key, value in figures.items():
+            print(f"          {key:<34} {value:>8.2f}")
+    for key in ("peak_gib_by_role", "written_gb_by_role"):
+        parts = ", ".join(f"{role} {value:.2f}" for role, value in ours.get(key, {}).items())
+        print(f"        {key:<16} ours: {parts}")
 
 
 def print_row(seed: int, ours: dict, trl: dict) -> None:
     print(f"\nseed {seed}: {'measure':<16} {'ours':>10} {'TRL':>10} {'ratio':>8}")
-    for key in ("wall_s", "steady_step_s", "peak_gib", "written_gb", "last5_reward"):
+    keys = ("exit_code", "wall_s", "steady_step_s", "peak_gib", "written_gb", "disk_written_gb",
+            "last5_reward")  # fmt: skip
+    for key in keys:
         a, b = ours.get(key, float("nan")), trl.get(key, float("nan"))
         ratio = a / b if b else float("nan")
         print(f"        {key:<16} {a:>10.2f} {b:>10.2f} {ratio:>8.2f}")
+    print_profile(ours)
 
 
 def main() -> None:
@@ -151,11 +281,13 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--trl-version", default=None)
+    parser.add_argument("--work", default=None, help="keep both runs' folders and logs here")
     args, extra = parser.parse_known_args()
     results = {}
     for seed in map(int, args.seeds.split(",")):
         with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
-            work = Path(tmp)
+            work = Path(args.work) / f"seed{seed}" if args.work else Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
             trl = {} if args.skip_trl else summary(run_trl(seed, work, args.trl_version))
             ours = {} if args.skip_ours else summary(run_ours(seed, work, extra))
         results[seed] = {"ours": ours, "trl": trl}

@@ -193,7 +193,7 @@ class CollectiveTransferConfig(BaseConfig):
     """Inference worker processes that receive, all servers together (tp × dp each); None:
     `rl` derives it, a trainer started alone takes 1."""
 
-    bucket_mb: PositiveInt = 256
+    bucket_mb: PositiveInt = 64
     """Tensors travel packed in buckets of at most this many MiB (a larger tensor goes alone):
     each side holds one bucket at a time, never a second copy of the model."""
 
