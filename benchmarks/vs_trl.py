@@ -194,9 +194,12 @@ def run_ours(seed: int, work: Path, extra: list[str]) -> dict:
     metrics = out / "metrics.jsonl"
     records = read_records(metrics)[0] if metrics.exists() else []
     rewards = [r["reward"] for r in records if r["component"] == "orchestrator"]
-    steps = [r["step_time_s"] for r in records if r["component"] == "trainer"]
+    # A step is the whole cycle, as TRL's step_time (generate + train): from one update's end
+    # to the next one's, which also counts waiting for data and publishing.
+    ends = [r["time"] for r in records if r["component"] == "trainer"]
+    steps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
     profile = breakdown(out, records, figures)
-    return figures | {"rewards": rewards, "step_s": steps[5:] or steps, "profile": profile}
+    return figures | {"rewards": rewards, "step_s": steps[4:] or steps, "profile": profile}
 
 
 TRAINER_PARTS = ("data_wait_s", "forward_s", "backward_s", "optimizer_s", "publish_s",
@@ -266,8 +269,7 @@ def print_profile(ours: dict) -> None:
 
 def print_row(seed: int, ours: dict, trl: dict) -> None:
     print(f"\nseed {seed}: {'measure':<16} {'ours':>10} {'TRL':>10} {'ratio':>8}")
-    keys = ("exit_code", "wall_s", "steady_step_s", "peak_gib", "written_gb", "disk_written_gb",
-            "last5_reward")  # fmt: skip
+    keys = ("exit_code", "wall_s", "steady_step_s", "peak_gib", "disk_written_gb", "last5_reward")
     for key in keys:
         a, b = ours.get(key, float("nan")), trl.get(key, float("nan"))
         ratio = a / b if b else float("nan")

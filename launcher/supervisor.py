@@ -98,7 +98,8 @@ class Supervisor:
 
     def wait_healthy(self, timeout_s: float) -> None:
         """Until every inference server answers /health (or any component exits: the
-        supervision loop reports it); TimeoutError(message, name) after `timeout_s`."""
+        supervision loop reports it); TimeoutError(message, name) after `timeout_s`. Then
+        every component's stall clock starts: nothing could progress without inference."""
         deadline = time.monotonic() + timeout_s
         waiting = list(self.inference)
         while waiting:
@@ -106,7 +107,6 @@ class Supervisor:
             if any(c.proc.poll() is not None for c in self.children.values()):
                 return
             if probe_health(self.url(child.name)) is None:
-                child.last_progress = time.monotonic()
                 waiting.pop(0)
                 continue
             if time.monotonic() > deadline:
@@ -116,6 +116,8 @@ class Supervisor:
                 )
                 raise TimeoutError(message, child.name)
             time.sleep(1.0)
+        for child in self.children.values():
+            child.last_progress = time.monotonic()
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:
