@@ -13,6 +13,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,12 +27,27 @@ from rlcore.rundir import RunDir, steps_in  # noqa: E402
 WINDOW = 5
 
 
+def final_policy(run: RunDir) -> Path:
+    """The newest published policy folder; with the collective transport (nothing published
+    on disk) the last checkpoint, exported with `rl export`."""
+    stable = (
+        [s for s in steps_in(run.weights) if run.weights_stable(s)] if run.weights.is_dir() else []
+    )
+    if stable:
+        return run.weight_dir(max(stable))
+    out = Path(tempfile.mkdtemp(prefix="learning-final-")) / "policy"
+    argv = rl_argv("export", str(run.root), "--out", str(out), "--dtype", "float32")
+    subprocess.run(argv, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
 def changed_fraction(run: RunDir, base: Path) -> float:
-    """Share of weight elements in the newest published policy that differ from `base`."""
+    """Share of weight elements in the final policy that differ from `base`."""
     from safetensors.torch import load_file
 
-    newest = max(s for s in steps_in(run.weights) if run.weights_stable(s))
-    final = load_file(str(run.weight_dir(newest) / "model.safetensors"))
+    final = {}
+    for file in final_policy(run).glob("*.safetensors"):
+        final |= load_file(str(file))
     start = {}
     for file in base.glob("*.safetensors"):
         start |= load_file(str(file))
