@@ -104,8 +104,7 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     # All at once: the trainer loads its model and the orchestrator its environments while
     # inference starts (the orchestrator waits for /health itself).
     for name in (*plan.inference_names, "orchestrator", "trainer"):
-        supervisor.start(name)
-    supervisor.write_state("running")
+        supervisor.start(name)  # run.json says "starting"
     print("rl: started inference, orchestrator and trainer; waiting for inference", flush=True)
     try:
         supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
@@ -113,6 +112,7 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         return fail(supervisor, err.args[1], 1, err.args[0])
     if all(supervisor.children[n].proc.poll() is None for n in plan.inference_names):
         print("rl: inference is healthy", flush=True)
+        supervisor.write_state("running")  # "running": inference serves
     while True:
         outcome = supervisor.poll()
         if outcome is not None:
