@@ -39,8 +39,16 @@ from trainer.optim import build_optimizer
 from trainer.parity import parity_causes, parity_message
 from trainer.weights import build_sender, place_weights
 
-_LIBC_NAME = ctypes.util.find_library("c")
-MALLOC_TRIM = getattr(ctypes.CDLL(_LIBC_NAME), "malloc_trim", None) if _LIBC_NAME else None  # glibc
+
+def find_malloc_trim():
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+    except OSError:
+        return None
+
+
+MALLOC_TRIM = find_malloc_trim()
 
 logger = logging.getLogger("trainer")
 HANG_ENV = "RL_FAULT_HANG_AT_STEP"
