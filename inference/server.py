@@ -129,6 +129,10 @@ def setup_device_env(config: InferenceConfig) -> bool:
         return False
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    if config.cpu.start_method == "fork":
+        from inference.cpu_fork import start_by_fork
+
+        start_by_fork()
     return True
 
 

@@ -1,0 +1,60 @@
+"""Start vLLM's CPU engine core and worker by fork instead of spawn (`cpu.start_method`).
+
+vLLM's CPU platform forces spawn, so each of its two child processes imports torch and vLLM
+again (about 10 s each on two cores) and keeps a private copy of every imported module. Forked,
+they start in a second and share those pages with this process: the quick start's server is
+ready in 16 s instead of 37 s and takes 0.65 GiB less memory.
+
+Spawn gave one thing for free: the worker's OpenMP read GOMP_CPU_AFFINITY (set by vLLM for
+each worker) when it loaded, and pinned its threads one per core. A forked worker inherits an
+OpenMP that loaded long before that variable was set, so the worker pins its threads itself,
+the same way (unpinned, generation was 35% slower).
+"""
+
+import gc
+import logging
+import os
+
+logger = logging.getLogger("inference")
+FORK_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
+def start_by_fork() -> bool:
+    """Make vLLM fork its CPU processes; False (spawn stays) when this vLLM lacks the hooks."""
+    try:
+        from vllm.platforms.cpu import CpuPlatform
+        from vllm.v1.worker.cpu_worker import CPUWorker
+    except ImportError as err:
+        logger.warning(f"cpu.start_method = 'fork' unavailable in this vLLM ({err}): spawning")
+        return False
+    check_config = CpuPlatform.check_and_update_config.__func__
+    init_device = CPUWorker.init_device
+
+    def check_and_fork(cls, vllm_config) -> None:
+        check_config(cls, vllm_config)
+        os.environ[FORK_ENV] = "fork"  # the platform has just set spawn
+        gc.freeze()  # children share the imported modules' pages until a collection writes them
+
+    def pin_then_init(self) -> None:
+        pin_openmp_threads()
+        init_device(self)
+
+    CpuPlatform.check_and_update_config = classmethod(check_and_fork)
+    CPUWorker.init_device = pin_then_init
+    return True
+
+
+def pin_openmp_threads() -> None:
+    """Pin this worker's OpenMP threads as OpenMP does when GOMP_CPU_AFFINITY (vLLM's CPUs for
+    this worker, e.g. "0 1") is set before it loads: the calling thread to the first CPU, the
+    pool's helpers to the others. Threads start with their creator's affinity, so the helpers
+    OpenMP starts on the first parallel region are started while this thread holds the rest."""
+    cpus = [int(cpu) for cpu in os.environ.get("GOMP_CPU_AFFINITY", "").split()]
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    import torch
+
+    os.sched_setaffinity(0, set(cpus[1:]) or {cpus[0]})
+    torch.set_num_threads(len(cpus))
+    torch.ones(1 << 20).add_(1)  # a parallel region: OpenMP starts its helper threads
+    os.sched_setaffinity(0, {cpus[0]})
