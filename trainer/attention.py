@@ -193,6 +193,22 @@ def choose_attention(
     return choice
 
 
+def shared_prompt_blocker(model: nn.Module, seq_len: int) -> str | None:
+    """Why this model cannot take rows whose samples share a prompt (an explicit [T x T] mask,
+    trainer/data.py), or None when it can: only sdpa reads such a mask, and a mask given
+    explicitly replaces the model's own sliding window or attention chunks."""
+    kernel = model.config._attn_implementation
+    if kernel != "sdpa":
+        return f"attention is {kernel}; an explicit mask needs sdpa"
+    text = model.config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    if "sliding_window" in attention_needs(model.config) and window < seq_len:
+        return f"the model's sliding window ({window} tokens) is shorter than seq_len"
+    if getattr(text, "attention_chunk_size", None):
+        return "the model attends in chunks"
+    return None
+
+
 def auto_attention(device: torch.device, dtype: torch.dtype, model_config) -> str:
     """`auto`'s pick: the fastest kernel this machine has that does what the model needs."""
     candidates = ["sdpa"]

@@ -27,6 +27,7 @@ from rlcore.protocol import Batch
 from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.toml_io import write_config
 from rlcore.weight_transfer import WeightSender
+from trainer.attention import shared_prompt_blocker
 from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
@@ -69,6 +70,8 @@ class Trainer:
     checkpointer: Checkpointer
     logger: MetricsLogger | None
     start_step: int = 0
+    share_prompts: bool = False
+    """Rows carry each prompt once for all its samples (data.share_prompts, when the model can)."""
     parity_causes: list[str] = field(default_factory=list)
     """What the trainer knows can make its logprobs differ from inference's (trainer/parity.py)."""
 
@@ -141,6 +144,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         checkpointer, logger=None,
     )  # fmt: skip
     trainer.parity_causes = parity_causes(model, source_dir(source))
+    trainer.share_prompts = decide_share_prompts(config, model)
     saved: dict[str, Any] = {}
     if resume_step is not None:
         saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
@@ -155,6 +159,17 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     sender.publish_initial(trainer.start_step)
     logger.info(f"set up in {time.perf_counter() - started:.1f} s (model, optimizer, transport)")
     return trainer
+
+
+def decide_share_prompts(config: TrainerConfig, model: nn.Module) -> bool:
+    if not config.data.share_prompts:
+        return False
+    blocker = shared_prompt_blocker(model, config.seq_len)
+    if blocker is not None:
+        logger.info(f"shared prompts: off ({blocker})")
+        return False
+    logger.info("shared prompts: on (the samples of one prompt share one pass over it)")
+    return True
 
 
 def quiet_libraries() -> None:
@@ -287,7 +302,9 @@ def forward_backward(
     seconds spent in forward passes and in backward passes)."""
     config, world, model = trainer.config, trainer.world, trainer.model
     max_tokens = config.tokens_per_pass(world.device.type == "cpu")
-    micro_batches = split_for_ranks(batch, max_tokens, world.rank, world.world_size)
+    micro_batches = split_for_ranks(
+        batch, max_tokens, world.rank, world.world_size, trainer.share_prompts
+    )
     num_loss_tokens = count_loss_tokens(batch)
     total_loss, sums = torch.zeros((), device=world.device), LossSums()
     times = {"forward_s": 0.0, "backward_s": 0.0}
@@ -325,10 +342,15 @@ def forward_logprobs(
     if chunked:
         request_logprobs(model, LogprobRequest(mb.target_ids, mb.loss_mask, temperature))
     try:
-        # No cache and no attention mask: transformers then reads sample boundaries from the
-        # restarting position ids and masks attention block-diagonally.
+        # No cache; without a mask (no shared prompts in the row) transformers reads sample
+        # boundaries from the restarting position ids and masks attention block-diagonally.
         with compute_context(model, world):
-            out = model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
+            out = model(
+                input_ids=mb.input_ids,
+                position_ids=mb.position_ids,
+                attention_mask=mb.attention_mask,  # set where samples share a prompt
+                use_cache=False,
+            )
     finally:
         if chunked:
             request_logprobs(model, None)

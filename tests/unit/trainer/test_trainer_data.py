@@ -45,9 +45,10 @@ def test_zero_loss_weight_removes_sample():
 
 def test_packing_respects_budget_and_keeps_every_sample():
     batch = random_batch(0, num_samples=20)
-    groups = pack_samples(batch.samples, 24, step=0)
-    assert all(sum(len(s.prompt_ids) + len(s.completion_ids) for s in g) <= 24 for g in groups)
-    assert sorted(id(s) for g in groups for s in g) == sorted(id(s) for s in batch.samples)
+    rows = pack_samples(batch.samples, 24, step=0)
+    assert all(len(unit) == 1 for row in rows for unit in row)  # no prompts shared
+    assert all(sum(len(s.prompt_ids) + len(s.completion_ids) for (s,) in r) <= 24 for r in rows)
+    assert sorted(id(s) for r in rows for (s,) in r) == sorted(id(s) for s in batch.samples)
 
 
 def test_sample_longer_than_budget_is_a_clear_error():
