@@ -1,5 +1,6 @@
 """Fixtures for in-process trainer tests on the tiny model."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,18 @@ def fake_config():
         return TrainerConfig.model_validate(data | overrides)
 
     return make
+
+
+FAMILY_VOCAB = 512
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random models of every architecture family (tests/families.py), vocabulary 512."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from families import FAMILIES, build_family_model
+
+    root = tmp_path_factory.mktemp("families")
+    for family in FAMILIES:
+        build_family_model(family, FAMILY_VOCAB).save_pretrained(root / family)
+    return {family: root / family for family in FAMILIES}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from families import FAMILIES, build_family_model  # noqa: E402
+from families import FAMILIES  # noqa: E402
 
 from rlcore.protocol import Sample  # noqa: E402
 from trainer.config import LoraConfig, TrainerModelConfig  # noqa: E402
@@ -62,14 +62,6 @@ def load(model_dir: Path, world, chunk: int | None, lora: LoraConfig | None = No
         name=str(model_dir), dtype="float32", logprob_chunk_tokens=chunk, **fields
     )
     return load_model(config, str(model_dir), world, lora)
-
-
-@pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("families")
-    for family in FAMILIES:
-        build_family_model(family, VOCAB).save_pretrained(root / family)
-    return {family: root / family for family in FAMILIES}
 
 
 @pytest.mark.parametrize("chunk", [7, None], ids=["chunked", "full_logits"])

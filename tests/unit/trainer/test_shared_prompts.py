@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from families import FAMILIES, build_family_model  # noqa: E402
+from families import FAMILIES  # noqa: E402
 
 from rlcore.protocol import Batch, Sample  # noqa: E402
 from trainer.attention import shared_prompt_blocker  # noqa: E402
@@ -54,14 +54,6 @@ def logprobs_and_grads(model, world, items) -> tuple[torch.Tensor, dict[str, tor
     (picked * weights).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return picked.detach(), grads
-
-
-@pytest.fixture(scope="module")
-def family_dirs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("shared-families")
-    for family in FAMILIES:
-        build_family_model(family, VOCAB).save_pretrained(root / family)
-    return {family: root / family for family in FAMILIES}
 
 
 def load(model_dir: Path, world, **fields):
