@@ -11,12 +11,16 @@ OpenMP that loaded long before that variable was set, so the worker pins its thr
 the same way (unpinned, generation was 35% slower).
 """
 
+import ctypes
+import ctypes.util
 import gc
 import logging
 import os
+import signal
 
 logger = logging.getLogger("inference")
 FORK_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+PR_SET_PDEATHSIG = 1
 
 
 def start_by_fork() -> bool:
@@ -42,6 +46,37 @@ def start_by_fork() -> bool:
     CpuPlatform.check_and_update_config = classmethod(check_and_fork)
     CPUWorker.init_device = pin_then_init
     return True
+
+
+def child_forgets(sock, stopping) -> None:
+    """In every process forked from here on (engine core, worker, theirs): exit at once if
+    `stopping` (an Event) was set before the fork, since the stop has listed this process's
+    children already; close the server's listening socket, which would keep the port bound
+    by an orphan after this process dies (a spawned child never had it); restore the default
+    SIGTERM/SIGINT handlers, so that this process's startup handlers never run in a child
+    that has not set its own yet."""
+
+    def in_child() -> None:
+        if stopping.is_set():
+            os._exit(0)
+        fd = sock.detach()  # -1 in a grandchild: its parent detached it already
+        if fd >= 0:
+            os.close(fd)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        die_with_parent()
+
+    os.register_at_fork(after_in_child=in_child)
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the thread that forked it ends (a killed server
+    leaves no engine core or worker behind); elsewhere nothing."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def pin_openmp_threads() -> None:

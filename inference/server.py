@@ -17,6 +17,7 @@ from pathlib import Path
 
 from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
+from inference.cpu_fork import child_forgets
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
@@ -28,6 +29,7 @@ CHILD_GRACE_S = 10.0
 logger = logging.getLogger(PROG)
 READY = threading.Event()
 STOP_REQUESTED = threading.Event()
+STOPPING = threading.Event()  # set before the children are listed to be stopped
 
 
 def run(config: InferenceConfig) -> None:
@@ -68,7 +70,7 @@ def start_startup_watchdog(timeout_s: float) -> None:
 
     def watch() -> None:
         if not READY.wait(timeout_s):
-            logger.info(f"not ready after {timeout_s:.0f} s (server.startup_timeout_s): giving up")
+            logger.info(f"not ready after {timeout_s:g} s (server.startup_timeout_s): giving up")
             stop_children()
             logger.info("stopped")
             os._exit(1)
@@ -155,6 +157,7 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     signal.signal(signal.SIGTERM, stop_during_startup)
     signal.signal(signal.SIGINT, stop_during_startup)
     _, sock = setup_server(args, reuse_port=False)
+    child_forgets(sock, STOPPING)  # for vLLM's processes forked here (CPU; GPUs by default)
     try:
         async with build_async_engine_client(args) as engine:
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
@@ -247,6 +250,7 @@ def stop_children() -> None:
     itself, after cleaning up, once every process holding its pipe has gone."""
     import psutil
 
+    STOPPING.set()  # a process forked from now on exits by itself (cpu_fork.child_forgets)
     known: dict[int, psutil.Process] = {}
     deadline = time.monotonic() + CHILD_GRACE_S
     while True:

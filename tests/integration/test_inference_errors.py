@@ -102,8 +102,50 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
 
 def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
     result = run_inference(
-        "--model.name", str(tiny_model_dir), "--server.port", str(PORT + 3),
-        "--output-dir", str(tmp_path), "--server.startup-timeout-s", "3",
-    )  # fmt: skip
+        "--model.name",
+        str(tiny_model_dir),
+        "--server.port",
+        str(PORT + 3),
+        "--output-dir",
+        str(tmp_path),
+        "--server.startup-timeout-s",
+        "0.5",
+    )  # fmt: skip  (forked, vLLM serves the tiny model about 3 s after the watchdog starts)
     assert result.returncode == 1, result.stderr[-2000:]
-    assert "not ready after 3 s (server.startup_timeout_s)" in result.stderr
+    assert "not ready after 0.5 s (server.startup_timeout_s)" in result.stderr
+
+
+def test_a_killed_server_leaves_no_engine_and_frees_its_port(tmp_path, tiny_model_dir):
+    """SIGKILL to a serving inference process: its forked engine core and worker die with it
+    (no orphan keeps running) and none of them still holds the port."""
+    import signal
+    import time
+
+    import psutil
+
+    from inference.process import InferenceProcess
+
+    port = PORT + 4
+    flags = ["--model.name", str(tiny_model_dir), "--server.port", str(port)]
+    server = InferenceProcess([*flags, "--output-dir", str(tmp_path / "run")], tmp_path / "inf.log")
+    server.start()
+    try:
+        server.wait_ready(timeout_s=300)
+        children = psutil.Process(server.proc.pid).children(recursive=True)
+        assert any("EngineCore" in c.name() for c in children), server.log_tail()
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            strays = [c for c in children if c.is_running() and c.status() != "zombie"]
+            if not strays:
+                break
+            time.sleep(0.2)
+        with (
+            socket.socket() as probe
+        ):  # SO_REUSEADDR: closed connections may linger, not a listener
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", port))  # raises if anything still listens on it
+    finally:
+        server.stop()
+    assert not strays, [(c.pid, c.name()) for c in strays]
