@@ -77,7 +77,7 @@ class CpuConfig(BaseConfig):
 
     start_method: Literal["fork", "spawn"] = "fork"
     """How vLLM starts its engine core and worker processes on CPU. `fork` shares this
-    process's imports with them (ready in about half the time, 0.65 GiB less memory on the
+    process's imports with them (ready in about half the time, 0.8 GiB less memory on the
     quick start) and pins the worker's OpenMP threads as vLLM's own `spawn` would."""
 
 

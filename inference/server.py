@@ -15,9 +15,9 @@ import threading
 import time
 from pathlib import Path
 
+from inference import cpu_fork
 from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
-from inference.cpu_fork import child_forgets
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
@@ -132,9 +132,7 @@ def setup_device_env(config: InferenceConfig) -> bool:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if config.cpu.start_method == "fork":
-        from inference.cpu_fork import start_by_fork
-
-        start_by_fork()
+        cpu_fork.start_by_fork()
     return True
 
 
@@ -157,7 +155,8 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     signal.signal(signal.SIGTERM, stop_during_startup)
     signal.signal(signal.SIGINT, stop_during_startup)
     _, sock = setup_server(args, reuse_port=False)
-    child_forgets(sock, STOPPING)  # for vLLM's processes forked here (CPU; GPUs by default)
+    if cpu_fork.ACTIVE:  # vLLM's CPU processes are forked from here
+        cpu_fork.child_forgets(sock, STOPPING)
     try:
         async with build_async_engine_client(args) as engine:
             shutdown_task = await serve_app(engine, sock, args, config, model_path, start)
