@@ -10,6 +10,7 @@ from rlcore.errors import ConfigError
 from rlcore.health import port_problem
 from rlcore.models import model_folder
 from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
+from rlcore.runlock import check_not_held, hold_run
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -83,11 +84,15 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     then only what a verified run created (rlcore.ownership)."""
     run = plan.run
     resume_step = plan.config.trainer.ckpt.resume_step
+    if read_run_id(run.root) is not None:
+        hold_run(run.root)  # a run that another rl is running is left alone (rlcore.runlock)
     if clean and run.root.exists():
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         clean_run(run.root)
-    return run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
+    step = run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
+    hold_run(run.root)  # a new folder has its marker now
+    return step
 
 
 def clean_run(root: Path) -> None:
@@ -104,6 +109,7 @@ def clean_run(root: Path) -> None:
 def check_output_dir(plan: Plan, clean: bool) -> None:
     """What a start would refuse about output_dir, without writing (dry runs)."""
     root = plan.run.root
+    check_not_held(root)
     if clean and root.is_dir() and (read_run_id(root) is not None or any(root.iterdir())):
         verified_run(root, "--clean: output_dir")
     else:

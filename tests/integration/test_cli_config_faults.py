@@ -2,6 +2,7 @@
 """Fault matrix, malformed configs and flags: each case exits 2 with a message that names the
 place and the fix, starts no process and writes no file."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -105,3 +106,39 @@ def test_existing_checkpoints_need_resume_or_clean(tmp_path):
     assert result.returncode == 2
     assert all(w in result.stderr for w in ("--ckpt.resume-step -1", "--clean", "--output-dir"))
     assert snapshot(tmp_path) == before
+
+
+HOLD = (
+    "import sys, time; from pathlib import Path; from rlcore.runlock import hold_run; "
+    "hold_run(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
+)
+
+
+def hold(root: Path) -> subprocess.Popen:
+    """A process that holds the run in `root` the way a running rl does."""
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("flags", [[], ["--clean"], ["--dry-run"]], ids=["start", "clean", "dry"])
+def test_a_run_another_rl_runs_is_left_alone(tmp_path, flags):
+    run = RunDir(tmp_path / "run")
+    run.claim()
+    run.rollout_dir(3).mkdir(parents=True)  # a fresh start would drop it, --clean delete it
+    (run.rollout_dir(3) / "batch.bin").write_text("live")
+    holder = hold(run.root)
+    try:
+        run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": holder.pid}))
+        before = snapshot(tmp_path)
+        result = run_rl(tmp_path, flags)
+        assert result.returncode == 2, result.stdout + result.stderr
+        words = ["in use by another rl", f"pid {holder.pid}", "rl stop", "--output-dir"]
+        assert all(w in result.stderr for w in words), result.stderr
+        assert snapshot(tmp_path) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    hold(run.root).kill()  # the lock died with its holder: the folder can be taken again

@@ -1,0 +1,72 @@
+"""One live launcher per run folder.
+
+`rl` holds an exclusive lock on its run's marker (`.rl-run`, rlcore.ownership) from its checks
+until it exits. A second `rl` given the same `output_dir` while the first runs (another port, a
+second terminal, a `--clean` typed by mistake) is refused before it clears or deletes anything.
+The kernel drops the lock when the process ends, however it ends, so a crashed run never
+leaves a stale lock behind and a reused pid never blocks a folder. Filesystems without locks
+(some network mounts) run without this guard."""
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from rlcore.errors import ConfigError
+from rlcore.ownership import RUN_MARKER
+
+_held: dict[Path, int] = {}
+"""Run folders this process holds, and the marker's open descriptor (kept open to hold)."""
+
+
+def hold_run(root: Path) -> None:
+    """Lock the run in `root` (it must carry its marker) for the rest of this process's life;
+    a ConfigError naming the folder and the holder when another process holds it."""
+    key = root.resolve()
+    if key in _held:
+        return
+    fd = os.open(root / RUN_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(in_use_message(root)) from None
+    except OSError:
+        os.close(fd)  # no locks on this filesystem
+        return
+    _held[key] = fd
+
+
+def check_not_held(root: Path) -> None:
+    """`hold_run`'s refusal without keeping the lock (dry runs)."""
+    marker = root / RUN_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return
+    fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ConfigError(in_use_message(root)) from None
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def in_use_message(root: Path) -> str:
+    return (
+        f"output_dir {str(root)!r} is in use by another rl{holder(root)}: nothing was changed "
+        f"there. Wait for it to finish, stop it with `rl stop {root}`, or pick another "
+        "--output-dir"
+    )
+
+
+def holder(root: Path) -> str:
+    """' (pid N, status S)' from the running launcher's run.json, or '' when unreadable."""
+    try:
+        state = json.loads((root / "run.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(state, dict) or not state.get("launcher_pid"):
+        return ""
+    return f" (pid {state['launcher_pid']}, status {state.get('status', '?')})"
