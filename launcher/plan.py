@@ -2,6 +2,7 @@
 found (GPU map, derived settings, commands); the memory check, pre-flight, the SLURM placement
 and the supervisor read it, and it imports none of them (launcher/prepare.py builds it)."""
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.errors import ConfigError
 from rlcore.health import free_port, server_url
 from rlcore.rundir import RunDir
+from rlcore.runlock import LAUNCHER_ENV
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Plan:
 
     def env(self, component: str) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
+        env[LAUNCHER_ENV] = str(os.getpid())  # this launcher holds the run's lock for them
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token

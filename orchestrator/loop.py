@@ -119,7 +119,7 @@ async def run_async(config: OrchestratorConfig) -> None:
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
     """The concrete step to resume from (None: fresh start); drops the batches that step will
     regenerate (and, on a fresh start, every batch of an earlier attempt)."""
-    step = run_dir.prepare_attempt(config.ckpt.resume_step, produces=("rollouts",))
+    step = run_dir.prepare_attempt(config.ckpt.resume_step, ("rollouts",), join=True)
     if step is None:
         if config.ckpt.resume_step == -1:
             logger.info(f"no complete checkpoint in {run_dir.checkpoints}: starting fresh")

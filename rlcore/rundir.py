@@ -19,6 +19,7 @@ from typing import Any
 from rlcore.errors import ConfigError
 from rlcore.files import append_line, atomic_write_text, fsync_tree
 from rlcore.ownership import check_claimable, claim
+from rlcore.runlock import join_run
 
 COMPONENTS = ("trainer", "orchestrator", "inference")
 """The three processes of a run (each has its config and log file here)."""
@@ -197,11 +198,15 @@ class RunDir:
             else:
                 raise AssertionError(f"unknown run-directory output {kind!r}")
 
-    def prepare_attempt(self, resume_step: int | None, produces: Iterable[str]) -> int | None:
-        """`check_attempt`, then `claim` and `drop_stale` for the outputs this process
-        produces."""
+    def prepare_attempt(
+        self, resume_step: int | None, produces: Iterable[str], join: bool = False
+    ) -> int | None:
+        """`check_attempt`, then `claim` (and, for a component, `join_run`: never beside a
+        running `rl`) and `drop_stale` for the outputs this process produces."""
         step = self.check_attempt(resume_step)
         self.claim()
+        if join:
+            join_run(self.root)
         self.drop_stale(step or 0, produces)
         return step
 

@@ -25,6 +25,7 @@ from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import Batch
 from rlcore.rundir import RunDir, is_checkpoint_step
+from rlcore.runlock import join_run
 from rlcore.toml_io import write_config
 from rlcore.weight_transfer import WeightSender
 from trainer.attention import shared_prompt_blocker
@@ -114,6 +115,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
     if world.is_main:
         run_dir.claim()
+        join_run(run_dir.root)  # alone: never beside a running rl (rlcore.runlock)
         place_weights(run_dir, getattr(config.weight_transfer, "dir", None))
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()

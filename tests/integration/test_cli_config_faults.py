@@ -142,3 +142,23 @@ def test_a_run_another_rl_runs_is_left_alone(tmp_path, flags):
         holder.kill()
         holder.wait()
     hold(run.root).kill()  # the lock died with its holder: the folder can be taken again
+
+
+def test_an_orchestrator_alone_leaves_a_running_rl_alone(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.claim()
+    run.rollout_dir(3).mkdir(parents=True)  # a fresh orchestrator would drop it
+    holder = hold(run.root)
+    try:
+        before = snapshot(tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator.main", "--output-dir", str(run.root)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )  # fmt: skip
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "in use by another rl" in result.stderr and "Traceback" not in result.stderr
+        assert snapshot(tmp_path) == before
+    finally:
+        holder.kill()
+        holder.wait()
