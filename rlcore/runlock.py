@@ -77,11 +77,18 @@ def in_use_message(root: Path) -> str:
 
 
 def holder(root: Path) -> str:
-    """' (pid N, status S)' from the running launcher's run.json, or '' when unreadable."""
+    """' (pid N, status S)' from run.json when the launcher it names is alive, else ''."""
     try:
         state = json.loads((root / "run.json").read_text())
-    except (OSError, ValueError):
+        pid = state["launcher_pid"]
+    except (OSError, ValueError, TypeError, KeyError):
         return ""
-    if not isinstance(state, dict) or not state.get("launcher_pid"):
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return ""
-    return f" (pid {state['launcher_pid']}, status {state.get('status', '?')})"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:
+        pass  # alive, another user's
+    return f" (pid {pid}, status {state.get('status', '?')})"
