@@ -30,7 +30,7 @@ EXTRA_HELP = """\
                         sbatch script); start and write nothing
   --clean               start over: delete what the earlier run in output_dir created
                         (checkpoints too; only in a folder rl marked as a run, never other
-                        files, never through a link)
+                        files, never through a link, never while another rl runs there)
   --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
                         in their environment, never written to a config or log
   --config FILE.yaml    a workflow config (`rl init TARGET` writes one): train the rl-tasks

@@ -32,18 +32,10 @@ def hold_run(root: Path, shared: bool = False) -> None:
     exclusively (`rl`) or `shared` (a component alone); a ConfigError naming the folder and
     the holder when a conflicting lock is held."""
     key = root.resolve()
-    if key in _held:
-        return
-    fd = os.open(root / RUN_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(in_use_message(root)) from None
-    except OSError:
-        os.close(fd)  # no locks on this filesystem
-        return
-    _held[key] = fd
+    if key not in _held:
+        fd = _lock(root, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if fd is not None:
+            _held[key] = fd
 
 
 def join_run(root: Path) -> None:
@@ -55,17 +47,33 @@ def join_run(root: Path) -> None:
 def check_not_held(root: Path) -> None:
     """`hold_run`'s refusal without keeping the lock (dry runs)."""
     marker = root / RUN_MARKER
-    if marker.is_symlink() or not marker.is_file():
-        return
-    fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if marker.is_file() and not marker.is_symlink():
+        fd = _lock(root, fcntl.LOCK_SH)
+        if fd is not None:
+            os.close(fd)
+
+
+def _lock(root: Path, operation: int) -> int | None:
+    """The marker's descriptor, locked with `operation`; None where the filesystem has no
+    locks; a ConfigError when another process holds a conflicting lock."""
+    marker = root / RUN_MARKER
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(
+            f"output_dir {str(root)!r}: its run marker {RUN_MARKER} cannot be opened "
+            f"({err.strerror}); was the folder deleted or replaced while this started? Start "
+            "again, or pick another --output-dir"
+        ) from None
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except BlockingIOError:
+        os.close(fd)
         raise ConfigError(in_use_message(root)) from None
     except OSError:
-        pass
-    finally:
-        os.close(fd)
+        os.close(fd)  # no locks on this filesystem
+        return None
+    return fd
 
 
 def in_use_message(root: Path) -> str:
@@ -80,15 +88,20 @@ def holder(root: Path) -> str:
     """' (pid N, status S)' from run.json when the launcher it names is alive, else ''."""
     try:
         state = json.loads((root / "run.json").read_text())
-        pid = state["launcher_pid"]
-    except (OSError, ValueError, TypeError, KeyError):
+        pid, status = state["launcher_pid"], state.get("status", "?")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return ""
+    return f" (pid {pid}, status {status})" if pid_alive(pid) else ""
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether `pid` (as read from a file: anything) names a live process."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return ""
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return ""
+        return False
     except PermissionError:
-        pass  # alive, another user's
-    return f" (pid {pid}, status {state.get('status', '?')})"
+        return True  # alive, another user's
+    return True

@@ -12,6 +12,7 @@ from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
 from rlcore.ownership import RUN_MARKER, read_run_id
 from rlcore.rundir import RunDir
+from rlcore.runlock import pid_alive
 
 LEGACY_CONFIGS = ("rl", "trainer", "orchestrator", "inference")
 RUN_HELP = "a run's name under outputs/, or the path of a run folder"
@@ -94,18 +95,6 @@ def read_state(run: RunDir) -> RunState:
     if not isinstance(data, dict):
         return RunState({}, f"{run.run_json} is unreadable (not a JSON object)")
     return RunState(data)
-
-
-def pid_alive(pid) -> bool:
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def launcher_running(state: RunState) -> bool:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir
-from rlcore.runlock import LAUNCHER_ENV
+from rlcore.runlock import LAUNCHER_ENV, hold_run
 
 REPO = Path(__file__).resolve().parents[3]
 TRY = """
@@ -88,3 +89,9 @@ def test_the_lock_dies_with_its_holder(run_root):
     procs[0].kill()
     procs[0].wait()
     assert start(procs, root, "hold") == "held"
+
+
+def test_a_folder_whose_marker_went_missing_is_a_clear_error(tmp_path):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(ConfigError, match=r"\.rl-run cannot be opened .*--output-dir"):
+        hold_run(tmp_path / "run")
