@@ -1,6 +1,5 @@
 """Inference config schema (pydantic and the standard library only)."""
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, model_validator
@@ -12,6 +11,7 @@ from rlcore.config import (
     LogConfig,
     ModelConfig,
     PositiveInt,
+    UserPath,
     WeightTransferConfig,
     note_renamed,
 )
@@ -142,7 +142,7 @@ class InferenceConfig(BaseConfig):
     """Extra vLLM engine arguments by their `vllm serve` name, e.g. `{gpu_memory_utilization =
     0.8}`; checked against vLLM's own list at start."""
 
-    output_dir: Path = DEFAULT_RUN_DIR
+    output_dir: UserPath = DEFAULT_RUN_DIR
     """Run directory; `/update_weights` only loads policy folders from its `weights/`."""
 
     replicas: PositiveInt = 1

@@ -8,8 +8,19 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    create_model,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
+
+from rlcore.paths import resolve_field
 
 NONE_STRINGS = ("None", "none", "null")
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -79,6 +90,9 @@ def note_renamed(old: str, new: str) -> None:
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
+UserPath = Annotated[Path, BeforeValidator(resolve_field)]
+"""A path a process writes through: absolute and resolved at parse time (rlcore.paths), so every
+check sees the folder a write really reaches; an empty one is refused naming its key."""
 
 
 class ModelConfig(BaseConfig):
@@ -162,7 +176,7 @@ class FilesystemTransferConfig(BaseConfig):
     written (one write in flight at most; STABLE only once complete). False writes in the
     foreground."""
 
-    dir: Path | None = None
+    dir: UserPath | None = None
     """Keep the policy folders here instead of inside the run directory, e.g. `/dev/shm` (in
     memory: faster writes and loads, one machine only): the trainer makes `<output_dir>/weights`
     a link to `<dir>/rl-weights-<id>`; None keeps them in `<output_dir>/weights`."""
@@ -246,7 +260,7 @@ class SharedFields(BaseConfig):
     seq_len: PositiveInt = 2048
     """Maximum tokens in one sample, prompt and completion together."""
 
-    output_dir: Path = DEFAULT_RUN_DIR
+    output_dir: UserPath = DEFAULT_RUN_DIR
     """Run directory shared by all processes: configs, logs, rollouts, weights, checkpoints
     (a new or empty folder, or an earlier run's)."""
 

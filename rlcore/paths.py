@@ -1,0 +1,43 @@
+"""Paths a user gives (a flag, a config key, a workflow's job name), made absolute and resolved
+once, before anything checks them or writes through them.
+
+Every check on a path (`rlcore.ownership`: not the current folder, new or empty, a marked run)
+looks at the folder a write will really reach: `~` expanded, relative to the current folder,
+links followed, `.` and `..` resolved (`..` after a folder that does not exist yet cancels it,
+as it will once that folder is created: `nothere/..` is the current folder), no trailing slash.
+An empty path is an error naming its flag or key, never the current folder."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def resolve_path(value: str | os.PathLike) -> Path:
+    """`value` absolute and resolved (`Path.resolve()`: links, `.`, `..`, a missing tail kept);
+    a ValueError saying what is wrong with it (empty, or not a usable path)."""
+    text = os.fspath(value)
+    if not text.strip():
+        raise ValueError("is empty: give a path (a folder of its own, e.g. outputs/my-run)")
+    try:
+        return Path(text).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as err:  # no home, a link loop, a NUL byte
+        raise ValueError(f"is not a usable path ({err})") from None
+
+
+def user_path(value: str | os.PathLike, key: str) -> Path:
+    """`resolve_path` for a path the user gave as `key` (a flag or config key); a ConfigError
+    naming `key`, the value and the fix."""
+    from rlcore.errors import ConfigError
+
+    try:
+        return resolve_path(value)
+    except ValueError as err:
+        raise ConfigError(f"{key} {os.fspath(value)!r} {err}") from None
+
+
+def resolve_field(value: Any) -> Any:
+    """A config field's path resolved at parse time (pydantic's `BeforeValidator`): the
+    ValueError becomes the parser's one-line message naming the key and where it was set."""
+    if isinstance(value, str | os.PathLike):
+        return resolve_path(value)
+    return value
