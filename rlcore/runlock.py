@@ -15,6 +15,8 @@ holds it for them."""
 import fcntl
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlcore.errors import ConfigError
@@ -45,15 +47,29 @@ def join_run(root: Path) -> None:
 
 
 def check_not_held(root: Path) -> None:
-    """`hold_run`'s refusal without keeping the lock (dry runs)."""
+    """`hold_run`'s refusal without keeping the lock (dry runs): probed exclusively, so any
+    holder (an `rl`, or a trainer or orchestrator started alone) is reported, as a start
+    would be refused by it."""
     marker = root / RUN_MARKER
     if marker.is_file() and not marker.is_symlink():
-        fd = _lock(root, fcntl.LOCK_SH)
+        fd = _lock(root, fcntl.LOCK_EX)
         if fd is not None:
             os.close(fd)
 
 
-def _lock(root: Path, operation: int) -> int | None:
+@contextmanager
+def exclusive(root: Path, what: str = "output_dir") -> Iterator[None]:
+    """Hold the run in `root` exclusively while the body runs (`rl delete`), then let go; a
+    ConfigError naming `what`, the folder and every holder when anyone else holds it."""
+    fd = _lock(root, fcntl.LOCK_EX, what)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _lock(root: Path, operation: int, what: str = "output_dir") -> int | None:
     """The marker's descriptor, locked with `operation`; None where the filesystem has no
     locks; a ConfigError when another process holds a conflicting lock."""
     marker = root / RUN_MARKER
@@ -61,7 +77,7 @@ def _lock(root: Path, operation: int) -> int | None:
         fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
         raise ConfigError(
-            f"output_dir {str(root)!r}: its run marker {RUN_MARKER} cannot be opened "
+            f"{what} {str(root)!r}: its run marker {RUN_MARKER} cannot be opened "
             f"({err.strerror}); was the folder deleted or replaced while this started? Start "
             "again, or pick another --output-dir"
         ) from None
@@ -69,19 +85,64 @@ def _lock(root: Path, operation: int) -> int | None:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError(in_use_message(root)) from None
+        raise ConfigError(in_use_message(root, what)) from None
     except OSError:
         os.close(fd)  # no locks on this filesystem
         return None
     return fd
 
 
-def in_use_message(root: Path) -> str:
-    return (
-        f"output_dir {str(root)!r} is in use by another rl{holder(root)} or by a trainer or "
-        f"orchestrator started alone there: nothing was changed. Wait for it to finish, stop "
-        f"it (`rl stop {root}` for an rl), or pick another --output-dir"
-    )
+def in_use_message(root: Path, what: str = "output_dir") -> str:
+    """Who holds the run in `root` (every holder, shared ones included) and what to do."""
+    holders = lock_holders(root)
+    if holders:
+        by = "; ".join(holders)
+    else:
+        by = f"another rl{holder(root)} or a trainer or orchestrator started alone there"
+    if what == "output_dir":
+        fix = (
+            f"Wait for it to finish, stop it (`rl stop {root}` for an rl), or pick another "
+            "--output-dir"
+        )
+    else:
+        fix = (
+            f"Stop it first (`rl stop {root}` for an rl; a trainer or orchestrator started "
+            "alone: end it, e.g. Ctrl-C or `kill PID`), then try again"
+        )
+    return f"{what} {str(root)!r} is in use by {by}: nothing was changed. {fix}"
+
+
+def lock_holders(root: Path) -> list[str]:
+    """'pid N (`command`, exclusive|shared)' for every process holding a lock on `root`'s
+    marker, read from /proc/locks (Linux); empty where that cannot be read."""
+    try:
+        info = (root / RUN_MARKER).stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK":  # "->" marks a waiter, not a holder
+            continue
+        mode, pid, where = fields[3], fields[4], fields[5].split(":")
+        try:
+            major, minor, inode = int(where[0], 16), int(where[1], 16), int(where[2])
+        except (IndexError, ValueError):
+            continue
+        if (major, minor, inode) == (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino):
+            kind = "exclusive" if mode == "WRITE" else "shared"
+            found.append(f"pid {pid} ({_command(pid)}, {kind} lock)")
+    return found
+
+
+def _command(pid: str) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "a process not visible here"
+    text = " ".join(b" ".join(argv).decode(errors="replace").split())  # one line, always
+    return f"`{text[:100]}{'...' if len(text) > 100 else ''}`" if text else "no command line"
 
 
 def holder(root: Path) -> str:
