@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 from launcher.plan import Plan, replica_config
+from launcher.slurm import check_no_job
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.health import port_problem
@@ -27,7 +28,23 @@ def check_environments(plan: Plan) -> None:
     check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
         check_envs(orch.eval.env, "orchestrator [[eval.env]]")
+    check_task_servers(plan)
     announce_local_programs([*orch.env, *(orch.eval.env if orch.eval else [])])
+
+
+def check_task_servers(plan: Plan) -> None:
+    """MCP tasks (`rl-tasks`): every server's `$VAR` (url, headers, env) set here or in .env
+    and every server command on PATH, as `rl tasks` and `rl init` check them; a dry run too."""
+    from rl_tasks.taskfile import TaskError, check_runnable, tasks_in_args
+
+    orch = plan.config.orchestrator
+    for env in [*orch.env, *(orch.eval.env if orch.eval else [])]:
+        if env.id == "rl-tasks":
+            source = env.args.get("tasks") or env.args.get("dataset")
+            try:
+                check_runnable(tasks_in_args(env.args), source)
+            except TaskError as err:
+                raise ConfigError(str(err)) from None
 
 
 def announce_local_programs(envs: list) -> None:
@@ -86,6 +103,7 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     resume_step = plan.config.trainer.ckpt.resume_step
     if read_run_id(run.root) is not None:
         hold_run(run.root)  # a run that another rl is running is left alone (rlcore.runlock)
+        check_no_job(run, "output_dir")  # nor one a SLURM job may still be writing
     if clean and run.root.exists():
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
@@ -110,6 +128,8 @@ def check_output_dir(plan: Plan, clean: bool) -> None:
     """What a start would refuse about output_dir, without writing (dry runs)."""
     root = plan.run.root
     check_not_held(root)
+    if read_run_id(root) is not None:
+        check_no_job(plan.run, "output_dir")
     if clean and root.is_dir() and (read_run_id(root) is not None or any(root.iterdir())):
         verified_run(root, "--clean: output_dir")
     else:

@@ -22,9 +22,13 @@ from launcher.slurm_config import INSIDE_ENV
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.errors import ConfigError
 from rlcore.rundir import record_state
+from rlcore.runlock import hold_run
 
 MASTER_PORT = 29517
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
+ENDED_STATUSES = ("finished", "failed", "stopped")
+"""run.json statuses after which a submitted run's job no longer writes into it (`rl stop`
+writes "stopped" once the job is cancelled or known to be over)."""
 
 
 # -- outside the job: the script and its submission ------------------------------------------------
@@ -73,7 +77,9 @@ def submit(plan, write_configs) -> int:
             "the [slurm] table to run here"
         )
     run = plan.run
+    check_no_job(run, "output_dir")
     run.claim()
+    hold_run(run.root)  # never beside another rl, nor a component started alone, in this folder
     write_configs(plan)
     os.environ.update(plan.secret_env)  # sbatch exports them to the job, never to a file
     run.logs.mkdir(parents=True, exist_ok=True)
@@ -106,6 +112,46 @@ def job_state(job_id: str) -> str | None:
             if field.startswith("JobState="):
                 return field.split("=", 1)[1]
     return None
+
+
+def job_over(job_id: str) -> bool:
+    """Whether squeue says the job has ended (listed in no active state, or no longer known);
+    False when squeue is not here or does not answer: then nobody can tell."""
+    if shutil.which("squeue") is None:
+        return False
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if done.returncode == 0:
+        return not any(state in ACTIVE_STATES for state in done.stdout.split())
+    return "invalid job id" in done.stderr.lower()
+
+
+def unfinished_job(state: dict) -> str | None:
+    """The SLURM job a run's run.json says it was submitted to and that may still write into
+    it (not finished, failed or stopped, and not known to be over); None otherwise, and inside
+    that very job (its own rl)."""
+    job = state.get("slurm_job_id")
+    if not job or state.get("status") in ENDED_STATUSES:
+        return None
+    if os.environ.get("SLURM_JOB_ID") == str(job) or job_over(str(job)):
+        return None
+    return str(job)
+
+
+def check_no_job(run, what: str) -> None:
+    """A ConfigError naming `what` when run.json says a SLURM job may still run in `run`."""
+    from launcher.commands.runs import read_state
+
+    job = unfinished_job(read_state(run).data)
+    if job is not None:
+        raise ConfigError(
+            f"{what} {str(run.root)!r} was submitted to SLURM as job {job}, which has not "
+            f"finished: nothing was changed. Stop it with `rl stop {run.root}` (or wait for the "
+            "job to end), then try again"
+        )
 
 
 def cancel(job_id: str) -> bool:

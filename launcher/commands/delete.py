@@ -11,11 +11,16 @@ from launcher.commands.runs import (
     find_run,
     is_plain_name,
     launcher_running,
+    looks_like_run,
     read_state,
+    run_candidates,
 )
+from launcher.slurm import check_no_job
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_ENTRIES, remove_run_files, verified_run
+from rlcore.paths import user_path
 from rlcore.rundir import RunDir
+from rlcore.runlock import exclusive
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"
@@ -24,7 +29,12 @@ What is removed: in a folder rl marked as a run (its .rl-run file), the entries 
 ({", ".join(RUN_ENTRIES)}) and the marker, links without what they point to (except the run's
 own rl-weights-<id> folder from weight_transfer.dir, which carries the run's id); anything else
 in the folder is kept and named. Never a folder without the marker, the current folder or one
-above it, home, / or a git work tree."""
+above it, home, / or a git work tree; RUN is resolved first (`x/..`, `~`, links in it), and a
+RUN that is itself a link is refused.
+
+Refused (exit 2, nothing deleted) while anyone holds the run: an rl running it, a trainer or
+orchestrator started alone in it (its shared lock), or a SLURM job it was submitted to that has
+not finished (`rl stop RUN` marks it stopped; a job squeue no longer lists is over)."""
 
 
 def parser():
@@ -35,24 +45,43 @@ def parser():
 
 
 def run(args) -> int:
-    path = Path(args.run)
-    run_dir = RunDir(path) if not is_plain_name(args.run) and path.exists() else find_run(args.run)
+    run_dir = target(args.run)
     verified_run(run_dir.root, "RUN")
     state = read_state(run_dir)
     if launcher_running(state):
         raise ConfigError(f"{run_dir.root} is running: `rl stop {run_dir.root}` first")
+    check_no_job(run_dir, "RUN")
     if state.problem:
         print(f"rl: warning: {state.problem}; cannot tell whether it still runs", file=sys.stderr)
-    size = disk_use_gib(run_dir.root)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ConfigError(f"deleting {run_dir.root} needs --yes (no terminal to ask)")
-        answer = input(f"delete the run {run_dir.root} ({size:.2f} GiB)? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
+    with exclusive(run_dir.root, "RUN"):  # nobody else in it, shared holders included
+        size = disk_use_gib(run_dir.root)
+        if not args.yes and not confirmed(run_dir.root, size):
             print("rl: nothing deleted")
             return 0
-    removal = remove_run_files(run_dir.root, keep_marker=False)
+        removal = remove_run_files(run_dir.root, keep_marker=False)
     print(f"rl: deleted {run_dir.root} ({size:.2f} GiB)")
     if removal.kept:
         print(f"rl: kept {', '.join(removal.kept)} in {run_dir.root} (not created by rl)")
     return 0
+
+
+def target(name: str) -> RunDir:
+    """The folder RUN means, absolute and resolved (rlcore.paths); a link to a run is refused,
+    never followed, and a path that is not a run is named with what it holds."""
+    for given in run_candidates(name):
+        if given.is_symlink():
+            raise ConfigError(
+                f"RUN {str(given)!r} is a symbolic link: give the run folder it points to "
+                f"({given.resolve()}) if you mean to delete that run"
+            )
+        if looks_like_run(given):
+            break
+    path = user_path(name, "RUN")
+    return RunDir(path) if not is_plain_name(name) and path.exists() else find_run(name)
+
+
+def confirmed(root: Path, size: float) -> bool:
+    if not sys.stdin.isatty():
+        raise ConfigError(f"deleting {root} needs --yes (no terminal to ask)")
+    answer = input(f"delete the run {root} ({size:.2f} GiB)? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")

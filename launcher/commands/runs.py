@@ -11,6 +11,7 @@ from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
 from rlcore.ownership import RUN_MARKER, read_run_id
+from rlcore.paths import user_path
 from rlcore.rundir import RunDir
 from rlcore.runlock import pid_alive
 
@@ -31,13 +32,22 @@ def is_plain_name(name: str) -> bool:
     return name not in ("", ".", "..") and os.sep not in name and "/" not in name
 
 
+def run_candidates(name: str) -> list[Path]:
+    """The folders a RUN argument may mean, as given (not resolved): a plain name is a run
+    under outputs/, else a folder of that name here; anything else is a path."""
+    if is_plain_name(name):
+        return [RUNS_ROOT / name, Path(name)]
+    user_path(name, "RUN")  # an empty or unusable path is an error naming RUN
+    return [Path(name).expanduser()]
+
+
 def find_run(name: str) -> RunDir:
-    """A plain name is a run under outputs/ (else a run folder of that name here); anything
-    with a path separator is a path, taken only if it is a run."""
-    candidates = [RUNS_ROOT / name, Path(name)] if is_plain_name(name) else [Path(name)]
+    """The run `name` means (`run_candidates`), its folder absolute and resolved
+    (rlcore.paths); taken only if it is a run."""
+    candidates = run_candidates(name)
     for folder in candidates:
         if looks_like_run(folder):
-            return RunDir(folder)
+            return RunDir(user_path(folder, "RUN"))
     if len(candidates) == 2:
         found = f"neither {str(candidates[0])!r} nor {str(candidates[1])!r} is a run folder"
     else:

@@ -6,8 +6,9 @@ import time
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run, latest_run, pid_alive, read_state
+from launcher.slurm import ENDED_STATUSES
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir
+from rlcore.rundir import RunDir, record_state
 
 NAME = "stop"
 HELP = "stop a running run cleanly"
@@ -26,7 +27,7 @@ def run(args) -> int:
     if state.problem:
         raise ConfigError(f"{state.problem}: cannot tell which launcher runs it")
     if state.data.get("slurm_job_id"):
-        return stop_job(run_dir, str(state.data["slurm_job_id"]))
+        return stop_job(run_dir, state.data)
     pid = state.data.get("launcher_pid")
     if not pid_alive(pid):
         print(f"rl: no running launcher for {run_dir.root}")
@@ -42,16 +43,27 @@ def run(args) -> int:
     return 0
 
 
-def stop_job(run_dir: RunDir, job_id: str) -> int:
-    """scancel the run's SLURM job (SIGTERM reaches the supervisor, which stops the rest)."""
-    from launcher.slurm import ACTIVE_STATES, cancel, job_state
+def stop_job(run_dir: RunDir, data: dict) -> int:
+    """scancel the run's SLURM job (SIGTERM reaches the supervisor, which stops the rest), and
+    mark the run stopped in run.json once the job is known to be over or cancelled (then
+    `rl delete` and a new start accept it)."""
+    from launcher.slurm import ACTIVE_STATES, cancel, job_over, job_state
 
-    state = job_state(job_id)
+    job_id = str(data["slurm_job_id"])
+    state = job_state(job_id) or ("gone" if job_over(job_id) else None)
+    if state is None:
+        print(f"rl: error: cannot tell the state of SLURM job {job_id} of {run_dir.root} "
+              "(squeue and scontrol do not know it or are not here): run rl stop on a SLURM "
+              "login node")  # fmt: skip
+        return 1
     if state not in ACTIVE_STATES:
-        print(f"rl: SLURM job {job_id} of {run_dir.root} is not running ({state or 'unknown'})")
-        return 0
-    if not cancel(job_id):
+        print(f"rl: SLURM job {job_id} of {run_dir.root} is not running ({state})")
+    elif cancel(job_id):
+        print(f"rl: cancelled SLURM job {job_id} of {run_dir.root}")
+    else:
         print(f"rl: error: scancel {job_id} failed")
         return 1
-    print(f"rl: cancelled SLURM job {job_id} of {run_dir.root}")
+    if data.get("status") not in ENDED_STATUSES:
+        kept = {k: v for k, v in data.items() if k not in ("status", "updated")}
+        record_state(run_dir, "stopped", **kept)
     return 0

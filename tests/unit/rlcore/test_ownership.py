@@ -178,7 +178,7 @@ def test_rl_delete_resolves_names_under_outputs_and_paths_only_if_runs(workdir, 
     assert snapshot(tmp_path) == everything
     assert run_command("delete", ["sibling", "--yes"]) == 0
     assert not (workdir / "outputs" / "sibling").exists() and (workdir / "sibling").exists()
-    assert "deleted outputs/sibling" in capsys.readouterr().out
+    assert f"deleted {workdir / 'outputs' / 'sibling'} " in capsys.readouterr().out
 
 
 def test_rl_delete_keeps_what_rl_did_not_create(workdir, capsys):
