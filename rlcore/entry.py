@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from rlcore.cli import ArgParser, ParsedArgs
 from rlcore.errors import ConfigError, exit_with
 from rlcore.schema import default_text, leaves, type_text
+from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
 
 M = TypeVar("M", bound=BaseModel)
@@ -73,7 +74,7 @@ def parse_config(
             )
         config = parser.validate(parsed)
     except ConfigError as err:
-        exit_with(str(err), prog)
+        exit_with(redact_urls(str(err)), prog)
     if "print_config" in parsed.flags:
         print(dump_config(config), end="")
         sys.exit(0)

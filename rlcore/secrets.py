@@ -3,21 +3,31 @@
 written to a resolved config, a log or W&B: it shows as `***`. A `$VAR` reference in its place
 stays as written and is resolved only inside the process that uses it, from its environment
 (and `.env`). `rl` passes a literal secret to the processes in their environment the same way
-(`externalize`), so the configs it writes still reproduce the run."""
+(`externalize`), so the configs it writes still reproduce the run.
+
+Files `rl` writes for a project (rl.lock.yaml, workflow YAMLs, tasks datasets) hold no literal
+secret at all: `literal_secrets` finds them (a secret-named key's value, a URL's user info or
+secret-named query value, a secret-named `--flag VALUE` in a server's args) and
+`refuse_literal_secrets` refuses them with the fix. `redact_url(s)` takes them out of messages."""
 
 import os
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from rlcore.errors import ConfigError
 
 REDACTED = "***"
-SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential"}
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "auth",
+                "authorization"}  # fmt: skip
 NAMING_WORDS = {"var", "env", "file", "path"}
 """A key whose last word is one of these names where a secret lives, not the secret."""
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _REFERENCE = re.compile(r"^\$\{(\w+)\}$|^\$(\w+)$")
+_ANY_REFERENCE = re.compile(r"\$\{\w+\}|\$\w+")
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,:;)\]]")
+"""A URL in free text (an error message), without the punctuation that ends a sentence."""
 SECRET_ENV_PREFIX = "RL_SECRET_"
 
 
@@ -80,14 +90,22 @@ def _resolve_one(value: Any, where: str, env: dict[str, str] | None) -> Any:
 
 
 def dotenv(path: str = ".env") -> dict[str, str]:
-    """KEY=VALUE lines of `.env` in the working folder (never logged)."""
+    """KEY=VALUE lines of `.env` in the working folder (never logged); a file that cannot be
+    read or is not UTF-8 is a ConfigError naming it (its contents never quoted)."""
     values: dict[str, str] = {}
     if os.path.isfile(path):
-        with open(path) as handle:
-            for line in handle.read().splitlines():
-                key, sep, value = line.strip().partition("=")
-                if sep and not key.startswith("#"):
-                    values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}): save it as "
+                              "UTF-8") from None  # fmt: skip
+        for line in text.splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and not key.startswith("#"):
+                values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
     return values
 
 
@@ -121,3 +139,88 @@ def scrub(text: str, data: Any) -> str:
     for _, value in secret_leaves(data):
         text = text.replace(value, REDACTED)
     return text
+
+
+def is_literal(value: Any) -> bool:
+    """A non-empty string with no `$VAR` in it: what a secret-named key must not hold in a
+    file `rl` writes (`Bearer $TOKEN` is a reference, `Bearer sk-...` is not)."""
+    return isinstance(value, str) and bool(value) and _ANY_REFERENCE.search(value) is None
+
+
+def url_secrets(url: str) -> list[str]:
+    """What in `url` is a literal secret: its user info, and the query values under
+    secret-named keys (`?token=...`, `?api_key=...`), unless they are `$VAR` references."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = []
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at and is_literal(userinfo):
+        found.append("its user info (user:password@)")
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if is_secret_key(key) and is_literal(value):
+            found.append(f"its query value `{key}`")
+    return found
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user info and secret-named query values shown as `***`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED
+    userinfo, at, host = parts.netloc.rpartition("@")
+    netloc = f"{REDACTED}@{host}" if at and userinfo else parts.netloc
+    query = "&".join(
+        f"{quote(k, safe='$')}={REDACTED if is_secret_key(k) and v else quote(v, safe='$/:')}"
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact_urls(text: str) -> str:
+    """`text` (an error message) with every URL in it redacted (`redact_url`)."""
+    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def literal_secrets(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str]]:
+    """(path, what) of every literal secret in nested dicts and lists: a secret-named key's
+    string value without a `$VAR`, a URL's user info or secret-named query value, and the value
+    of a secret-named `--flag VALUE` / `--flag=VALUE` in a list of arguments."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if is_secret_key(key) and is_literal(value):
+                yield (*path, key), "a secret-named key's value"
+            else:
+                yield from literal_secrets(value, (*path, key))
+    elif isinstance(data, list | tuple):
+        for index, value in enumerate(data):
+            if isinstance(value, str) and value.startswith("-"):
+                flag, eq, inline = value.partition("=")
+                given = inline if eq else (data[index + 1] if index + 1 < len(data) else None)
+                if is_secret_key(flag.lstrip("-")) and is_literal(given):
+                    yield (*path, index), f"the value of `{flag}`"
+            yield from literal_secrets(value, (*path, index))
+    elif isinstance(data, str) and "://" in data:
+        for url in _URL.findall(data):
+            for what in url_secrets(url):
+                yield path, f"{what} of a URL"
+
+
+def dotted(path: tuple) -> str:
+    """`mcp_config.x.env.API_KEY`, `args[2]` for a path through dicts and lists."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def refuse_literal_secrets(data: Any, where: str, destination: str) -> None:
+    """A ConfigError for the first literal secret in `data` (never quoting it) with the fix:
+    `destination` (a file `rl` would write) only ever holds `$VAR` references."""
+    for path, what in literal_secrets(data):
+        key = next((str(p) for p in reversed(path) if isinstance(p, str)), "SECRET")
+        name = re.sub(r"\W+", "_", key).strip("_").upper() or "SECRET"
+        raise ConfigError(
+            f"{where}: `{dotted(path)}` holds a literal secret ({what}), which {destination} "
+            f"never records: put it in .env (`{name}=...`, or export it) and write `${name}` "
+            "in its place (read from the environment or .env when the server starts)"
+        )
