@@ -26,8 +26,11 @@ class McpLink:
         self._task: asyncio.Task | None = None
 
     def describe(self) -> str:
-        """The server for messages: its URL or command, never its headers or environment."""
-        return self.spec.get("url") or " ".join([self.spec["command"], *self.spec.get("args", [])])
+        """The server for messages: its URL without user info and query, or its command; never
+        its headers or environment."""
+        if "url" in self.spec:
+            return bare_url(self.spec["url"])
+        return " ".join([self.spec["command"], *self.spec.get("args", [])])
 
     async def open(self) -> "McpLink":
         self._ready = asyncio.get_running_loop().create_future()
@@ -54,8 +57,12 @@ class McpLink:
                 await self._closing.wait()
         except BaseException as err:  # noqa: BLE001 - any failure belongs to this rollout
             if not self._ready.done():
+                reason = short(err)
+                if "url" in self.spec:  # a transport error may quote the expanded URL
+                    with contextlib.suppress(Exception):
+                        reason = reason.replace(expand(self.spec["url"]), self.describe())
                 self._ready.set_exception(
-                    McpError(f"MCP server {self.name} ({self.describe()}) failed: {short(err)}")
+                    McpError(f"MCP server {self.name} ({self.describe()}) failed: {reason}")
                 )
 
     def _transport(self):
@@ -125,6 +132,18 @@ def passthrough() -> dict[str, str]:
     `env`: the Python setup, so that `python` servers find the project's packages."""
     keep = ("PYTHONPATH", "VIRTUAL_ENV")
     return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def bare_url(url: str) -> str:
+    """`url` without user info and query (where tokens travel), for messages."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a malformed URL>"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def short(err: BaseException) -> str:

@@ -37,11 +37,15 @@ class TaskError(ValueError):
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as err:
         raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise TaskError(f"{path} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
     except ValueError as err:
         raise TaskError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise TaskError(f"{path}: nested too deeply to be a tasks file") from None
 
 
 def load_tasks(path: Path) -> list[dict[str, Any]]:
@@ -178,27 +182,87 @@ def expand(value: str, env: dict[str, str] | None = None) -> str:
     return VAR.sub(one, value)
 
 
+def check_server(name: str, spec: dict[str, Any], where: str, env: dict[str, str]) -> None:
+    """What would make the server fail at its first rollout, found before anything starts or
+    is written: a `$VAR` in its url, headers or env that is not set, a command that is not on
+    PATH, a `cwd` that is not a folder. Messages name the variable, never a value."""
+    import shutil
+
+    fields = [("url", spec.get("url"))]
+    for key in ("headers", "env"):
+        fields += [(f"{key}.{k}", v) for k, v in spec.get(key, {}).items()]
+    for field, value in fields:
+        if isinstance(value, str):
+            try:
+                expand(value, env)
+            except TaskError as err:
+                raise TaskError(f"{where}.{name}.{field}: {err}") from None
+    cwd = spec.get("cwd")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise TaskError(f"{where}.{name}.cwd: {cwd!r} is not a folder here")
+    command = spec.get("command")
+    if command is None or command in ("python", "python3"):  # the link runs this Python
+        return
+    path = env.get("PATH", os.defpath)
+    if "/" in command:
+        found = (Path(cwd or ".") / command).is_file()
+    else:
+        found = shutil.which(command, path=path) is not None
+    if not found:
+        raise TaskError(f"{where}.{name}.command: {command!r} is not on PATH (nor a file "
+                        "here): install it, or give its full path")  # fmt: skip
+
+
+def environment() -> dict[str, str]:
+    """What `$VAR`s are read from: the environment, and `.env` in the working folder under it."""
+    return {**dotenv(), **os.environ}
+
+
+def check_runnable(tasks: list[dict[str, Any]], path: Path, env: dict | None = None) -> None:
+    """`check_server` for every task's server, each once (`env`: `environment()`)."""
+    env = environment() if env is None else env
+    seen = set()
+    for index, task in enumerate(tasks):
+        name, spec = server_spec(task)
+        key = json.dumps([name, spec], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            check_server(name, spec, f"{path}: task {index} ({task['id']!r}): mcp_config", env)
+
+
 def dotenv(path: Path = Path(".env")) -> dict[str, str]:
     values = {}
     if path.is_file():
-        for line in path.read_text().splitlines():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
+        except UnicodeDecodeError as err:
+            raise TaskError(f"{path} is not UTF-8 text (byte {err.start}): save it as "
+                            "UTF-8") from None  # fmt: skip
+        for line in text.splitlines():
             key, sep, value = line.strip().partition("=")
             if sep and not key.startswith("#"):
                 values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
     return values
 
 
-def programs_in_args(args: dict[str, Any]) -> list[str]:
-    """The local programs an `rl-tasks` environment with these args starts (from its tasks
-    file or `rl tasks` dataset); empty when they cannot be read (loading reports that)."""
+def tasks_in_args(args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tasks of an `rl-tasks` environment with these args (its tasks file or `rl tasks`
+    dataset); empty when they cannot be read (loading reports that)."""
     try:
         if args.get("tasks"):
-            return local_commands(load_tasks(Path(args["tasks"])))
+            return load_tasks(Path(args["tasks"]))
         if args.get("dataset"):
             from datasets import load_from_disk
 
             rows = load_from_disk(str(args["dataset"])).to_list()
-            return local_commands([json.loads(row["info"]["rl_task"]) for row in rows])
+            return [json.loads(row["info"]["rl_task"]) for row in rows]
     except (TaskError, OSError, ValueError, KeyError, FileNotFoundError):
         return []
     return []
+
+
+def programs_in_args(args: dict[str, Any]) -> list[str]:
+    """The local programs an `rl-tasks` environment with these args starts."""
+    return local_commands(tasks_in_args(args))
