@@ -7,33 +7,47 @@ no `--dataset` and tasks without `mcp_config` reach the environment's server.
     primary_dataset: {name: my-org/my-tasks, task_count: 8, updated_at: '2026-11-25T04:00:00Z'}
 """
 
+import functools
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
+from rlcore.secrets import refuse_literal_secrets
 
 LOCK_FILE = Path("rl.lock.yaml")
 DATASETS_ROOT = Path("data/datasets")
 """Where `rl hf` writes a dataset named ORG/NAME (`data/datasets/ORG/NAME`)."""
 
 
+MAX_YAML_BYTES = 1 << 20
+"""A workflow config or lock file is a few KiB; a larger one is refused unread."""
+
+
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
-    """A YAML mapping from `path`; a syntax error names the file, line and column."""
+    """A YAML mapping from `path`; a syntax error names the file, line and column. Aliases
+    (`*name`) are refused: a few of them nested expand into gigabytes (a "billion laughs")."""
     import yaml
 
+    loader, alias_error = _no_alias_loader()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise ConfigError(f"{what} {path} is over {MAX_YAML_BYTES >> 20} MiB: not a config")
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a SafeLoader
     except OSError as err:
         raise ConfigError(f"{what} {path}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{what} {path} is not UTF-8 text: save it as UTF-8") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} is nested too deeply to be a config") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"{path}{where}: YAML syntax error: {problem}") from None
+        kind = "" if isinstance(err, alias_error) else "YAML syntax error: "
+        raise ConfigError(f"{path}{where}: {kind}{problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -41,12 +55,52 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def write_yaml(path: Path, data: dict[str, Any], header: str = "") -> None:
-    """`data` as YAML, multi-line strings as `|` blocks (a system prompt reads as written)."""
+@functools.cache
+def _no_alias_loader() -> tuple[type, type]:
+    """yaml.SafeLoader without aliases (an `*alias` is an error at its line), and that error."""
     import yaml
 
-    class Dumper(yaml.SafeDumper):
+    class AliasError(yaml.MarkedYAMLError):
         pass
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise AliasError(problem="YAML aliases (*name) are not accepted: write the value "
+                                 "out where it is used", problem_mark=mark)  # fmt: skip
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader, AliasError
+
+
+def check_writable(path: Path, what: str, folder: bool = False) -> None:
+    """Refuse, before anything is written, a `path` that cannot be written: a folder where a
+    file goes (or a file where a folder goes), a parent that is a file, a read-only folder."""
+    if not folder and path.is_dir():
+        raise ConfigError(f"{what} {path} is a folder: give a file's path")
+    if folder and path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {path} is a file: give a folder's path")
+    parent = path.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"cannot write {what} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {what} {path}: {parent} is not writable (permission "
+                          "denied)")  # fmt: skip
+
+
+def write_yaml(path: Path, data: dict[str, Any], header: str = "") -> None:
+    """`data` as YAML, multi-line strings as `|` blocks (a system prompt reads as written). A
+    literal secret is refused (nothing written) and an OS error names the path and cause."""
+    import yaml
+
+    refuse_literal_secrets(data, str(path), str(path))
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):
+            return True
 
     def text(dumper, value: str):
         style = "|" if "\n" in value else None
@@ -54,7 +108,10 @@ def write_yaml(path: Path, data: dict[str, Any], header: str = "") -> None:
 
     Dumper.add_representer(str, text)
     dumped = yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=100)
-    atomic_write_text(path, header + dumped)
+    try:
+        atomic_write_text(path, header + dumped)
+    except OSError as err:
+        raise ConfigError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def read_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
