@@ -20,6 +20,9 @@ from trainer.config import TrainerConfig
 __all__ = ["COMPONENTS", "RLConfig"]
 
 PROVIDERS = ("local", "slurm")
+MAX_GPUS = 1024
+"""No run here spans more GPUs (128 nodes of 8): `--gpus` and GPU ids beyond it are typos, and
+a count lists its ids one by one."""
 
 
 def gpu_count(gpus: str) -> int:
@@ -59,13 +62,14 @@ class RLConfig(SharedOverrides):
     """Stop the run when the trainer or orchestrator writes no metrics record for this many
     seconds; their thread stacks go to their logs first, and `rl` names the wait they are in."""
 
-    max_restarts: Annotated[int, Field(ge=0)] = 0
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
     """After a component fails, stop the run and restart all components from the latest
     complete checkpoint (like --ckpt.resume-step -1) up to this many times; a second failure
-    with no new checkpoint in between stops for good."""
+    with no new checkpoint in between stops for good. At most 100: more is a crash loop."""
 
-    shutdown_grace_s: Annotated[float, Field(gt=0)] = 15.0
-    """Seconds between SIGTERM and SIGKILL when stopping a component."""
+    shutdown_grace_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    """Seconds between SIGTERM and SIGKILL when stopping a component (at most an hour: a
+    longer wait is a hang)."""
 
     gpus: str | None = None
     """GPUs for the run, `N` or `NxTYPE` (e.g. `4xH100`): a quarter of them (at least one) go
@@ -94,6 +98,8 @@ class RLConfig(SharedOverrides):
     def validate_gpus(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[1-9]\d*(x[A-Za-z0-9_-]+)?", value):
             raise ValueError("expected N or NxTYPE, e.g. `--gpus 4` or `--gpus 8xH100`")
+        if value is not None and (len(value.split("x")[0]) > 5 or gpu_count(value) > MAX_GPUS):
+            raise ValueError(f"{value}: at most {MAX_GPUS} GPUs (a larger count is a typo)")
         return value
 
     @model_validator(mode="after")
@@ -134,6 +140,8 @@ class RLConfig(SharedOverrides):
                 raise ValueError(f"{flag} {ids} lists a GPU twice")
             if ids is not None and any(i < 0 for i in ids):
                 raise ValueError(f"{flag} {ids}: GPU ids are non-negative integers")
+            if ids is not None and any(i >= MAX_GPUS for i in ids):
+                raise ValueError(f"{flag}: GPU ids are below {MAX_GPUS} (a larger id is a typo)")
         if inf == [] and trn:
             raise ValueError(
                 f"--inference-gpu-ids is empty while --trainer-gpu-ids {trn} uses GPUs: "

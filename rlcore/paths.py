@@ -8,6 +8,7 @@ as it will once that folder is created: `nothere/..` is the current folder), no 
 An empty path is an error naming its flag or key, never the current folder."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ def resolve_path(value: str | os.PathLike) -> Path:
     a ValueError saying what is wrong with it (empty, or not a usable path)."""
     text = os.fspath(value)
     if not text.strip():
-        raise ValueError("is empty: give a path (a folder of its own, e.g. outputs/my-run)")
+        raise ValueError("is empty: give a path, e.g. outputs/my-run")
     try:
         return Path(text).expanduser().resolve()
     except (OSError, RuntimeError, ValueError) as err:  # no home, a link loop, a NUL byte
@@ -41,3 +42,18 @@ def resolve_field(value: Any) -> Any:
     if isinstance(value, str | os.PathLike):
         return resolve_path(value)
     return value
+
+
+def path_arg(flag: str, file: bool = False) -> Callable[[str], Path]:
+    """An argparse `type` for a path flag: `user_path` (a ConfigError naming `flag`, which the
+    commands turn into one line and exit 2); a `file` flag refuses an existing folder."""
+
+    def convert(value: str) -> Path:
+        from rlcore.errors import ConfigError
+
+        path = user_path(value, flag)
+        if file and path.is_dir():
+            raise ConfigError(f"{flag} {value!r} is a folder ({path}): give a file name")
+        return path
+
+    return convert

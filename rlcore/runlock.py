@@ -58,10 +58,11 @@ def check_not_held(root: Path) -> None:
 
 
 @contextmanager
-def exclusive(root: Path, what: str = "output_dir") -> Iterator[None]:
-    """Hold the run in `root` exclusively while the body runs (`rl delete`), then let go; a
-    ConfigError naming `what`, the folder and every holder when anyone else holds it."""
-    fd = _lock(root, fcntl.LOCK_EX, what)
+def locked(root: Path, what: str = "output_dir", shared: bool = False) -> Iterator[None]:
+    """Hold the run in `root` while the body runs, then let go: exclusively (`rl delete`: a
+    ConfigError naming `what`, the folder and every holder when anyone else holds it) or
+    `shared` (`rl export` into a run: refused only beside a running `rl`)."""
+    fd = _lock(root, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, what)
     try:
         yield
     finally:

@@ -20,7 +20,7 @@ from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_ENTRIES, remove_run_files, verified_run
 from rlcore.paths import user_path
 from rlcore.rundir import RunDir
-from rlcore.runlock import exclusive
+from rlcore.runlock import locked
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"
@@ -53,7 +53,7 @@ def run(args) -> int:
     check_no_job(run_dir, "RUN")
     if state.problem:
         print(f"rl: warning: {state.problem}; cannot tell whether it still runs", file=sys.stderr)
-    with exclusive(run_dir.root, "RUN"):  # nobody else in it, shared holders included
+    with locked(run_dir.root, "RUN"):  # nobody else in it, shared holders included
         size = disk_use_gib(run_dir.root)
         if not args.yes and not confirmed(run_dir.root, size):
             print("rl: nothing deleted")

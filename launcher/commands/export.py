@@ -10,12 +10,16 @@ checkpoint (the fp32 master copy) or, when there is none, from its published `we
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
+from rlcore.ownership import read_run_id
+from rlcore.paths import path_arg
 from rlcore.rundir import RunDir, steps_in
+from rlcore.runlock import locked
 
 NAME = "export"
 HELP = "the trained policy as a full HF folder (a LoRA adapter merged into the base)"
@@ -25,7 +29,8 @@ DTYPE_CHOICES = ("bfloat16", "float16", "float32")
 def parser():
     parser = command_parser(NAME, HELP + "; the newest checkpoint or weights by default.")
     parser.add_argument("run", help=RUN_HELP)
-    parser.add_argument("--out", type=Path, required=True, help="a new (or empty) folder")
+    parser.add_argument("--out", type=path_arg("--out"), required=True,
+                        help="a new (or empty) folder (in a run: not while rl runs)")  # fmt: skip
     parser.add_argument("--step", type=int, default=None, help="the step to export")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                         help="the dtype to write (default: the serving dtype)")  # fmt: skip
@@ -60,6 +65,12 @@ def pick_source(run: RunDir, step: int | None) -> tuple[int, str]:
     )
 
 
+def enclosing_run(out: Path) -> Path | None:
+    """The run folder (rlcore.ownership's marker) that `out` is in, if any: the export writes
+    into it only under its lock, like a component started alone."""
+    return next((p for p in (out, *out.parents) if read_run_id(p) is not None), None)
+
+
 def check_out(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} already exists: pick a new folder or delete it first")
@@ -74,7 +85,9 @@ def run(options) -> int:
     what = "LoRA adapter merged into the base" if config.lora else "fully fine-tuned model"
     print(f"rl: exporting step {step} ({what}, from its {kind}) of {run.root} to {out}")
     start = time.monotonic()
-    dtype = run_export(run, step, kind, out, options.dtype)
+    owner = enclosing_run(out)
+    with locked(owner, "--out", shared=True) if owner else nullcontext():
+        dtype = run_export(run, step, kind, out, options.dtype)
     size = sum(f.stat().st_size for f in out.rglob("*.safetensors")) / 2**20
     print(f"rl: wrote {out} ({size:.0f} MB of {dtype} weights, {time.monotonic() - start:.1f} s)")
     return 0

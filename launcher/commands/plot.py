@@ -1,10 +1,9 @@
 """`rl plot RUN [--out PNG]`: reward, loss, entropy, mismatch_kl and throughput against step."""
 
-from pathlib import Path
-
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
+from rlcore.paths import path_arg
 
 NAME = "plot"
 HELP = "plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)"
@@ -13,7 +12,8 @@ HELP = "plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)"
 def parser():
     parser = command_parser(NAME, HELP + "; no W&B needed.")
     parser.add_argument("run", help=RUN_HELP)
-    parser.add_argument("--out", type=Path, help="the PNG to write (default: RUN/plot.png)")
+    parser.add_argument("--out", type=path_arg("--out", file=True),
+                        help="the PNG to write (default: RUN/plot.png)")  # fmt: skip
     return parser
 
 
