@@ -145,10 +145,11 @@ class InferenceConfig(BaseConfig):
     output_dir: UserPath = DEFAULT_RUN_DIR
     """Run directory; `/update_weights` only loads policy folders from its `weights/`."""
 
-    replicas: PositiveInt = 1
+    replicas: Annotated[int, Field(gt=0, le=256)] = 1
     """Servers `rl` starts from this config, each on its own share of `--inference-gpu-ids` and
     its own port (`server.port` + i); the orchestrator sends each request to the least-loaded one
-    and every weight update to all. The `inference` command itself serves one."""
+    and every weight update to all. The `inference` command itself serves one. At most 256 (one
+    process and port each)."""
 
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Sampling seed of the engine."""

@@ -8,7 +8,11 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from rlcore.config import BaseConfig, PositiveInt
+from rlcore.config import BaseConfig
+
+MAX_NODES = 1024
+"""More nodes than any job of this launcher spans; a larger count is a typo."""
+NodeCount = Annotated[int, Field(gt=0, le=MAX_NODES)]
 
 INSIDE_ENV = "RL_SLURM_JOB"
 """Set by the job script: `rl` runs the supervisor here instead of submitting again."""
@@ -17,18 +21,19 @@ INSIDE_ENV = "RL_SLURM_JOB"
 class SlurmConfig(BaseConfig):
     """Run as a SLURM job (`sbatch`): the table's presence turns it on."""
 
-    nodes: PositiveInt | None = None
-    """Nodes in the job; None means inference_nodes + trainer_nodes. One node runs everything
-    there (GPUs split as without SLURM)."""
+    nodes: NodeCount | None = None
+    """Nodes in the job (at most 1024, as each count here); None means inference_nodes +
+    trainer_nodes. One node runs everything there (GPUs split as without SLURM)."""
 
-    inference_nodes: PositiveInt | None = None
+    inference_nodes: NodeCount | None = None
     """Nodes with one inference server each; None means nodes - trainer_nodes."""
 
-    trainer_nodes: PositiveInt = 1
+    trainer_nodes: NodeCount = 1
     """Nodes the trainer spans (torchrun across nodes, FSDP2 over all their GPUs)."""
 
-    gpus_per_node: Annotated[int, Field(ge=0)] = 8
-    """GPUs requested on each node (`--gpus-per-node`); 0 for CPU nodes."""
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 8
+    """GPUs requested on each node (`--gpus-per-node`); 0 for CPU nodes; at most 64 (no node
+    has more, and the job lists them one by one)."""
 
     partition: str | None = None
     account: str | None = None

@@ -203,13 +203,13 @@ class CollectiveTransferConfig(BaseConfig):
     """TCP port of the group's rendezvous on `host`; None: `rl` picks a free one (recorded in
     the run's configs), a trainer started alone picks its own."""
 
-    inference_workers: PositiveInt | None = None
+    inference_workers: Annotated[int, Field(gt=0, le=1024)] | None = None
     """Inference worker processes that receive, all servers together (tp × dp each); None:
-    `rl` derives it, a trainer started alone takes 1."""
+    `rl` derives it, a trainer started alone takes 1. At most 1024 (`rl`'s GPU limit)."""
 
-    bucket_mb: PositiveInt = 64
+    bucket_mb: Annotated[int, Field(gt=0, le=65536)] = 64
     """Tensors travel packed in buckets of at most this many MiB (a larger tensor goes alone):
-    each side holds one bucket at a time, never a second copy of the model."""
+    each side holds one bucket at a time, never a second copy of the model (at most 64 GiB)."""
 
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     """Seconds each collective wait may take (joining the group, one whole update); None:
@@ -254,19 +254,20 @@ WeightTransferConfig = Annotated[
 class SharedFields(BaseConfig):
     """Fields that trainer and orchestrator both carry; the launcher keeps them in agreement."""
 
-    max_steps: PositiveInt = 100
-    """Number of optimizer steps (= training batches) in the run."""
+    max_steps: Annotated[int, Field(gt=0, le=10_000_000)] = 100
+    """Number of optimizer steps (= training batches) in the run (at most ten million)."""
 
-    seq_len: PositiveInt = 2048
-    """Maximum tokens in one sample, prompt and completion together."""
+    seq_len: Annotated[int, Field(gt=0, le=1 << 20)] = 2048
+    """Maximum tokens in one sample, prompt and completion together (at most 2^20: no model here
+    reads more, and buffers are sized by it)."""
 
     output_dir: UserPath = DEFAULT_RUN_DIR
     """Run directory shared by all processes: configs, logs, rollouts, weights, checkpoints
     (a new or empty folder, or an earlier run's)."""
 
-    async_level: Annotated[int, Field(ge=0)] = 1
+    async_level: Annotated[int, Field(ge=0, le=64)] = 1
     """How many steps the policy that generates a batch may lag behind the trainer; 0 is fully
-    on-policy (synchronous)."""
+    on-policy (synchronous). At most 64: each step of lag keeps a policy on disk or in flight."""
 
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Seed for sampling, data order and initialisation (0 to 2^32 - 1)."""
