@@ -16,20 +16,32 @@ fit for it; every `rl` flag and `@` file still overrides them.
 """
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from launcher.lockfile import LOCK_FILE, dataset_dir, primary_dataset, read_yaml
 from rlcore.cli import deep_merge
 from rlcore.config import BaseConfig
 from rlcore.errors import ConfigError
+from rlcore.paths import user_path
 
 
 class JobConfig(BaseConfig):
-    name: str = Field(pattern=r"^[\w.-]+$")
+    name: str
     """The job's name: the run folder is outputs/<name>."""
+
+    @field_validator("name")
+    @classmethod
+    def validate_name(cls, name: str) -> str:
+        if not re.fullmatch(r"\w[\w.-]*", name):  # never "", "." or "..": a folder of its own
+            raise ValueError(
+                f"{name!r} is not a run folder name (the run goes to outputs/<name>): use "
+                "letters, digits, `_`, `.` and `-`, starting with a letter, digit or `_`"
+            )
+        return name
 
     metadata: dict[str, Any] = {}
     """Free-form facts about the job; `environment` names what `rl init` read the tools from."""
@@ -141,7 +153,7 @@ def resolve_dataset(dataset: str | None) -> Path:
             f"no tasks dataset: pass --dataset ORG/NAME, or write one with `rl hf tasks.json "
             f"--name ORG/NAME` (it becomes {LOCK_FILE}'s primary dataset)"
         )
-    folder = dataset_dir(name)
+    folder = user_path(dataset_dir(name), "--dataset" if dataset else f"{LOCK_FILE} dataset")
     if not folder.is_dir():
         raise ConfigError(
             f"dataset {name!r} is not here ({folder} does not exist): write it with `rl hf "
