@@ -87,12 +87,35 @@ def claim(root: Path, key: str = "output_dir") -> str:
             f"found: {_contents(root)}): rl writes only into new or empty folders and its own "
             "runs; pick another --output-dir, e.g. outputs/my-run"
         )
+    _check_creatable(root, key)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"{key} = {str(root)!r} cannot be created ({err.strerror or err}): pick another "
+            "--output-dir"
+        ) from None
     return _write_marker(root)
+
+
+def _check_creatable(root: Path, key: str) -> None:
+    """A ConfigError naming `key` when a file stands where a folder above `root` must be."""
+    for parent in root.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise ConfigError(
+                    f"{key} = {str(root)!r} cannot be created: {str(parent)!r} is a file, not "
+                    "a folder; pick another --output-dir"
+                )
+            return
 
 
 def check_claimable(root: Path, key: str = "output_dir") -> None:
     """`claim`'s checks without writing anything (for dry runs)."""
-    if read_run_id(root) is not None or not root.exists():
+    if read_run_id(root) is not None:
+        return
+    if not root.exists():
+        _check_creatable(root, key)
         return
     if not root.is_dir():
         raise ConfigError(
