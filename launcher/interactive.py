@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.commands import run_command
+from launcher.commands.base import ask, has_terminal
 from launcher.lockfile import LOCK_FILE, dataset_dir, read_lock
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 
@@ -50,7 +51,7 @@ def bare_rl() -> int | list[str]:
     """An exit code, or the arguments of the run the user agreed to start."""
     found = look_around()
     report(found)
-    if not sys.stdin.isatty():
+    if not has_terminal():
         missing = found.missing()
         for item in missing:
             print(f"rl: missing {item}", file=sys.stderr)
@@ -62,24 +63,37 @@ def bare_rl() -> int | list[str]:
 
 
 def ask_and_start(found: Found) -> int | list[str]:
+    """Ask for what is missing and whether to start; the standard input ending on the way is
+    "no terminal" (exit 2), never a traceback."""
+    try:
+        return questions(found)
+    except ConfigError as err:
+        print(f"rl: error: {err}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+
+
+def questions(found: Found) -> int | list[str]:
+    instead = f"run `rl --config {found.config or 'CONFIG.yaml'}` instead"
     if found.config is None:
-        target = input("No workflow config. Generate one with `rl init`: docker image, MCP URL "
-                       "or server command (empty: stop)? ").strip()  # fmt: skip
+        question = ("No workflow config. Generate one with `rl init`: docker image, MCP URL or "
+                    "server command (empty: stop)? ")  # fmt: skip
+        target = ask(question, "run `rl init TARGET`").strip()
         if not target or run_command("init", [target]) != 0:
             return USER_ERROR_EXIT_CODE
         found = look_around()
     if found.dataset is None:
-        tasks = input("No tasks dataset. A tasks.json to save with `rl hf` (empty: stop)? ")
+        hf = "run `rl hf tasks.json --name ORG/NAME`"
+        tasks = ask("No tasks dataset. A tasks.json to save with `rl hf` (empty: stop)? ", hf)
         if not tasks.strip():
             return USER_ERROR_EXIT_CODE
-        name = input("Its name, ORG/NAME [local/tasks]: ").strip() or "local/tasks"
+        name = ask("Its name, ORG/NAME [local/tasks]: ", hf).strip() or "local/tasks"
         if run_command("hf", [tasks.strip(), "--name", name, "--no-push"]) != 0:
             return USER_ERROR_EXIT_CODE
         found = look_around()
     if found.config is None or found.dataset is None:
         return USER_ERROR_EXIT_CODE
     command = ["--config", str(found.config), "--dataset", found.dataset]
-    answer = input(f"Start training: rl {' '.join(command)}? [y/N] ").strip().lower()
+    answer = ask(f"Start training: rl {' '.join(command)}? [y/N] ", instead).strip().lower()
     if answer not in ("y", "yes"):
         print("rl: nothing started")
         return 0

@@ -16,6 +16,7 @@ from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
 
 USAGE = (
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             layer = workflow_layer(Path(workflow) if workflow else None, dataset)
         except ConfigError as err:
-            exit_with(str(err), "rl")
+            exit_with(redact_urls(str(err)), "rl")
         first = [(layer, workflow or f"--dataset {dataset}")]
     config, parsed = parse_config(
         RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
@@ -118,11 +119,12 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
     try:
         plan = build_plan(config, dry_run=dry_run)
         if dry_run:
-            from launcher.preflight import check_output_dir
+            from launcher.preflight import check_output_dir, check_task_servers
 
             check_output_dir(plan, clean)
+            check_task_servers(plan)
     except ConfigError as err:
-        exit_with(str(err), "rl")
+        exit_with(redact_urls(str(err)), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
     if plan.config.slurm is not None:
@@ -154,7 +156,7 @@ def run_slurm(plan, dry_run: bool, clean: bool) -> int:
             return slurm.submit(plan, write_configs)
         slurm.place_in_job(plan)
     except ConfigError as err:
-        print(f"rl: error: {err}", file=sys.stderr)
+        print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
         return 2
     started = time.monotonic()
     code = launch(plan, clean=clean)

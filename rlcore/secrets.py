@@ -147,9 +147,9 @@ def is_literal(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and _ANY_REFERENCE.search(value) is None
 
 
-def url_secrets(url: str) -> list[str]:
-    """What in `url` is a literal secret: its user info, and the query values under
-    secret-named keys (`?token=...`, `?api_key=...`), unless they are `$VAR` references."""
+def url_secrets(url: str) -> list[tuple[str, str]]:
+    """What in `url` is a literal secret, with a variable name to hold it: its user info, and
+    the query values under secret-named keys (`?token=...`), unless they are `$VAR`s."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -157,10 +157,10 @@ def url_secrets(url: str) -> list[str]:
     found = []
     userinfo, at, _ = parts.netloc.rpartition("@")
     if at and is_literal(userinfo):
-        found.append("its user info (user:password@)")
+        found.append(("its user info (user:password@)", "URL_USERINFO"))
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if is_secret_key(key) and is_literal(value):
-            found.append(f"its query value `{key}`")
+            found.append((f"its query value `{key}`", key))
     return found
 
 
@@ -184,14 +184,14 @@ def redact_urls(text: str) -> str:
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 
-def literal_secrets(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str]]:
-    """(path, what) of every literal secret in nested dicts and lists: a secret-named key's
-    string value without a `$VAR`, a URL's user info or secret-named query value, and the value
-    of a secret-named `--flag VALUE` / `--flag=VALUE` in a list of arguments."""
+def literal_secrets(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str, str]]:
+    """(path, what, a name for its variable) of every literal secret in nested dicts and lists:
+    a secret-named key's string value without a `$VAR`, a URL's user info or secret-named query
+    value, and the value of a secret-named `--flag VALUE` / `--flag=VALUE` in a list."""
     if isinstance(data, dict):
         for key, value in data.items():
             if is_secret_key(key) and is_literal(value):
-                yield (*path, key), "a secret-named key's value"
+                yield (*path, key), "a secret-named key's value", str(key)
             else:
                 yield from literal_secrets(value, (*path, key))
     elif isinstance(data, list | tuple):
@@ -200,12 +200,12 @@ def literal_secrets(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str]]:
                 flag, eq, inline = value.partition("=")
                 given = inline if eq else (data[index + 1] if index + 1 < len(data) else None)
                 if is_secret_key(flag.lstrip("-")) and is_literal(given):
-                    yield (*path, index), f"the value of `{flag}`"
+                    yield (*path, index), f"the value of `{flag}`", flag.lstrip("-")
             yield from literal_secrets(value, (*path, index))
     elif isinstance(data, str) and "://" in data:
         for url in _URL.findall(data):
-            for what in url_secrets(url):
-                yield path, f"{what} of a URL"
+            for what, name in url_secrets(url):
+                yield path, f"{what} of a URL", name
 
 
 def dotted(path: tuple) -> str:
@@ -216,9 +216,8 @@ def dotted(path: tuple) -> str:
 def refuse_literal_secrets(data: Any, where: str, destination: str) -> None:
     """A ConfigError for the first literal secret in `data` (never quoting it) with the fix:
     `destination` (a file `rl` would write) only ever holds `$VAR` references."""
-    for path, what in literal_secrets(data):
-        key = next((str(p) for p in reversed(path) if isinstance(p, str)), "SECRET")
-        name = re.sub(r"\W+", "_", key).strip("_").upper() or "SECRET"
+    for path, what, name in literal_secrets(data):
+        name = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
         raise ConfigError(
             f"{where}: `{dotted(path)}` holds a literal secret ({what}), which {destination} "
             f"never records: put it in .env (`{name}=...`, or export it) and write `${name}` "

@@ -6,6 +6,7 @@ import sys
 
 from launcher.commands import delete, export, hf, init, list_runs, logs, plot, status, stop, tasks
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from rlcore.secrets import redact_urls
 
 COMMANDS = {
     m.NAME: m for m in (init, tasks, hf, status, list_runs, logs, stop, delete, plot, export)
@@ -18,11 +19,16 @@ def commands_help() -> str:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Parse and run one subcommand; a user mistake is one message and exit 2."""
+    """Parse and run one subcommand; a user mistake, or an OS error the command did not name
+    itself, is one message (URLs in it redacted) and exit 2."""
     module = COMMANDS[name]
     try:
         args = module.parser().parse_args(argv)
         return module.run(args)
     except ConfigError as err:
-        print(f"rl {name}: error: {err}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        message = str(err)
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        message = f"{where}{err.strerror or err}"
+    print(f"rl {name}: error: {redact_urls(message)}", file=sys.stderr)
+    return USER_ERROR_EXIT_CODE

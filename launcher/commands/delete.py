@@ -4,7 +4,7 @@
 import sys
 from pathlib import Path
 
-from launcher.commands.base import command_parser
+from launcher.commands.base import ask, command_parser
 from launcher.commands.runs import (
     RUN_HELP,
     disk_use_gib,
@@ -81,7 +81,5 @@ def target(name: str) -> RunDir:
 
 
 def confirmed(root: Path, size: float) -> bool:
-    if not sys.stdin.isatty():
-        raise ConfigError(f"deleting {root} needs --yes (no terminal to ask)")
-    answer = input(f"delete the run {root} ({size:.2f} GiB)? [y/N] ")
+    answer = ask(f"delete the run {root} ({size:.2f} GiB)? [y/N] ", f"deleting {root} needs --yes")
     return answer.strip().lower() in ("y", "yes")

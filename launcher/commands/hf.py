@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.commands.base import command_parser
-from launcher.commands.tasks import check_out, print_local_commands, write_dataset
+from launcher.commands.tasks import check_out, check_servers, print_local_commands, write_dataset
 from rlcore.errors import ConfigError
+from rlcore.secrets import REDACTED, redact_urls
 
 NAME = "hf"
 HELP = "check tasks, save them as a dataset, make it rl.lock.yaml's primary one (and push it)"
@@ -31,14 +32,26 @@ def parser():
 def run(args) -> int:
     import re
 
-    from launcher.lockfile import dataset_dir, now_iso, read_lock, update_lock
+    from launcher.lockfile import (
+        LOCK_FILE,
+        check_writable,
+        dataset_dir,
+        now_iso,
+        read_lock,
+        update_lock,
+    )
 
     if not re.fullmatch(f"({NAME_PART}/)?{NAME_PART}", args.name) or ".." in args.name:
         raise ConfigError(f"--name {args.name!r}: expected ORG/NAME or NAME (letters, digits, "
                           "`-`, `_`, `.`)")  # fmt: skip
+    # Every check before the first write: the dataset folder, the lock file, the tasks (their
+    # servers' secrets, variables and commands), .env (read for the token too).
     folder = dataset_dir(args.name)
     check_out(folder)
+    check_writable(LOCK_FILE, "the lock file")
     tasks = load_filled(args.file, read_lock())
+    check_servers(tasks, args.file)
+    token = None if args.no_push else hub_token()
     print_local_commands(tasks)
     write_dataset(tasks, folder)
     update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),
@@ -46,7 +59,7 @@ def run(args) -> int:
     print(f"rl: {len(tasks)} task(s) checked, saved to {folder}; rl.lock.yaml's primary "
           f"dataset is {args.name}")  # fmt: skip
     if not args.no_push:
-        push(folder, args.name, args.private)
+        push(folder, args.name, args.private, token)
     return 0
 
 
@@ -78,10 +91,9 @@ def hub_token() -> str | None:
     return next((env[v] for v in TOKEN_VARS if env.get(v)), None)
 
 
-def push(folder: Path, name: str, private: bool) -> None:
+def push(folder: Path, name: str, private: bool, token: str | None) -> None:
     """Push to the hub when a token is set and the hub answers; a failure is a note, since the
     dataset is saved either way."""
-    token = hub_token()
     if token is None:
         print(f"rl: not pushed (no HF_TOKEN in the environment or .env); the dataset is in "
               f"{folder}")  # fmt: skip
@@ -89,8 +101,9 @@ def push(folder: Path, name: str, private: bool) -> None:
     try:
         push_to_hub(folder, name, private, token)
     except Exception as err:  # noqa: BLE001 - offline, refused, ...: the local copy stands
-        print(f"rl: not pushed ({type(err).__name__}: {str(err)[:200]}); the dataset is in "
-              f"{folder}", file=sys.stderr)  # fmt: skip
+        reason = redact_urls(str(err).replace(token, REDACTED))[:200]
+        print(f"rl: not pushed ({type(err).__name__}: {reason}); the dataset is in {folder}",
+              file=sys.stderr)  # fmt: skip
         return
     print(f"rl: pushed to the hub as {name}{' (private)' if private else ''}")
 

@@ -92,19 +92,42 @@ def run(args) -> int:
             raise ConfigError(f"{env_id!r} is not an environment id")
         print(INIT_TEMPLATE.format(env_id=env_id, name=env_id.split("/")[-1]), end="")
         return 0
+    from launcher.lockfile import LOCK_FILE, update_lock, write_yaml
+
     name, spec, lock = server_of(args)
     name = args.out.stem if args.out else name
     out = args.out or Path("configs") / f"{name}.yaml"
-    if out.exists() and not args.force:
-        raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
+    check_before_writing(args, out, name, spec)
     tools = list_tools(name, spec)
-    write_workflow(out, name, args.target or args.tasks, tools)
-    from launcher.lockfile import update_lock
-
+    workflow = workflow_of(name, args.target or args.tasks, tools)
+    write_yaml(out, workflow, FILE_HEADER.format(out=out))
     update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
-    print(f"rl: wrote {out} ({len(tools)} tools: {', '.join(t['name'] for t in tools)})")
+    print(f"rl: wrote {out} and {LOCK_FILE} ({len(tools)} tools: "
+          f"{', '.join(t['name'] for t in tools)})")  # fmt: skip
     print(f"rl: next: `rl hf tasks.json --name ORG/NAME`, then `rl --config {out}`")
     return 0
+
+
+def check_before_writing(args, out: Path, name: str, spec: dict[str, Any]) -> None:
+    """Everything that would refuse the files, before the server is reached or a file written:
+    the output paths, the lock file, no literal secret in what they would record, the server's
+    `$VAR`s set and its command on PATH."""
+    from rl_tasks.taskfile import TaskError, check_server, environment
+
+    from launcher.lockfile import LOCK_FILE, check_writable, read_lock
+    from rlcore.secrets import refuse_literal_secrets
+
+    if out.exists() and not out.is_dir() and not args.force:
+        raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
+    check_writable(out, "-o")
+    check_writable(LOCK_FILE, "the lock file")
+    read_lock()
+    where = f"{args.tasks}: task 0: mcp_config" if args.tasks else "TARGET"
+    refuse_literal_secrets({name: spec}, where, f"{LOCK_FILE} (and {out})")
+    try:
+        check_server(name, spec, where, environment())
+    except TaskError as err:
+        raise ConfigError(str(err)) from None
 
 
 def server_kind(target: str) -> str:
@@ -128,8 +151,9 @@ def server_of(args) -> tuple[str, dict[str, Any], dict[str, Any]]:
             raise ConfigError(str(err)) from None
         return name, spec, {}
     target, kind = args.target, server_kind(args.target)
-    if kind == "url":
-        return re.sub(r"[^\w-]", "-", target.split("://", 1)[1].split("/")[0]), {"url": target}, {}
+    if kind == "url":  # named after the host, never the user info before it
+        host = target.split("://", 1)[1].split("/")[0].split("?")[0].rpartition("@")[2]
+        return re.sub(r"[^\w-]", "-", host) or "mcp", {"url": target}, {}
     if kind == "command":
         argv = shlex.split(target) if " " in target.strip() else [sys.executable, target]
         return Path(argv[-1]).stem, {"command": argv[0], "args": argv[1:]}, {}
@@ -174,10 +198,9 @@ def list_tools(name: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in tools if t["name"] not in ("setup", "evaluate")]
 
 
-def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]]) -> None:
+def workflow_of(name: str, target: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workflow config `rl init` writes for these tools."""
     from rl_tasks.actions import TEXT_CALL_SYNTAX, example_call
-
-    from launcher.lockfile import write_yaml
 
     lines = ["You can use these tools:"]
     mappings = {}
@@ -187,7 +210,7 @@ def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]
         mappings[tool["name"]] = {"_tool": tool["name"], "_parser": {"positional": params},
                                   **{p: {"from_arg": p} for p in params}}  # fmt: skip
     lines.append(TEXT_CALL_SYNTAX.format(example=example_call(tools)))
-    workflow = {
+    return {
         "job": {"name": name, "metadata": {"environment": target}},
         "system_prompt": "\n".join(lines) + "\n",
         "few_shot": [
@@ -201,5 +224,3 @@ def write_workflow(out: Path, name: str, target: str, tools: list[dict[str, Any]
         },  # fmt: skip
         "defaults": {"max_turns": 4},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_yaml(out, workflow, FILE_HEADER.format(out=out))

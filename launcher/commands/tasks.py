@@ -32,13 +32,33 @@ def check_name(name: str) -> None:
 
 
 def check_out(folder: Path) -> None:
-    """A new or empty folder, or a dataset `rl tasks` wrote (which is replaced)."""
+    """A new or empty folder, or a dataset `rl tasks` wrote (which is replaced), that can be
+    written."""
+    from launcher.lockfile import check_writable
+
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise ConfigError(f"--out {folder} exists and is not a folder: pick a new folder")
     if folder.is_dir() and any(folder.iterdir()) and not (folder / DATASET_MARKER).is_file():
         raise ConfigError(
             f"--out {folder} exists and is not a dataset written by `rl tasks`: pick a new folder"
         )
+    check_writable(folder, "--out", folder=True)
+
+
+def check_servers(tasks: list[dict], path: Path) -> None:
+    """Before anything is written: no literal secret in a task's server (the dataset would
+    hold it), every `$VAR` it uses set (environment or .env) and every command on PATH."""
+    from rl_tasks.taskfile import TaskError, check_runnable
+
+    from rlcore.secrets import refuse_literal_secrets
+
+    for index, task in enumerate(tasks):
+        where = f"{path}: task {index} ({task['id']!r}): mcp_config"
+        refuse_literal_secrets(task["mcp_config"], where, "a tasks dataset")
+    try:
+        check_runnable(tasks, path)
+    except TaskError as err:
+        raise ConfigError(str(err)) from None
 
 
 def run(args) -> int:
@@ -51,6 +71,7 @@ def run(args) -> int:
         tasks = load_tasks(args.file)
     except TaskError as err:
         raise ConfigError(str(err)) from None
+    check_servers(tasks, args.file)
     print_local_commands(tasks)
     write_dataset(tasks, folder)
     servers = sorted({next(iter(t["mcp_config"])) for t in tasks})
@@ -76,6 +97,9 @@ def write_dataset(tasks: list[dict], folder: Path) -> None:
     from rlcore.files import atomic_folder
 
     disable_progress_bars()
-    with atomic_folder(folder, file_mode=None) as tmp:
-        Dataset.from_list(task_rows(tasks)).save_to_disk(str(tmp))
-        (tmp / DATASET_MARKER).write_text("written by rl tasks\n")
+    try:
+        with atomic_folder(folder, file_mode=None) as tmp:
+            Dataset.from_list(task_rows(tasks)).save_to_disk(str(tmp))
+            (tmp / DATASET_MARKER).write_text("written by rl tasks\n")
+    except OSError as err:
+        raise ConfigError(f"cannot write {folder}: {err.strerror or err}") from None
