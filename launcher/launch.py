@@ -15,6 +15,7 @@ from launcher.supervisor import (
     install_signal_handlers,
     tail,
 )
+from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.metrics import read_records, reward_curve
 from rlcore.secrets import externalize
@@ -85,6 +86,7 @@ def launch(plan: Plan, clean: bool) -> int:
 def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
     """One attempt resuming from `step`: (exit code, whether a signal stopped it)."""
     set_resume_step(plan, step)
+    plan.attempt = new_attempt_id()
     write_configs(plan)
     note = f"resuming from step {step}" if step else "fresh start"
     print(f"rl: run directory {plan.run.root} ({note})\n{describe(plan)}", flush=True)

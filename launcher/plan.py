@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from launcher.rl_config import RLConfig
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
+from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import free_port, server_url
 from rlcore.rundir import RunDir
@@ -38,6 +39,9 @@ class Plan:
     secret_env: dict[str, str] = field(default_factory=dict)
     """Literal secrets of the config, by the `$RL_SECRET_...` names the written configs use
     (rlcore.secrets); every process gets them in its environment."""
+    attempt: str = ""
+    """The current attempt's id (rlcore.attempt), new for every start and restart; every process
+    gets it in RL_ATTEMPT_ID and stamps what it writes for the others with it."""
     admin_token: str | None = None
     """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
     environment only), so that the orchestrator's one `admin_token` file fits them all."""
@@ -54,6 +58,7 @@ class Plan:
     def env(self, component: str) -> dict[str, str]:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
         env[LAUNCHER_ENV] = str(os.getpid())  # this launcher holds the run's lock for them
+        env[ATTEMPT_ENV] = self.attempt
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token

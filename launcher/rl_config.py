@@ -58,9 +58,12 @@ class RLConfig(SharedOverrides):
     """Physical GPU ids for the trainer; None means GPU 1 when two or more GPUs exist, else the
     inference GPUs' neighbour or CPU."""
 
-    stall_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
-    """Stop the run when the trainer or orchestrator writes no metrics record for this many
-    seconds; their thread stacks go to their logs first, and `rl` names the wait they are in."""
+    stall_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Stop the run when the trainer or orchestrator, not waiting on the other and idle, writes
+    no metrics record (or inference's /health does not answer) for this many seconds; None
+    follows the run's own pace: 5x the longest gap between a component's records (at least
+    180 s; 900 s before its first). A stopped process or the trainer and orchestrator waiting
+    on each other is named within a minute either way; stacks go to the logs first."""
 
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
     """After a component fails, stop the run and restart all components from the latest

@@ -2,7 +2,7 @@
 
 Consumes: a Plan whose resolved configs are already written. Produces: logs/<component>.log,
 run.json and the live view on stdout. Waits for: inference /health, then any child to exit.
-Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or the stall timer."""
+Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or a stall (launcher.stall)."""
 
 import ctypes
 import os
@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.plan import Plan, replica_config
-from launcher.stall import dump_stacks
+from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
@@ -41,7 +41,7 @@ class Child:
     name: str
     proc: subprocess.Popen
     log: Path
-    last_progress: float = 0.0
+    clock: Clock = field(default_factory=Clock)
 
 
 class Stop(Exception):
@@ -60,6 +60,7 @@ class Supervisor:
         self.stall_message = ""
         self.stopping = False
         self.last_health_probe = 0.0
+        self.waits = WaitTimes(self.run.root, plan.attempt)
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
@@ -80,7 +81,7 @@ class Supervisor:
                 env=env,
                 preexec_fn=_die_with_parent,
             )
-        child = Child(name, proc, log, last_progress=time.monotonic())
+        child = Child(name, proc, log)
         self.children[name] = child
         self.write_state("starting")
         return child
@@ -117,7 +118,7 @@ class Supervisor:
                 raise TimeoutError(message, child.name)
             time.sleep(1.0)
         for child in self.children.values():
-            child.last_progress = time.monotonic()
+            child.clock.last_progress = time.monotonic()
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:
@@ -143,7 +144,7 @@ class Supervisor:
         for record in records:
             child = self.children.get(record.get("component", ""))
             if child is not None:
-                child.last_progress = time.monotonic()
+                child.clock.record(time.monotonic())
             if is_training_step(record):
                 self.show_step(record_step_line(record), int(record["step"]))
 
@@ -163,28 +164,58 @@ class Supervisor:
         self.last_health_probe = now
         for child in self.inference:
             if probe_health(self.url(child.name)) is None:
-                child.last_progress = time.monotonic()
+                child.clock.last_progress = time.monotonic()
 
     def check_stalls(self) -> tuple[str, str] | None:
-        """(component, message) for a trainer or orchestrator without a new metrics record,
-        or an inference server whose /health has not answered, for stall_timeout_s (its stacks
-        are then in its log); None while all make progress."""
+        """(component, message) for a stopped component, a trainer and orchestrator waiting on
+        each other, or a component past its progress limit (launcher.stall); None while all
+        move. The stalled component's stacks are then in its log."""
         self.probe_inference()
         now = time.monotonic()
-        timeout = self.plan.config.stall_timeout_s
+        for child in self.children.values():
+            stopped = is_stopped(child.proc.pid)
+            child.clock.stopped_since = (child.clock.stopped_since or now) if stopped else None
+            if stopped and now - child.clock.stopped_since >= STOPPED_AFTER_S:
+                where = dump_stacks(child.proc.pid, child.log)
+                return child.name, (
+                    f"{child.name} is stopped (SIGSTOP or a debugger: process state T) and has "
+                    f"not run for {now - child.clock.stopped_since:.0f} s; it was in {where}; "
+                    f"the stacks of all its threads are at the end of {child.log}"
+                )
+        deadlock = self.waits.deadlock(now)
+        if deadlock is not None:
+            return "trainer", self.deadlock_message(deadlock)
+        return self.check_progress(now)
+
+    def deadlock_message(self, deadlock: str) -> str:
+        places = []
+        for name in ("trainer", "orchestrator"):
+            child = self.children[name]
+            places.append(f"{name} in {dump_stacks(child.proc.pid, child.log)} ({child.log})")
+        return f"{deadlock}; " + ", ".join(places) + " (the stacks of all threads are there)"
+
+    def check_progress(self, now: float) -> tuple[str, str] | None:
+        """A trainer or orchestrator not waiting on a peer, without a new metrics record and
+        idle, or an inference server whose /health has not answered, past its limit."""
+        fixed = self.plan.config.stall_timeout_s
         watched = [self.children[n] for n in ("orchestrator", "trainer") if n in self.children]
+        for child in watched:
+            child.clock.sample_cpu(child.proc.pid, now)
+        watched = [c for c in watched if self.waits.current(c.name, now) is None]
         watched += self.inference
-        for child in sorted(watched, key=lambda c: c.last_progress):  # stalled longest first
-            if now - child.last_progress <= timeout:
+        for child in sorted(watched, key=lambda c: c.clock.last_progress):  # longest first
+            idle_s, limit_s = now - child.clock.last_progress, child.clock.limit_s(fixed)
+            if idle_s <= limit_s:
                 continue
             child = self.root_cause(child)
             name = child.name
             where = dump_stacks(child.proc.pid, child.log)
             lacking = f"answered {HEALTH_ROUTE}" if child in self.inference else "made progress"
+            why = "stall_timeout_s" if fixed is not None else "its own step times"
             return name, (
-                f"{name} has not {lacking} for {now - child.last_progress:.0f} s "
-                f"(stall_timeout_s = {timeout:g}); it is waiting in {where}; the stacks of all "
-                f"its threads are at the end of {child.log}"
+                f"{name} has not {lacking} for {idle_s:.0f} s (limit {limit_s:.0f} s from "
+                f"{why}); it is waiting in {where}; the stacks of all its threads are at the "
+                f"end of {child.log}"
             )
         return None
 
@@ -221,6 +252,7 @@ class Supervisor:
     def write_state(self, status: str, **extra: object) -> None:
         state = {
             "launcher_pid": os.getpid(),
+            "attempt": self.plan.attempt,
             "pids": {c.name: c.proc.pid for c in self.children.values()},
             "gpu_map": self.plan.gpu_map,
             "inference_url": self.url("inference"),

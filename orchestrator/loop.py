@@ -30,6 +30,7 @@ from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
+from rlcore import waits
 from rlcore.admin_token import read_token
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
@@ -65,6 +66,7 @@ async def run_async(config: OrchestratorConfig) -> None:
     if config.eval is not None:
         check_envs(config.eval.env, "eval.env")
     resume_step = setup_resume(config, run_dir)
+    waits.setup(run_dir.root, "orchestrator")  # what it waits for, for rl to read
     write_config(config, run_dir.config_file("orchestrator"))
     envs = [load_env(e) for e in config.env]
     eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
@@ -77,8 +79,9 @@ async def run_async(config: OrchestratorConfig) -> None:
     )
     pool = ServerPool(config.client.base_urls)
     api_key = config.client.api_key
-    await asyncio.gather(*(
-        wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key,
+    with waits.waiting("inference to answer /health", "inference"):
+        await asyncio.gather(*(
+            wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key,
                         config.seq_len)
         for s in pool.servers
     ))  # fmt: skip
@@ -159,9 +162,18 @@ async def ensure_policy(
             return 0.0
         await serve(config, policy, newer)  # its trainer waits until it is taken
         return time.monotonic() - start
-    newest = await policy.receiver.wait(oldest, step, config.weights_timeout_s)
+    newest = await wait_for_policy(config, policy, oldest, step)
     await serve(config, policy, newest)
     return time.monotonic() - start
+
+
+async def wait_for_policy(
+    config: OrchestratorConfig, policy: Policy, oldest: int, newest: int
+) -> int:
+    """The newest policy step in oldest..newest the trainer has made ready (rl sees the wait)."""
+    what = f"policy step {oldest}" if oldest == newest else f"policy step {oldest}..{newest}"
+    with waits.waiting(what, "trainer"):
+        return await policy.receiver.wait(oldest, newest, config.weights_timeout_s)
 
 
 async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
@@ -193,7 +205,7 @@ async def evaluate(
     """Evaluate exactly the policy after `step` steps (waiting for the trainer to publish it),
     so that eval metrics logged at `step` belong to that policy."""
     if policy.step != step and policy.can_update:
-        await policy.receiver.wait(step, step, config.weights_timeout_s)
+        await wait_for_policy(config, policy, step, step)
         await serve(config, policy, step)
     await run_evals(config, eval_envs, client, monitor, step, policy)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.client import OrchestratorError
 from rlcore import collective
+from rlcore.attempt import AttemptFilter
 from rlcore.config import WeightTransferConfig
 from rlcore.rundir import STABLE, RunDir
 from rlcore.weight_transfer import WeightReceiver
@@ -25,18 +26,15 @@ class FilesystemReceiver(WeightReceiver):
 
     run_dir: RunDir
     trusted_upto: int = 0
-    """Weight folders up to this step (the resume point) are valid even if published before
-    this attempt; newer ones published before it started belong to an abandoned attempt."""
-
-    attempt_start: float = field(default_factory=time.time)
+    """Weight folders up to this step (the resume point) are valid whoever published them;
+    a newer one counts only if this attempt's trainer marked it (rlcore.attempt): a newer one
+    from an earlier attempt belongs to a run that was abandoned."""
+    attempts: AttemptFilter = field(default_factory=AttemptFilter)
 
     def ready(self, step: int) -> bool:
         if not self.run_dir.weights_stable(step):
             return False
-        if step <= self.trusted_upto:
-            return True
-        stable = self.run_dir.weight_dir(step) / STABLE
-        return stable.stat().st_mtime >= self.attempt_start - 1.0
+        return step <= self.trusted_upto or self.attempts.current(self.run_dir.weights_stamp(step))
 
     async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s
@@ -63,14 +61,14 @@ class CollectiveReceiver(WeightReceiver):
 
     run_dir: RunDir
     trusted_upto: int = 0
-    attempt_start: float = field(default_factory=time.time)
+    attempts: AttemptFilter = field(default_factory=AttemptFilter)
     offer: dict[str, Any] | None = None
     eager = True
 
     def current_offer(self) -> dict[str, Any] | None:
-        """This attempt's trainer's offer (an earlier attempt's is stale)."""
+        """This attempt's trainer's offer (an earlier attempt's is stale, whenever written)."""
         offer = collective.read_offer(self.run_dir.transfer)
-        if offer is None or offer["time"] < self.attempt_start - 1.0:
+        if offer is None or not self.attempts.current(offer.get("stamp")):
             return None
         return offer
 
@@ -111,7 +109,8 @@ class CollectiveReceiver(WeightReceiver):
         return request | {"rank_offset": 1 + index * (workers // count)}
 
     def close(self) -> None:
-        collective.mark_done(self.run_dir.transfer)
+        seen = self.offer or self.current_offer()
+        collective.mark_done(self.run_dir.transfer, seen["group"]["id"] if seen else None)
 
 
 TRANSPORTS = {"filesystem": FilesystemReceiver, "collective": CollectiveReceiver}

@@ -7,10 +7,12 @@ joins; the group is made at the first update after a trainer start):
   trainer       after step n writes `transfer/offer.json` {step, group, update_info} and waits
                 (every rank) for `transfer/request.json` to ask for step >= n, or for
                 `transfer/done`; then sends the policy, bucket by bucket.
-  orchestrator  sees the offer (WeightReceiver.wait), writes request.json, POSTs
+  orchestrator  sees the offer of this attempt's trainer (the offer's stamp, rlcore.attempt;
+                never its age), writes request.json, POSTs
                 /update_weights {step, group, rank_offset, update_info} to every server and
                 returns once all answered: step n serves everywhere. At its end it writes
-                `transfer/done`, so a trainer offering a policy no one will ask for goes on.
+                `transfer/done` naming the group, so a trainer offering a policy no one
+                will ask for goes on.
   inference     pauses generation (in-flight requests kept or finished: weights.pause_mode),
                 joins the group if it is a new one, receives the buckets into the model
                 through vLLM's weight-transfer engine (`gloo` here, vLLM's own `nccl` on GPUs),
@@ -28,12 +30,12 @@ Light module: the standard library only; torch is imported inside the functions 
 
 import json
 import math
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from rlcore import attempt
 from rlcore.files import atomic_write_text
 
 OFFER = "offer.json"
@@ -135,8 +137,10 @@ def broadcast(group, tensor) -> None:
 
 
 def write_offer(folder: Path, step: int, group: dict, update_info: dict) -> None:
+    """The offer carries its writer's stamp (rlcore.attempt): an earlier attempt's offer is
+    told from this one's by identity."""
     folder.mkdir(parents=True, exist_ok=True)
-    offer = {"step": step, "time": time.time(), "group": group, "update_info": update_info}
+    offer = {"step": step, "stamp": attempt.stamp(), "group": group, "update_info": update_info}
     atomic_write_text(folder / OFFER, json.dumps(offer))
 
 
@@ -157,9 +161,22 @@ def read_request(folder: Path, group_id: str) -> int | None:
     return request["step"]
 
 
-def mark_done(folder: Path) -> None:
+def mark_done(folder: Path, group_id: str | None) -> None:
+    """The orchestrator asks for no more policies: `group_id` is the group of the last offer it
+    saw (None: none), so a later trainer start's group is not told it is done."""
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / DONE, "")
+    atomic_write_text(folder / DONE, json.dumps({"group": group_id, "stamp": attempt.stamp()}))
+
+
+def is_done(folder: Path, group_id: str, filter_: "attempt.AttemptFilter") -> bool:
+    """Whether the orchestrator said it asks for no more policies of `group_id`'s trainer: the
+    group's own `done`, or one of this attempt's written before any offer was seen."""
+    done = read_json(folder / DONE)
+    if done is None:
+        return False
+    if done.get("group") is not None:
+        return done["group"] == group_id
+    return filter_.current(done.get("stamp"))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rlcore import attempt
 from rlcore.errors import ConfigError
 from rlcore.files import append_line, atomic_write_text, fsync_tree
 from rlcore.ownership import check_claimable, claim
@@ -117,7 +118,16 @@ class RunDir:
     def mark_weights_stable(self, step: int) -> None:
         """STABLE vouches for the folder: it is written once every file in it is on disk."""
         fsync_tree(self.weight_dir(step))
-        atomic_write_text(self.weight_dir(step) / STABLE, f"{time.time()}\n")
+        atomic_write_text(self.weight_dir(step) / STABLE, json.dumps(attempt.stamp()) + "\n")
+
+    def weights_stamp(self, step: int) -> dict[str, Any] | None:
+        """Who marked `weights/step_<step>` STABLE (rlcore.attempt); None if nobody did, or an
+        older layout did (a bare time)."""
+        try:
+            stamp = json.loads((self.weight_dir(step) / STABLE).read_text())
+        except (OSError, ValueError):
+            return None
+        return stamp if isinstance(stamp, dict) else None
 
     # -- checkpoints ---------------------------------------------------------------------------
     def complete_checkpoints(self) -> list[int]:

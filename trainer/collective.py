@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcore import collective
+from rlcore import collective, waits
+from rlcore.attempt import AttemptFilter
 from rlcore.config import CollectiveTransferConfig
 from rlcore.errors import ConfigError
 from rlcore.health import free_port
@@ -69,6 +70,7 @@ class CollectiveSender(WeightSender):
     link: Any = None
     """Rank 0's end of the group once made: (store, gloo group) or vLLM's NCCL communicator."""
     timings: dict[str, float] = field(default_factory=dict)
+    attempts: AttemptFilter = field(default_factory=AttemptFilter)
 
     def __post_init__(self) -> None:
         if is_lora(self.model):
@@ -100,7 +102,8 @@ class CollectiveSender(WeightSender):
         start = time.perf_counter()
         if self.world.is_main:
             collective.write_offer(self.run_dir.transfer, step, self.group, self.update_info)
-        asked = self.world.broadcast_object(self.wait_for_request(step))
+        with waits.waiting(f"a request for policy step {step}", "orchestrator"):
+            asked = self.world.broadcast_object(self.wait_for_request(step))
         waited = time.perf_counter() - start
         if asked:
             self.send()
@@ -111,7 +114,8 @@ class CollectiveSender(WeightSender):
         """True once the orchestrator asks for `step`; False when it will ask no more."""
         folder, deadline = self.run_dir.transfer, time.monotonic() + self.request_timeout_s
         while True:
-            done = (folder / collective.DONE).exists()  # before the request: see rlcore.collective
+            # `done` before the request: see rlcore.collective
+            done = collective.is_done(folder, self.group["id"], self.attempts)
             asked = collective.read_request(folder, self.group["id"])
             if asked is not None and asked >= step:
                 return True

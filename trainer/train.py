@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlcore import waits
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import Batch
@@ -116,6 +117,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     if world.is_main:
         run_dir.claim()
         join_run(run_dir.root)  # alone: never beside a running rl (rlcore.runlock)
+        waits.setup(run_dir.root, "trainer")  # what it waits for, for rl to read
         place_weights(run_dir, getattr(config.weight_transfer, "dir", None))
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()
@@ -189,7 +191,8 @@ def next_batch(trainer: Trainer, step: int) -> Batch:
         vocab_size = trainer.model.config.get_text_config().vocab_size
         return fake_batch(config.data.fake, config.seq_len, vocab_size, step - 1, config.seed)
     folder = trainer.run_dir.rollout_dir(step - 1)
-    return wait_for_batch(folder, config.data.wait_timeout_s)
+    with waits.waiting(f"batch {step - 1}", "orchestrator", str(folder)):
+        return wait_for_batch(folder, config.data.wait_timeout_s)
 
 
 def train_and_publish(trainer: Trainer, step: int) -> None:

@@ -1,9 +1,11 @@
 """The real `rl` launcher on CPU with a tiny model: crash, resume, and clean shutdown."""
 
+import contextlib
 import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -26,11 +28,41 @@ def run_sessions(out: Path, rl_pid: int) -> set[int]:
     return {rl_pid, *run_state(out).get("pids", {}).values()}
 
 
-def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
+TRANSPORTS = ("collective", "filesystem")
+
+
+def cases(all_cases: list[tuple], in_default_run: set) -> list:
+    """Test parameters: the cases outside `in_default_run` are slow."""
+    return [pytest.param(*case, id="-".join(case),
+                         marks=() if case in in_default_run else (pytest.mark.slow,))
+            for case in all_cases]  # fmt: skip
+
+
+RESUME_CASES = cases([(t,) for t in TRANSPORTS], {("collective",)})
+RESTART_CASES = cases([(t, c) for t in TRANSPORTS for c in ("trainer", "inference")],
+                      {("collective", "trainer")})  # fmt: skip
+
+
+def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) -> None:
+    """The run reached its last checkpoint with one trainer record per step, and the last
+    policy reached inference (written to weights/ or sent over the collective)."""
+    assert run.latest_checkpoint() == max_steps
+    records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    trainer = [r for r in records if r["component"] == "trainer"]
+    assert {r["step"] for r in trainer} == set(range(1, max_steps + 1))
+    if transport == "filesystem":
+        assert run.weights_stable(max_steps)
+    else:
+        assert "now serving step_" in run.log_file("inference").read_text()
+
+
+@pytest.mark.parametrize(("transport",), RESUME_CASES)
+def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path, transport):
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
-    rl = start_rl(config, log=tmp_path / "rl1.log")
+    transport_flags = ("--weight-transfer.type", transport)
+    rl = start_rl(config, *transport_flags, log=tmp_path / "rl1.log")
     run = RunDir(out)
     try:
         wait_for(
@@ -45,14 +77,15 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
         code = rl.wait(timeout=120)
         log = (tmp_path / "rl1.log").read_text()
         assert code != 0, log
-        assert "trainer" in log
+        assert "rl: error: trainer was killed (SIGKILL)" in log, log
         wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
     finally:
         kill_sessions(run_sessions(out, rl.pid))
     first = run.latest_checkpoint()
     assert first is not None and first < 4
 
-    rl = start_rl(config, "--ckpt.resume-step", "-1", log=tmp_path / "rl2.log")
+    flags = ("--ckpt.resume-step", "-1", *transport_flags)
+    rl = start_rl(config, *flags, log=tmp_path / "rl2.log")
     try:
         code = rl.wait(timeout=900)
         log = (tmp_path / "rl2.log").read_text()
@@ -60,7 +93,7 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path):
         assert f"resuming from step {first}" in log
     finally:
         kill_sessions(run_sessions(out, rl.pid))
-    assert run.weights_stable(4) and run.latest_checkpoint() == 4
+    assert_finished_every_step(run, transport)
     assert not session_members(run_sessions(out, rl.pid))
 
 
@@ -113,6 +146,60 @@ def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_pat
     assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
 
 
+def first_trainer_step(out: Path) -> bool:
+    metrics = out / "metrics.jsonl"
+    return metrics.exists() and '"component": "trainer"' in metrics.read_text()
+
+
+def test_a_frozen_trainer_is_named_within_minutes_with_the_defaults(tiny_model_dir, tmp_path):
+    """SIGSTOP: the process cannot dump or log anything itself; rl names it from its state."""
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=200))
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, log=log)
+    try:
+        wait_for(lambda: first_trainer_step(out), 600, "a trainer step", proc=rl, log=log)
+        sessions = run_sessions(out, rl.pid)
+        os.kill(run_state(out)["pids"]["trainer"], signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        code = rl.wait(timeout=300)
+        named_after_s = time.monotonic() - frozen_at
+        wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    text = log.read_text()
+    print(f"a frozen trainer was named after {named_after_s:.0f} s")
+    assert code == 1, text
+    assert "rl: error: trainer is stopped (SIGSTOP" in text, text
+    assert run_state(out)["failed_component"] == "trainer"
+
+
+@pytest.mark.slow
+def test_a_trainer_slowed_but_moving_is_not_stopped(tiny_model_dir, tmp_path):
+    """The trainer is stopped three quarters of the time (as on a machine many times too
+    busy): every step takes four times as long, and the run still finishes."""
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=6))
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, log=log)
+    try:
+        wait_for(lambda: "trainer" in run_state(out).get("pids", {}), 120, "the trainer", proc=rl,
+                 log=log)  # fmt: skip
+        trainer = run_state(out)["pids"]["trainer"]
+        with contextlib.suppress(ProcessLookupError):
+            while rl.poll() is None:
+                os.killpg(trainer, signal.SIGSTOP)
+                time.sleep(1.5)
+                os.killpg(trainer, signal.SIGCONT)
+                time.sleep(0.5)
+        code = rl.wait(timeout=600)
+    finally:
+        kill_sessions(run_sessions(out, rl.pid))
+    assert code == 0, log.read_text()
+
+
 @pytest.mark.slow
 def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path):
     """The server blocks on its first weight update: the orchestrator and trainer then wait
@@ -125,14 +212,14 @@ def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path
     assert "Current thread" in inference_log and "hang_if_asked" in inference_log
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("component", ["trainer", "inference"])
-def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, component):
+@pytest.mark.parametrize(("transport", "component"), RESTART_CASES)
+def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, transport,
+                                                        component):  # fmt: skip
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
     log = tmp_path / "rl.log"
-    rl = start_rl(config, "--max-restarts", "1", log=log)
+    rl = start_rl(config, "--max-restarts", "1", "--weight-transfer.type", transport, log=log)
     run = RunDir(out)
     try:
         wait_for(lambda: run.latest_checkpoint() is not None, 600, "a checkpoint", proc=rl, log=log)
@@ -148,9 +235,7 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
     # The run may have checkpointed again between the read and the kill (tiny steps are fast).
     resumed = re.search(r"resuming from step (\d+)", text)
     assert "restarting in" in text and resumed and int(resumed[1]) >= killed_after, text
-    assert run.latest_checkpoint() == 4 and run.weights_stable(4)
-    steps = [json.loads(line) for line in run.metrics.read_text().splitlines()]
-    assert {r["step"] for r in steps if r["component"] == "trainer"} == {1, 2, 3, 4}
+    assert_finished_every_step(run, transport)
 
 
 def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_path):

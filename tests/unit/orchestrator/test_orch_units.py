@@ -14,6 +14,7 @@ from orchestrator.envs import Rollout, Turn
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler, SamplerState
 from orchestrator.weights import build_receiver
+from rlcore.attempt import ATTEMPT_ENV
 from rlcore.config import FilesystemTransferConfig
 from rlcore.rundir import RunDir
 
@@ -138,13 +139,14 @@ def test_missing_weights_time_out_naming_the_path(tmp_path):
     assert receiver.load_request(4) == {"weight_dir": str(run_dir.weight_dir(4).resolve())}
 
 
-def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path):
+def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path, monkeypatch):
     run_dir = RunDir(tmp_path)
+    monkeypatch.setenv(ATTEMPT_ENV, "abandoned")
     for step in (2, 3):
         run_dir.weight_dir(step).mkdir(parents=True)
         run_dir.mark_weights_stable(step)
+    monkeypatch.setenv(ATTEMPT_ENV, "this-attempt")
     receiver = build_receiver(FilesystemTransferConfig(), run_dir, trusted_upto=2)
-    receiver.attempt_start = time.time() + 60  # both folders predate this attempt
     assert receiver.ready(2) and not receiver.ready(3)
     assert asyncio.run(receiver.wait(2, 3, 0.3)) == 2
 
