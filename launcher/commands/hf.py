@@ -12,6 +12,7 @@ from typing import Any
 from launcher.commands.base import command_parser
 from launcher.commands.tasks import check_out, check_servers, print_local_commands, write_dataset
 from rlcore.errors import ConfigError
+from rlcore.paths import user_path
 from rlcore.secrets import REDACTED, redact_urls
 
 NAME = "hf"
@@ -46,7 +47,7 @@ def run(args) -> int:
                           "`-`, `_`, `.`)")  # fmt: skip
     # Every check before the first write: the dataset folder, the lock file, the tasks (their
     # servers' secrets, variables and commands), .env (read for the token too).
-    folder = dataset_dir(args.name)
+    folder = user_path(dataset_dir(args.name), "--name")  # resolved before any check
     check_out(folder)
     check_writable(LOCK_FILE, "the lock file")
     tasks = load_filled(args.file, read_lock())

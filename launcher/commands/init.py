@@ -13,6 +13,7 @@ from typing import Any
 
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
+from rlcore.paths import path_arg
 
 NAME = "init"
 HELP = "write a workflow config from an MCP environment's tools, or print an rl.toml"
@@ -78,7 +79,8 @@ def parser():
     target_help = "a docker image, an MCP URL, a local server command, or an environment id"
     parser.add_argument("target", nargs="?", help=target_help)
     parser.add_argument("--tasks", metavar="FILE.json", help="use the first task's MCP server")
-    parser.add_argument("-o", "--out", type=Path, help="the YAML to write (configs/<env>.yaml)")
+    parser.add_argument("-o", "--out", type=path_arg("-o", file=True),
+                        help="the YAML to write (configs/<env>.yaml)")  # fmt: skip
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
 

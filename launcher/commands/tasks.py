@@ -7,6 +7,7 @@ from pathlib import Path
 
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
+from rlcore.paths import path_arg
 
 NAME = "tasks"
 HELP = "check a tasks.json (MCP tool tasks), write it as a dataset and print the [[env]] lines"
@@ -19,7 +20,8 @@ def parser():
     parser = command_parser(NAME, HELP + ".")
     parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
     parser.add_argument("--name", required=True, help="the dataset's name (a plain name)")
-    parser.add_argument("--out", type=Path, help=f"the folder to write (default {DATA_ROOT}/NAME)")
+    parser.add_argument("--out", type=path_arg("--out"),
+                        help=f"the folder to write (default {DATA_ROOT}/NAME)")  # fmt: skip
     return parser
 
 
