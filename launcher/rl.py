@@ -28,10 +28,12 @@ USAGE = (
 EXTRA_HELP = """\
   --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
   --dry-run             print the resolved configs, GPU map and commands (with [slurm]: the
-                        sbatch script); start and write nothing
+                        sbatch script); start and write nothing; reports what a start would
+                        refuse, every holder of the run included
   --clean               start over: delete what the earlier run in output_dir created
                         (checkpoints too; only in a folder rl marked as a run, never other
-                        files, never through a link, never while another rl runs there)
+                        files, never through a link, never while another rl, a trainer or
+                        orchestrator started alone, or an unfinished SLURM job holds it)
   --wandb-api-key KEY   W&B key for this run (or WANDB_API_KEY / .env); passed to the processes
                         in their environment, never written to a config or log
   --config FILE.yaml    a workflow config (`rl init TARGET` writes one): train the rl-tasks
