@@ -42,7 +42,7 @@ FORMS = st.builds(
     st.booleans(),
 )
 PROPERTY = settings(
-    max_examples=30,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
