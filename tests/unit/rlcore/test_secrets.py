@@ -72,3 +72,45 @@ def test_the_wandb_config_is_redacted(tmp_path, fake_wandb):
     )
     start_wandb(config.wandb, RunDir(tmp_path), None, {"orchestrator": config.model_dump()})
     assert SECRET not in repr(fake_wandb.inits) and "***" in repr(fake_wandb.inits)
+
+
+# Generated cases: every secret word, in every case and separator style (a word is split at
+# `_`, `-`, `.` and camelCase humps), alone or with other words; values URLs must escape.
+WORDS = ["key", "apiKey", "token", "secret", "password", "passwd", "credential", "auth"]
+STYLES = [str.lower, str.upper, lambda w: w[:1].upper() + w[1:]]
+NAMES = sorted({
+    style(template.format(word)) for word in WORDS for style in STYLES
+    for template in ("{}", "hf_{}", "{}-value", "X-{}", "my.{}", "client_{}")
+} | {"client" + word[:1].upper() + word[1:] for word in WORDS})  # fmt: skip
+VALUES = [SECRET, "p@ss:w/rd?&=", "ÿ-unicode-☃", "a" * 300]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generated_secret_names_are_found_refused_and_never_quoted(name):
+    from rlcore.secrets import literal_secrets, refuse_literal_secrets
+
+    for value in VALUES:
+        data = {"server": {"env": {name: value}, "args": [f"--{name}", value, f"--{name}={value}"]}}
+        assert len(list(literal_secrets(data))) == 3, (name, value)
+        with pytest.raises(ConfigError) as err:
+            refuse_literal_secrets(data, "tasks.json", "rl.lock.yaml")
+        assert value not in str(err.value) and ".env" in str(err.value)
+        references = {"env": {name: "$X"}, "args": [f"--{name}", "${X}", f"--{name}=Bearer $X"]}
+        assert list(literal_secrets(references)) == []
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.isidentifier()])
+@pytest.mark.parametrize("value", VALUES)
+def test_generated_urls_are_redacted_in_messages(name, value):
+    from urllib.parse import quote
+
+    from rlcore.secrets import literal_secrets, redact_urls
+
+    token, password = quote(value, safe=""), quote(value + "!", safe="")
+    url = f"https://user:{password}@example.com:8443/mcp?a=1&{name}={token}"
+    message = f"server {url} failed: 401 (retry {url})."
+    shown = redact_urls(message)
+    assert token not in shown and password not in shown and "user" not in shown
+    assert shown.count("https://***@example.com:8443/mcp?a=1&") == 2 and shown.endswith(").")
+    assert len(list(literal_secrets({"url": url}))) == 2
+    assert list(literal_secrets({"url": f"https://$U@example.com/mcp?{name}=$T"})) == []
