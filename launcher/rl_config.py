@@ -76,9 +76,9 @@ class RLConfig(SharedOverrides):
 
     gpus: str | None = None
     """GPUs for the run, `N` or `NxTYPE` (e.g. `4xH100`): a quarter of them (at least one) go
-    to the trainer, the rest to inference (2: 1+1, 4: 3+1, 8: 6+2); the count and type are
-    checked against the GPUs found. None: --inference-gpu-ids / --trainer-gpu-ids, or the
-    defaults."""
+    to the trainer, the rest to inference (2: 1+1, 4: 3+1, 8: 6+2); the count (at most 1024)
+    and type are checked against the GPUs found. None: --inference-gpu-ids / --trainer-gpu-ids,
+    or the defaults."""
 
     provider: str = "local"
     """Where the run goes: `local` (this machine) or `slurm` (an sbatch job with the [slurm]

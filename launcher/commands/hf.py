@@ -20,9 +20,14 @@ HELP = "check tasks, save them as a dataset, make it rl.lock.yaml's primary one 
 NAME_PART = r"[A-Za-z0-9][\w.-]*"
 TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
+EPILOG = """\
+Nothing is written until every check passed: the tasks, rl.lock.yaml, .env, and each task
+server (no literal secret in its url, env or headers: write $VAR and set it in the environment
+or .env; every $VAR set; its command on PATH)."""
+
 
 def parser():
-    parser = command_parser(NAME, HELP + ".")
+    parser = command_parser(NAME, HELP + ".", EPILOG)
     parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
     parser.add_argument("--name", required=True, help="the dataset's name, ORG/NAME or NAME")
     parser.add_argument("--private", action="store_true", help="push it as a private dataset")

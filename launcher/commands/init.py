@@ -24,7 +24,10 @@ TARGET:
   "python server.py"        a local server command (stdio)
   rl-add-digits             a verifiers environment id: prints a commented rl.toml instead
 The YAML goes to configs/<env>.yaml (-o to choose); an existing file is kept unless --force.
-rl.lock.yaml records the environment (its image or server) for `rl hf` and `rl --config`."""
+rl.lock.yaml records the environment (its image or server) for `rl hf` and `rl --config`.
+Secrets (a URL's user:password@ or ?token=, a server's env or headers named like *KEY*,
+*TOKEN*, *SECRET*, *PASSWORD*) are written as $VAR, set in the environment or .env: a literal
+one is refused and nothing is written. Every $VAR must be set and the command on PATH."""
 FILE_HEADER = """\
 # rl --config {out}: a workflow config written by rl init.
 # few_shot: replace the placeholder with one task solved by hand (each call the model should

@@ -15,9 +15,14 @@ DATA_ROOT = Path("data/tasks")
 DATASET_MARKER = ".rl-tasks"
 """Written into every dataset folder `rl tasks` makes: only such a folder is ever replaced."""
 
+EPILOG = """\
+Nothing is written until every check passed: the tasks, --out, .env, and each task server (no
+literal secret in its url, env or headers: write $VAR and set it in the environment or .env;
+every $VAR set; its command on PATH)."""
+
 
 def parser():
-    parser = command_parser(NAME, HELP + ".")
+    parser = command_parser(NAME, HELP + ".", EPILOG)
     parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
     parser.add_argument("--name", required=True, help="the dataset's name (a plain name)")
     parser.add_argument("--out", type=path_arg("--out"),
