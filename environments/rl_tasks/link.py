@@ -82,7 +82,7 @@ class McpLink:
             env={k: expand(v) for k, v in self.spec.get("env", {}).items()} | passthrough(),
             cwd=self.spec.get("cwd"),
         )
-        return stdio_client(params)
+        return stdio_client(params, errlog=sys.stderr)  # today's stderr, not the import's
 
     async def list_tools(self) -> list[dict[str, Any]]:
         answer = await self._timed("listing tools", self.session.list_tools())
