@@ -10,6 +10,7 @@ from launcher.commands.runs import (
     pid_alive,
     read_state,
 )
+from rlcore import waits
 from rlcore.rundir import COMPONENTS
 
 NAME = "status"
@@ -20,6 +21,14 @@ def parser():
     parser = command_parser(NAME, HELP + ".")
     parser.add_argument("run", nargs="?", help=RUN_HELP + " (default: the latest active run)")
     return parser
+
+
+def waiting(run_dir, name: str) -> str:
+    """What a live component records it is waiting for (rlcore.waits), as text."""
+    record = waits.read(run_dir.root, name)
+    if not record or not record.get("waiting_for") or not pid_alive(record.get("pid")):
+        return ""
+    return f", waiting for {record['waiting_for']} from the {record['peer']}"
 
 
 def run(args) -> int:
@@ -41,7 +50,7 @@ def run(args) -> int:
         pid = pids.get(name)
         up = "running" if pid_alive(pid) else "not running"
         step = f", last logged step {steps[name]}" if name in steps else ""
-        print(f"{name + ':':<14}{up}{f' (pid {pid})' if pid else ''}{step}")
+        print(f"{name + ':':<14}{up}{f' (pid {pid})' if pid else ''}{step}{waiting(run_dir, name)}")
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
     print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB")

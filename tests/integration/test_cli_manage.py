@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlcore import waits
 from rlcore.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +40,25 @@ def test_status_reports_steps_and_checkpoints(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "failed" in result.stdout and "last logged step 3" in result.stdout
     assert "checkpoint:   2 (complete: [2])" in result.stdout
+
+
+def test_status_names_what_a_live_component_waits_for(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.claim()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for name, pid in (("trainer", holder.pid), ("orchestrator", 999999999)):
+            record = {"component": name, "waiting_for": "batch 3", "peer": "orchestrator",
+                      "seq": 1, "pid": pid, "attempt": None}  # fmt: skip
+            waits.state_file(run.root, name).parent.mkdir(exist_ok=True)
+            waits.state_file(run.root, name).write_text(json.dumps(record))
+        result = rl("status", str(run.root))
+    finally:
+        holder.kill()
+    assert result.returncode == 0, result.stderr
+    lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
+    assert "waiting for batch 3 from the orchestrator" in lines["trainer"], result.stdout
+    assert "waiting" not in lines["orchestrator"]  # its process is gone: no stale wait shown
 
 
 def test_logs_and_stop_need_a_run_directory(tmp_path):
