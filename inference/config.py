@@ -154,6 +154,11 @@ class InferenceConfig(BaseConfig):
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Sampling seed of the engine."""
 
+    deterministic: bool = False
+    """Serve for a reproducible run (shared `deterministic`): one sequence at a time
+    (`max_num_seqs = 1`), so a request's logits never depend on what else is in flight; each
+    request brings its own sampling seed."""
+
     log: LogConfig = LogConfig()
     """Console and log-file verbosity."""
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from inference import cpu_fork
+from inference import batch_invariant, cpu_fork
 from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
 from rlcore.errors import ConfigError, exit_with
@@ -128,7 +128,12 @@ def setup_device_env(config: InferenceConfig) -> bool:
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
+        if config.deterministic:  # vLLM's own batch-invariant kernels (CUDA, XPU)
+            os.environ.setdefault("VLLM_BATCH_INVARIANT", "1")
         return False
+    if config.deterministic:  # ours on CPU, in this process and every one vLLM starts
+        os.environ[batch_invariant.BATCH_INVARIANT_ENV] = "1"
+        batch_invariant.install()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if config.cpu.start_method == "fork":

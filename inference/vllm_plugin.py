@@ -1,13 +1,20 @@
 """The `vllm.general_plugins` entry point (pyproject.toml): vLLM calls `register` in every
 process it starts (API server, engine core, workers), so the `gloo` weight-transfer engine is
 known wherever `--weight-transfer-config '{"backend": "gloo"}'` makes a worker create it.
-Registration is by module path: nothing heavy is imported until a worker creates the engine."""
+Registration is by module path: nothing heavy is imported until a worker creates the engine.
+A deterministic run also gets its batch-invariant CPU linear layers here
+(inference/batch_invariant.py)."""
 
 GLOO_ENGINE = "gloo"
 
 
 def register() -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    from inference import batch_invariant
+
+    if batch_invariant.enabled():  # a deterministic run on CPU (inference/batch_invariant.py)
+        batch_invariant.install()
 
     try:
         WeightTransferEngineFactory.register_engine(

@@ -260,3 +260,19 @@ class OrchestratorConfig(SharedFields):
         if not self.env:
             raise ValueError("env is empty: add at least one [[env]] table with an `id`")
         return self
+
+    @model_validator(mode="after")
+    def validate_deterministic(self) -> "OrchestratorConfig":
+        if (
+            self.deterministic
+            and self.eval is not None
+            and self.async_level > 0
+            and self.weight_transfer.type == "collective"
+        ):
+            raise ValueError(
+                "deterministic = true with [eval] and async_level > 0 needs "
+                "--weight-transfer.type filesystem: an eval serves the newest policy, and the "
+                "collective transport cannot serve the older one the next batch must come from; "
+                "or set --async-level 0, or drop [eval]"
+            )
+        return self

@@ -28,6 +28,7 @@ from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler
+from orchestrator.seeds import eval_seeds, rollout_seeds
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
 from rlcore import waits
@@ -36,7 +37,7 @@ from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
-from rlcore.rundir import RunDir, is_checkpoint_step
+from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
 from rlcore.weight_transfer import WeightReceiver
 
@@ -71,6 +72,12 @@ async def run_async(config: OrchestratorConfig) -> None:
     envs = [load_env(e) for e in config.env]
     eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
     state = setup_state(config, run_dir, resume_step)
+    plan = ckpt.CheckpointPlan(
+        config.ckpt.interval, config.max_steps, config.ckpt.enabled,
+        lead=config.async_level if config.deterministic else 0,
+    )  # fmt: skip
+    if resume_step is not None and (restored := ckpt.restore_batches(run_dir, resume_step)):
+        logger.info(f"batches {restored} restored from the checkpoint (generated before it)")
     sampler = ExampleSampler(
         [env.num_examples for env in envs],
         [e.weight for e in config.env],
@@ -102,13 +109,11 @@ async def run_async(config: OrchestratorConfig) -> None:
         if config.eval and config.eval.eval_base_model and resume_step is None:
             await evaluate(config, eval_envs, client, monitor, policy, 0)
         while state.step < config.max_steps:
-            await train_step(config, run_dir, envs, sampler, client, policy, state, monitor)
+            await train_step(config, run_dir, envs, sampler, client, policy, state, monitor, plan)
             if config.eval and state.step % config.eval.interval == 0:
                 await evaluate(config, eval_envs, client, monitor, policy, state.step)
-            if is_checkpoint_step(
-                state.step, config.ckpt.interval, config.max_steps, config.ckpt.enabled
-            ):
-                ckpt.save(run_dir, state)
+            for step in plan.due(state.step):
+                ckpt.save(run_dir, state, step)
         if config.eval and config.max_steps % config.eval.interval:
             await evaluate(config, eval_envs, client, monitor, policy, config.max_steps)
     finally:
@@ -153,9 +158,14 @@ async def ensure_policy(
     config: OrchestratorConfig, run_dir: RunDir, policy: Policy, step: int
 ) -> float:
     """Make inference serve a policy no older than step - async_level (the newest ready one
-    when it must change); seconds spent waiting and loading."""
+    when it must change; exactly that one in a deterministic run); seconds spent waiting and
+    loading."""
     oldest = max(0, step - config.async_level)
     start = time.monotonic()
+    if config.deterministic:  # exactly policy step - async_level, never a newer one
+        if policy.step != oldest and policy.can_update:
+            await serve(config, policy, await wait_for_policy(config, policy, oldest, oldest))
+        return time.monotonic() - start
     if policy.step is not None and (policy.step >= oldest or not policy.can_update):
         newer = policy.receiver.newest() if policy.can_update and policy.receiver.eager else None
         if newer is None or newer <= policy.step:
@@ -212,10 +222,11 @@ async def evaluate(
 
 async def generate(
     config: OrchestratorConfig, envs: list[EnvAdapter], picks: list[tuple[int, int]], client,
-    model: str,
+    model: str, seeds: list[list[int]] | None = None,
 ) -> list[list[Rollout]]:  # fmt: skip
     """One group of `rollouts_per_example` rollouts per picked example, all concurrently
-    (the client keeps `client.max_concurrent` requests in flight), from served model `model`."""
+    (the client keeps `client.max_concurrent` requests in flight), from served model `model`;
+    `seeds`: each group's per-rollout sampling seeds (deterministic runs)."""
     sampling = sampling_args(config.sampling)
     groups = [
         envs[env].run_group(
@@ -224,8 +235,9 @@ async def generate(
             client,
             model,
             sampling,
+            seeds[i] if seeds else None,
         )
-        for env, index in picks
+        for i, (env, index) in enumerate(picks)
     ]
     return list(await asyncio.gather(*groups))
 
@@ -258,6 +270,7 @@ async def train_step(
     policy: Policy,
     state: ckpt.OrchestratorState,
     monitor: Monitor,
+    plan: ckpt.CheckpointPlan | None = None,
 ) -> None:
     """Generate, score and write batch `state.step`, then log it."""
     step, start = state.step, time.monotonic()
@@ -266,7 +279,7 @@ async def train_step(
     model = policy.model or config.model.name
     sampled = await sample_batch(
         config.batch_size // config.rollouts_per_example,
-        lambda num_groups: sample_groups(config, envs, sampler, client, model, num_groups),
+        lambda num_groups: sample_groups(config, envs, sampler, client, model, num_groups, step),
         config.dynamic_sampling,
     )
     generate_s = time.monotonic() - generate_start
@@ -275,6 +288,8 @@ async def train_step(
     rollouts = [r for group in groups for r in group]
     check_errors(step, rollouts, batch)
     samples = samples_jsonl(rollouts, config.num_saved_samples)
+    if plan is not None:  # before the trainer can consume (and delete) it
+        ckpt.keep_batch(run_dir, plan, batch, {SAMPLES_FILE: samples})
     write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
     state.step = step + 1
     state.num_rollouts += len(rollouts)
@@ -307,11 +322,18 @@ def mark_empty(groups: list[list[Rollout]]) -> None:
 
 async def sample_groups(
     config: OrchestratorConfig, envs: list[EnvAdapter], sampler: ExampleSampler, client,
-    model: str, num_groups: int,
+    model: str, num_groups: int, step: int = 0,
 ) -> tuple[list[tuple[int, int]], list[list[Rollout]]]:  # fmt: skip
     """Draw `num_groups` examples and generate and score a group for each."""
+    first_draw = sampler.state.num_drawn
     picks = sampler.take(num_groups)
-    groups = await generate(config, envs, picks, client, model)
+    seeds = None
+    if config.deterministic:  # a pure function of (seed, step, draw, rollout)
+        seeds = [
+            rollout_seeds(config.seed, step, first_draw + i, config.rollouts_per_example)
+            for i in range(num_groups)
+        ]
+    groups = await generate(config, envs, picks, client, model, seeds)
     mark_empty(groups)
     if config.zero_truncated_rewards:
         zero_truncated(groups)
@@ -391,15 +413,18 @@ async def run_evals(
     sampling = sampling_args(config.sampling)
     model = policy.model or config.model.name
     metrics: dict = {"eval/policy_step": policy.step}
-    for env, env_config in zip(eval_envs, config.eval.env, strict=True):
+    for e, (env, env_config) in enumerate(zip(eval_envs, config.eval.env, strict=True)):
         start = time.monotonic()
         examples = env.eval_examples(env_config.num_examples)
-        groups = await asyncio.gather(
-            *(
-                env.run_group(example, env_config.rollouts_per_example, client, model, sampling)
-                for example in examples
-            )
-        )
+        num = env_config.rollouts_per_example
+        seeds = [
+            eval_seeds(config.seed, step, e, i, num) if config.deterministic else None
+            for i in range(len(examples))
+        ]
+        groups = await asyncio.gather(*(
+            env.run_group(example, num, client, model, sampling, example_seeds)
+            for example, example_seeds in zip(examples, seeds, strict=True)
+        ))  # fmt: skip
         rewards = [r.reward for group in groups for r in group]
         reward = sum(rewards) / max(1, len(rewards))
         metrics[f"eval/{env.id}/reward"] = reward

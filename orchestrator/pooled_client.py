@@ -12,6 +12,7 @@ from verifiers.clients import OpenAIChatCompletionsClient
 
 from orchestrator.client import server_root
 from orchestrator.envs.budget import TokenBudget
+from orchestrator.seeds import turn_seed
 from orchestrator.servers import ServerPool
 
 
@@ -34,6 +35,10 @@ class PooledClient(OpenAIChatCompletionsClient):
         self.budget = TokenBudget(server_root(pool.servers[0].base_url), seq_len, timeout_s)
 
     async def get_native_response(self, prompt, model, sampling_args, tools=None, **kwargs):
+        state = kwargs.get("state")
+        if "seed" in sampling_args and state is not None:  # a seeded rollout's later turns
+            turn = len(state.get("trajectory") or [])
+            sampling_args = {**sampling_args, "seed": turn_seed(sampling_args["seed"], turn)}
         async with self.semaphore:
             sampling_args = await self.budget.cap(model, prompt, sampling_args, tools)
             tried: set[int] = set()

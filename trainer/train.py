@@ -33,6 +33,7 @@ from trainer.attention import shared_prompt_blocker
 from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
+from trainer.determinism import prepare_environment, setup_determinism
 from trainer.dist import World, setup_world, teardown_world
 from trainer.logprob_head import LogprobRequest, request_logprobs, uses_chunked_head
 from trainer.loss import LossSums, TokenLoss, build_loss, loss_from_logprobs, token_logprobs
@@ -79,6 +80,7 @@ class Trainer:
 
 
 def run(config: TrainerConfig) -> None:
+    prepare_environment(config.deterministic)
     world = setup_world()
     if world.is_main:
         logger.info(f"world size {world.world_size} on {world.device.type}, {config.nodes} node(s)")
@@ -127,7 +129,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
 def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     started = time.perf_counter()
     quiet_libraries()
-    torch.manual_seed(config.seed)
+    setup_determinism(config.seed, config.deterministic)
     run_dir, resume_step = setup_run_dir(config, world)
     try:
         source = resolve_model(config.model.name)

@@ -57,10 +57,18 @@ class EnvAdapter(ABC):
 
     @abstractmethod
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
-    ) -> list[Rollout]:
+        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        seeds: list[int] | None = None,
+    ) -> list[Rollout]:  # fmt: skip
         """Run `num_rollouts` rollouts of one example against `client` (a PooledClient) and
-        score them as a group. A rollout that failed has `error` set and is not trained on."""
+        score them as a group. A rollout that failed has `error` set and is not trained on.
+        `seeds` (deterministic runs): rollout i samples with vLLM's per-request seed `seeds[i]`
+        (`seeded`), its later turns with seeds derived from it (the client mixes the turn in)."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release what the environment holds (servers, subprocesses); called once at the end."""
+
+
+def seeded(sampling: dict, seed: int | None) -> dict:
+    """`sampling` with vLLM's per-request sampling `seed` (unchanged when None)."""
+    return sampling if seed is None else {**sampling, "seed": seed}

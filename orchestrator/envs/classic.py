@@ -3,11 +3,13 @@
 vLLM's `return_token_ids`. The only module that imports verifiers' environment API.
 """
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from orchestrator.client import OrchestratorError
-from orchestrator.envs.base import EnvAdapter, Rollout, Turn
+from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
 from rlcore.errors import ConfigError
 from rlcore.secrets import redact, scrub
 
@@ -46,14 +48,40 @@ class VerifiersEnv(EnvAdapter):
         return self._eval[:num_examples]
 
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
-    ) -> list[Rollout]:
+        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        seeds: list[int] | None = None,
+    ) -> list[Rollout]:  # fmt: skip
         """Run `num_rollouts` rollouts of one example and score them as a group."""
         inputs = [_rollout_input(example) for _ in range(num_rollouts)]
-        outputs = await self.env.run_group(
-            inputs, client, model, sampling, state_columns=["trajectory"]
-        )
+        if seeds is None:
+            outputs = await self.env.run_group(
+                inputs, client, model, sampling, state_columns=["trajectory"]
+            )
+        else:
+            outputs = await self._run_seeded_group(inputs, client, model, sampling, seeds)
         return [_to_rollout(out) for out in outputs]
+
+    async def _run_seeded_group(
+        self, inputs: list[dict], client: Any, model: str, sampling: dict, seeds: list[int]
+    ) -> list[Any]:
+        """verifiers' run_group (rollouts, then group scoring and cleanup), but each rollout
+        with its own sampling arguments: verifiers gives a group one dict."""
+        from verifiers.legacy.utils.save_utils import state_to_output
+
+        states = await asyncio.gather(*(
+            self.env.rollout(inp, client, model, seeded(sampling, seed))
+            for inp, seed in zip(inputs, seeds, strict=True)
+        ))  # fmt: skip
+        start = time.time()
+        if self.env.score_rollouts:
+            await self.env.rubric.score_group(states)
+        else:
+            await self.env.rubric.dummy_score_group(states)
+        for state in states:
+            state["timing"].scoring.start, state["timing"].scoring.end = start, time.time()
+        for state in states:
+            await self.env.rubric.cleanup(state)
+        return [state_to_output(state, ["trajectory"]) for state in states]
 
 
 def _rollout_input(example: dict) -> dict:

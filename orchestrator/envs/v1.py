@@ -17,7 +17,7 @@ import sys
 import types
 from typing import Any
 
-from orchestrator.envs.base import EnvAdapter, Rollout, Turn
+from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
 from rlcore.environments import module_name
 from rlcore.errors import ConfigError
 from rlcore.secrets import redact, scrub
@@ -110,21 +110,22 @@ class V1Env(EnvAdapter):
         return [{"example_id": i} for i in range(min(num_examples, len(self.tasks)))]
 
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict
-    ) -> list[Rollout]:
+        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        seeds: list[int] | None = None,
+    ) -> list[Rollout]:  # fmt: skip
         """`num_rollouts` episodes of one task, each against the least-loaded server (counted in
         its requests; a server that fails costs the episode)."""
         await self.start()
         index = int(example["example_id"])
         slots = self.env.slots(self.tasks[index], num_rollouts)
 
-        async def one(slot) -> Rollout:
+        async def one(slot, seed: int | None) -> Rollout:
             async with client.semaphore:
                 pool = client.pool
                 server = pool.servers[pool.pick(set()) or 0]
                 server.in_flight += 1
                 try:
-                    context = model_context(client, server.base_url, model, sampling)
+                    context = model_context(client, server.base_url, model, seeded(sampling, seed))
                     episode = await self.env.run_slot(slot, context)
                 except Exception as err:  # noqa: BLE001 - an episode's failure is its rollout's
                     logger.warning(f"v1 episode of {self.id!r} task {index} failed: {err}")
@@ -134,7 +135,8 @@ class V1Env(EnvAdapter):
                 server.served += 1
             return to_rollout(index, episode)
 
-        return list(await asyncio.gather(*(one(s) for s in slots)))
+        seeds_or_none = seeds or [None] * len(slots)
+        return list(await asyncio.gather(*map(one, slots, seeds_or_none)))
 
     async def start(self) -> None:
         """Enter verifiers' serving context (interception server, shared tools) once."""
@@ -166,6 +168,8 @@ def model_context(client: Any, base_url: str, model: str, sampling: dict) -> Any
     extra = dict(sampling.get("extra_body") or {})
     extra.pop("return_token_ids", None)
     wanted = {k: sampling.get(k) for k in ("max_tokens", "temperature", "top_p")}
+    if sampling.get("seed") is not None:  # a deterministic run's rollout seed (every turn)
+        extra["seed"] = sampling["seed"]
     return ModelContext(model=model, client=config, sampling=SamplingConfig(**wanted, **extra))
 
 
