@@ -12,6 +12,7 @@ import pytest
 
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
+    REPO,
     free_port,
     kill_sessions,
     run_state,
@@ -56,12 +57,30 @@ def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) 
         assert "now serving step_" in run.log_file("inference").read_text()
 
 
+QUICKSTART = REPO / "configs" / "quickstart"
+
+
+def job(tmp_path: Path, model: Path, transport: str) -> tuple[Path, Path, tuple[str, ...]]:
+    """(config, run folder, flags) of a 4-step job: on the collective transport the quick
+    start's own three files with the tiny model, as a user runs them; on the filesystem one
+    the tiny job's rl.toml."""
+    out, config = tmp_path / "run", tmp_path / "rl.toml"
+    if transport == "filesystem":
+        config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=4))
+        return config, out, ("--weight-transfer.type", "filesystem")
+    config.write_text(f"[inference.server]\nport = {free_port()}\n")
+    files = {"trainer": "train", "orchestrator": "orch", "inference": "infer"}
+    layered = [
+        part for c, f in files.items() for part in (f"--{c}", "@", str(QUICKSTART / f"{f}.toml"))
+    ]
+    flags = ("--model.name", str(model), "--max-steps", "4", "--output-dir", str(out),
+             "--ckpt.interval", "1")  # fmt: skip
+    return config, out, (*layered, *flags)
+
+
 @pytest.mark.parametrize(("transport",), RESUME_CASES)
 def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path, transport):
-    out = tmp_path / "run"
-    config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
-    transport_flags = ("--weight-transfer.type", transport)
+    config, out, transport_flags = job(tmp_path, tiny_model_dir, transport)
     rl = start_rl(config, *transport_flags, log=tmp_path / "rl1.log")
     run = RunDir(out)
     try:
@@ -215,11 +234,9 @@ def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path
 @pytest.mark.parametrize(("transport", "component"), RESTART_CASES)
 def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, transport,
                                                         component):  # fmt: skip
-    out = tmp_path / "run"
-    config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
+    config, out, flags = job(tmp_path, tiny_model_dir, transport)
     log = tmp_path / "rl.log"
-    rl = start_rl(config, "--max-restarts", "1", "--weight-transfer.type", transport, log=log)
+    rl = start_rl(config, "--max-restarts", "1", *flags, log=log)
     run = RunDir(out)
     try:
         wait_for(lambda: run.latest_checkpoint() is not None, 600, "a checkpoint", proc=rl, log=log)
