@@ -155,9 +155,10 @@ class InferenceConfig(BaseConfig):
     """Sampling seed of the engine."""
 
     deterministic: bool = False
-    """Serve for a reproducible run (shared `deterministic`): one sequence at a time
-    (`max_num_seqs = 1`), so a request's logits never depend on what else is in flight; each
-    request brings its own sampling seed."""
+    """Serve for a reproducible run (shared `deterministic`): a request's logits do not depend
+    on what it is batched with (on CPU every linear layer's input is padded to 8 rows, which
+    keeps each row on one kernel; on GPUs vLLM's VLLM_BATCH_INVARIANT=1); each request brings
+    its own sampling seed."""
 
     log: LogConfig = LogConfig()
     """Console and log-file verbosity."""
