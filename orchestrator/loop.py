@@ -2,10 +2,12 @@
 
 For step n = 0 .. max_steps-1:
   waits for   a policy no older than n - async_level (`weights/step_<m>/STABLE`, m >= n -
-              async_level; the newest one ready), and asks inference to serve it if it changed;
+              async_level; the newest one ready; exactly n - async_level when `deterministic`),
+              and asks inference to serve it if it changed;
   consumes    examples from the environments, mixed by weight in a seeded, resumable order;
   produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl), one metrics line,
-              every `ckpt.interval` steps its part of `checkpoints/step_<n+1>`, evals;
+              every `ckpt.interval` steps its part of `checkpoints/step_<n+1>` (deterministic:
+              of step_<n+1-async_level>, carrying the batches since; orchestrator/ckpt.py), evals;
   unblocked by the trainer publishing weights. Generating batch n+1 while the trainer trains on
   batch n needs no threads: the loop only waits for step n - async_level.
 """
