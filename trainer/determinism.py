@@ -1,9 +1,10 @@
 """The trainer's half of `deterministic = true`: the same batches give bit-identical updates.
 
 What it fixes: torch's deterministic algorithms (an op without one raises and names itself),
-cuBLAS's workspace (set before CUDA starts), cuDNN's autotuning off, and the intra-op thread
-count (CPU kernels split reductions by thread, so another count changes the low bits: it is
-logged, and must be the same to compare runs). Data order needs nothing: a batch is consumed in
+cuBLAS's workspace (set before CUDA starts) and cuDNN's autotuning off. The intra-op thread
+count is logged, not chosen: CPU kernels split reductions by thread, so runs compare bit for
+bit only with the same count (torch's default, the machine's cores, or OMP_NUM_THREADS).
+Data order needs nothing: a batch is consumed in
 the order the orchestrator wrote it, and `split_for_ranks` is a pure function of it; gradients
 are reduced by FSDP2's reduce-scatter / gloo in a fixed rank order for a fixed world size.
 """
@@ -32,7 +33,6 @@ def setup_determinism(seed: int, deterministic: bool) -> None:
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
     logger.info(
         f"deterministic: torch deterministic algorithms on, {threads} intra-op threads (runs "
         "compare bit for bit only with the same thread count, machine and versions)"
