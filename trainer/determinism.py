@@ -4,9 +4,9 @@ What it fixes: torch's deterministic algorithms (an op without one raises and na
 cuBLAS's workspace (set before CUDA starts) and cuDNN's autotuning off. The intra-op thread
 count is logged, not chosen: CPU kernels split reductions by thread, so runs compare bit for
 bit only with the same count (torch's default, the machine's cores, or OMP_NUM_THREADS).
-Data order needs nothing: a batch is consumed in
-the order the orchestrator wrote it, and `split_for_ranks` is a pure function of it; gradients
-are reduced by FSDP2's reduce-scatter / gloo in a fixed rank order for a fixed world size.
+Data order needs nothing: a batch is consumed in the order the orchestrator wrote it, and
+`split_for_ranks` is a pure function of it; gradients are reduced by FSDP2's reduce-scatter /
+gloo in a fixed rank order for a fixed world size.
 """
 
 import logging
