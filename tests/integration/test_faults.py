@@ -5,8 +5,6 @@ run survives, the latest complete checkpoint loads, and `--ckpt.resume-step -1` 
 Every case runs on each setup: both weight transports, two inference replicas, and LoRA (whose
 adapters travel through the filesystem)."""
 
-import contextlib
-import json
 import os
 import signal
 import time
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlcore import collective
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     free_port,
@@ -49,23 +48,17 @@ def trainer_saving(run: RunDir) -> bool:
     return part.is_dir() and not (part / "DONE").exists()
 
 
-def last_trainer_step(run: RunDir) -> int:
-    """The last step the trainer logged (0: none yet); a kill before step 3 is logged leaves a
-    whole step before checkpoint 4 could complete, whichever transport carries the policy."""
-    if not run.metrics.exists():
-        return 0
-    steps = [0]
-    for line in run.metrics.read_text().splitlines():
-        with contextlib.suppress(ValueError):  # a line being appended right now
-            record = json.loads(line)
-            steps += [record["step"]] if record["component"] == "trainer" else []
-    return max(steps)
+def published(run: RunDir, step: int) -> bool:
+    """Whether the trainer has published policy `step` (it does so before it checkpoints that
+    step): a STABLE folder, or the collective transport's offer."""
+    offer = collective.read_offer(run.transfer) or {}
+    return run.weights_stable(step) or offer.get("step", -1) >= step
 
 
 MOMENTS = {
     "before_first_checkpoint": lambda run: run.metrics.exists() and run.latest_checkpoint() is None,
     "during_checkpoint_save": trainer_saving,
-    "between_checkpoints": lambda run: run.latest_checkpoint() == 2 and last_trainer_step(run) < 3,
+    "between_checkpoints": lambda run: run.latest_checkpoint() == 2 and not published(run, 4),
 }
 
 
