@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     except OrchestratorError as err:
         print(f"orchestrator: error: {err}", file=sys.stderr)
         sys.exit(1)
-    except OSError as err:
+    except Exception as err:  # safetensors reports a full disk as its own SafetensorError
         if not is_disk_full(err):
             raise
         print(
