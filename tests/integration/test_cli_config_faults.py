@@ -135,7 +135,7 @@ def test_a_run_another_rl_runs_is_left_alone(tmp_path, flags):
         before = snapshot(tmp_path)
         result = run_rl(tmp_path, flags)
         assert result.returncode == 2, result.stdout + result.stderr
-        words = ["in use by another rl", f"pid {holder.pid}", "rl stop", "--output-dir"]
+        words = [f"in use by pid {holder.pid}", "exclusive lock", "rl stop", "--output-dir"]
         assert all(w in result.stderr for w in words), result.stderr
         assert snapshot(tmp_path) == before
     finally:
@@ -157,7 +157,8 @@ def test_an_orchestrator_alone_leaves_a_running_rl_alone(tmp_path):
             env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         )  # fmt: skip
         assert result.returncode == 2, result.stdout + result.stderr
-        assert "in use by another rl" in result.stderr and "Traceback" not in result.stderr
+        assert f"in use by pid {holder.pid}" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
         assert snapshot(tmp_path) == before
     finally:
         holder.kill()
