@@ -1,15 +1,21 @@
 """The classic verifiers adapter (`type = "verifiers"`, the default): verifiers 0.3.x's
 `load_environment`, `run_group` and `state["trajectory"]` with token ids and logprobs from
 vLLM's `return_token_ids`. The only module that imports verifiers' environment API.
+
+Every rollout's state carries `state["rng"]`, a `random.Random` of its own: in a deterministic
+run it is seeded from the rollout's seed (so an environment that draws random numbers from it
+draws the same ones every run, however rollouts interleave); otherwise from the OS.
 """
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
 from orchestrator.client import OrchestratorError
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
+from orchestrator.seeds import derive_seed
 from rlcore.errors import ConfigError
 from rlcore.secrets import redact, scrub
 
@@ -32,6 +38,7 @@ class VerifiersEnv(EnvAdapter):
                 f"environment {env_id!r} with args {redact(args)} failed to load: "
                 f"{scrub(str(err), args)}"
             ) from None
+        with_rollout_rng(self.env)
         self._train = self.env.get_dataset().to_list()
         self._eval: list[dict] | None = None
 
@@ -82,6 +89,19 @@ class VerifiersEnv(EnvAdapter):
         for state in states:
             await self.env.rubric.cleanup(state)
         return [state_to_output(state, ["trajectory"]) for state in states]
+
+
+def with_rollout_rng(env: Any) -> None:
+    """Make `env` put a per-rollout `random.Random` in `state["rng"]` as each rollout starts."""
+    init_state = env.init_state
+
+    async def init_state_with_rng(input, client, model, sampling_args=None):
+        state = await init_state(input, client, model, sampling_args)
+        seed = (sampling_args or {}).get("seed")
+        state["rng"] = random.Random(None if seed is None else derive_seed(seed, "env"))
+        return state
+
+    env.init_state = init_state_with_rng
 
 
 def _rollout_input(example: dict) -> dict:

@@ -33,13 +33,8 @@ def task(i: int, server: dict, record: Path) -> dict:
     }
 
 
-def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
-    record = tmp_path / "calls.jsonl"
-    good = {"command": "python", "args": [SERVER]}
-    crash = {"command": "python", "args": ["-c", "raise SystemExit(3)"]}
-    hang = {"command": "python", "args": ["-c", "import time; time.sleep(600)"]}
-    tasks = [task(i, good, record) for i in range(6)]
-    tasks += [task(6, crash, record), task(7, hang, record)]
+def tasks_data(tmp_path: Path, tasks: list[dict]) -> tuple[Path, str]:
+    """`rl tasks` on `tasks`: (the dataset folder it wrote, what it printed)."""
     tasks_file = tmp_path / "tasks.json"
     tasks_file.write_text(json.dumps(tasks))
     data = tmp_path / "tasks_data"
@@ -47,19 +42,32 @@ def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
            "--out", str(data)]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f'dataset = "{data}"' in done.stdout, done.stderr
-    assert "start local programs" in done.stdout and "time.sleep(600)" in done.stdout
+    return data, done.stdout
 
-    out = tmp_path / "run"
-    config = tmp_path / "rl.toml"
-    toml = (
-        tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=2)
+
+def tasks_toml(model: Path, data: Path, out: Path) -> str:
+    """A 2-step tiny run on the tasks in `data`."""
+    return (
+        tiny_rl_toml(model, out, free_port(), max_steps=2)
         .replace(
             'id = "rl-add-digits"',
             f'id = "rl-tasks"\nargs = {{ dataset = "{data}", max_turns = 2, tool_timeout_s = 10 }}',
         )
         .replace("seq_len = 256", "seq_len = 512")
     )
-    config.write_text(toml)
+
+
+def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
+    record = tmp_path / "calls.jsonl"
+    good = {"command": "python", "args": [SERVER]}
+    crash = {"command": "python", "args": ["-c", "raise SystemExit(3)"]}
+    hang = {"command": "python", "args": ["-c", "import time; time.sleep(600)"]}
+    tasks = [task(i, good, record) for i in range(6)]
+    tasks += [task(6, crash, record), task(7, hang, record)]
+    data, told = tasks_data(tmp_path, tasks)
+    assert "start local programs" in told and "time.sleep(600)" in told
+    out, config = tmp_path / "run", tmp_path / "rl.toml"
+    config.write_text(tasks_toml(tiny_model_dir, data, out))
     log = tmp_path / "rl.log"
     rl = start_rl(config, log=log)
     try:
@@ -94,3 +102,25 @@ def test_bad_task_files_exit_2_naming_task_and_field(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "task 1: mcp_config.s: give exactly one of `url`" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_two_deterministic_task_runs_give_the_same_numbers(tiny_model_dir, tmp_path):
+    """`--deterministic` covers agent tasks: MCP servers, tool turns and all."""
+    record = tmp_path / "calls.jsonl"
+    good = {"command": "python", "args": [SERVER]}
+    data, _ = tasks_data(tmp_path, [task(i, good, record) for i in range(4)])
+    numbers = []
+    for name in ("a", "b"):
+        out, config, log = tmp_path / name, tmp_path / f"{name}.toml", tmp_path / f"{name}.log"
+        config.write_text(tasks_toml(tiny_model_dir, data, out))
+        rl = start_rl(config, "--deterministic", log=log)
+        try:
+            assert rl.wait(timeout=900) == 0, log.read_text()[-3000:]
+        finally:
+            kill_sessions({rl.pid, *run_state(out).get("pids", {}).values()})
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        keys = ("step", "reward", "num_tokens", "completion_len", "loss", "entropy", "mismatch_kl")
+        training = [r for r in records if r["component"] == "trainer" or "reward" in r]
+        numbers.append([[r.get(k) for k in keys] for r in training])
+    assert len(numbers[0]) == 4 and numbers[0] == numbers[1], numbers

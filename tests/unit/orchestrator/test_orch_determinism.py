@@ -115,3 +115,23 @@ def test_deterministic_eval_with_lag_needs_the_filesystem_transport():
             deterministic=True, async_level=1, eval={"env": []},
             weight_transfer={"type": "collective"},
         )  # fmt: skip
+
+
+def test_every_rollout_state_carries_its_own_seeded_rng():
+    from openai import AsyncOpenAI
+    from verifiers.clients import OpenAIChatCompletionsClient
+
+    from orchestrator.envs.classic import VerifiersEnv
+
+    env = VerifiersEnv("rl-guess-number", {}).env
+    client = OpenAIChatCompletionsClient(AsyncOpenAI(base_url="http://127.0.0.1:9", api_key="-"))
+    example = env.get_dataset().to_list()[0]
+    inputs = {k: example[k] for k in ("prompt", "answer", "example_id") if k in example}
+
+    def draws(sampling: dict) -> list[int]:
+        state = asyncio.run(env.init_state(inputs, client, "m", sampling))
+        return [state["rng"].randint(0, 10**9) for _ in range(3)]
+
+    assert draws({"seed": 11}) == draws({"seed": 11})
+    assert draws({"seed": 11}) != draws({"seed": 12})
+    assert draws({}) != draws({})  # no seed: a fresh stream every rollout
