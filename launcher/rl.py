@@ -3,6 +3,7 @@
 rl --trainer @ train.toml --orchestrator @ orch.toml --inference @ infer.toml [--flags]
 rl @ rl.toml [--flags]
 rl run @ config.toml [--flags]            (the same as `rl @ config.toml`)
+rl sft @ sft.toml [--flags]               (supervised fine-tuning: launcher/sft_run.py)
 rl SUBCOMMAND ...                         (run management: launcher/commands/, see --help)
 """
 
@@ -48,6 +49,7 @@ EXTRA_HELP = """\
 
 subcommands (`rl SUBCOMMAND --help` for each; RUN: a run's name under outputs/, or its path):
   run @ FILE ...  the same as `rl @ FILE ...`
+  sft @ FILE ...  supervised fine-tuning as a run (`rl sft --help`; `sft @ FILE` alone)
 {commands}
 
 Shared keys: set once (top level, or in one sub-config) they fill every component that carries
@@ -86,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         argv = argv[1:]
     if argv and argv[0] in COMMANDS:
         sys.exit(run_command(argv[0], argv[1:]))
+    if argv and argv[0] == "sft":
+        from launcher.sft_run import main as sft_main
+
+        sys.exit(sft_main(argv[1:]))
     if not argv:
         from launcher.interactive import bare_rl
 

@@ -21,9 +21,11 @@ def visible_gpu_ids() -> list[str]:
     return [] if ids in ([], ["-1"]) else ids
 
 
-def maybe_reexec_under_torchrun(argv: list[str], nodes: int = 1) -> None:
-    """Exec torchrun with one rank per listed GPU when several are listed, or across `nodes`
-    nodes (rendezvous at MASTER_ADDR:MASTER_PORT); else return."""
+def maybe_reexec_under_torchrun(
+    argv: list[str], nodes: int = 1, module: str = "trainer.main"
+) -> None:
+    """Exec torchrun running `module` with one rank per listed GPU when several are listed, or
+    across `nodes` nodes (rendezvous at MASTER_ADDR:MASTER_PORT); else return."""
     num_gpus = len(visible_gpu_ids())
     if (num_gpus <= 1 and nodes == 1) or "LOCAL_RANK" in os.environ:
         return
@@ -32,7 +34,7 @@ def maybe_reexec_under_torchrun(argv: list[str], nodes: int = 1) -> None:
         cmd.append("--standalone")
     else:
         cmd += multi_node_args(nodes)
-    cmd += [f"--nproc-per-node={max(num_gpus, 1)}", "-m", "trainer.main", *argv]
+    cmd += [f"--nproc-per-node={max(num_gpus, 1)}", "-m", module, *argv]
     logger.info(f"{num_gpus} GPUs listed on each of {nodes} node(s), re-executing under torchrun")
     os.execv(sys.executable, cmd)
 

@@ -1,0 +1,115 @@
+"""`rl sft @ sft.toml [--KEY VALUE ...] [--max-restarts N] [--clean]`: supervised fine-tuning
+as a run. The config is checked before anything is written (exit 2 naming the key); the run
+folder is claimed and locked for the run's life (never beside another `rl`, nor a trainer or
+orchestrator started alone); the `sft` process's output goes to `logs/sft.log` and here;
+Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up to
+`--max-restarts` times. `sft @ sft.toml` runs the same process without any of this.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launcher.rl import take_flag
+from launcher.supervisor import Stop, ignore_signals, install_signal_handlers
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError, exit_with
+from rlcore.rundir import RunDir
+from rlcore.runlock import LAUNCHER_ENV, hold_run
+from rlcore.toml_io import write_config
+from trainer.sft_config import SFTConfig
+
+USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"
+EXTRA_HELP = """\
+  --max-restarts N      after a failure, resume from the latest checkpoint up to N times
+  --clean               start over: delete what the earlier run in output_dir created (only in
+                        a folder rl marked as a run, never while another process holds it)"""
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def main(argv: list[str]) -> int:
+    argv, restarts = take_flag(argv, "--max-restarts")
+    clean = "--clean" in argv
+    argv = [a for a in argv if a != "--clean"]
+    max_restarts = parse_restarts(restarts)
+    config, _ = parse_config(SFTConfig, "rl sft", argv, usage=USAGE, extra_help=EXTRA_HELP)
+    run = RunDir(config.output_dir)
+    try:
+        step = prepare(run, config, clean)
+    except ConfigError as err:
+        exit_with(str(err), "rl sft")
+    failures = 0
+    while True:
+        code = run_attempt(run, config, step)
+        if code in (0, *SIGNAL_EXIT.values()) or failures >= max_restarts:
+            return code
+        failures += 1
+        step = run.latest_checkpoint()
+        where = f"checkpoint step {step}" if step else "the start"
+        print(f"rl sft: sft exited with {code}; restarting from {where} "
+              f"(restart {failures} of {max_restarts})", flush=True)  # fmt: skip
+
+
+def parse_restarts(value: str | None) -> int:
+    if value is None:
+        return 0
+    if not value.isdigit() or int(value) > 100:
+        exit_with(f"--max-restarts {value!r}: give a whole number from 0 to 100", "rl sft")
+    return int(value)
+
+
+def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
+    """Clear (with --clean), claim and lock the folder; the step to resume from."""
+    from launcher.preflight import clean_run
+    from rlcore.ownership import read_run_id
+
+    if read_run_id(run.root) is not None:
+        hold_run(run.root)
+    if clean and run.root.exists():
+        if config.ckpt.resume_step is not None:
+            raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
+        clean_run(run.root)
+    step = run.prepare_attempt(config.ckpt.resume_step, produces=("weights",))
+    hold_run(run.root)
+    return step
+
+
+def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
+    """Start `sft` on the resolved config (resuming from `step`), mirror its output into
+    logs/sft.log, wait; its exit code (128 + n after a signal)."""
+    config.ckpt.resume_step = step
+    config_file = run.config_file("sft")
+    write_config(config, config_file)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "trainer.sft_main", "@", str(config_file)]
+    env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
+    install_signal_handlers()
+    with open(run.log_file("sft"), "a") as log:
+        child = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            for line in child.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+                log.flush()
+            return child.wait()
+        except Stop as stop:
+            ignore_signals()
+            stop_child(child)
+            return SIGNAL_EXIT[stop.signum]
+
+
+def stop_child(child: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 30 s; the last finished checkpoint stays."""
+    print("rl sft: stopping", file=sys.stderr, flush=True)
+    child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
