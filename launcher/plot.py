@@ -1,5 +1,6 @@
 """`rl plot RUN`: a PNG of a run's curves from metrics.jsonl, no W&B account needed: reward,
-loss, entropy, mismatch_kl and throughput against step."""
+loss, entropy, mismatch_kl and throughput against step (an SFT run: its loss, held-out loss,
+gradient norm, learning rate and throughput)."""
 
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,14 @@ PANELS = (
     ("mismatch_kl", "trainer", "mismatch_kl"),
     ("trainer tokens/s", "trainer", "tokens_per_s"),
     ("rollout tokens/s", "orchestrator", "throughput_tokens_per_s"),
+)
+SFT_PANELS = (
+    ("loss", "trainer", "loss"),
+    ("val/loss", "trainer", "val/loss"),
+    ("grad_norm", "trainer", "grad_norm"),
+    ("lr", "trainer", "lr"),
+    ("trainer tokens/s", "trainer", "tokens_per_s"),
+    ("loss tokens per step", "trainer", "num_loss_tokens"),
 )
 
 
@@ -43,7 +52,8 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
     records, _ = read_records(run.metrics)
     out = out or run.root / PLOT_FILE
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
-    for ax, (title, component, key) in zip(axes.flat, PANELS, strict=True):
+    panels = SFT_PANELS if run.config_file("sft").is_file() else PANELS
+    for ax, (title, component, key) in zip(axes.flat, panels, strict=True):
         steps, values = series(records, component, key)
         if steps:
             ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5)

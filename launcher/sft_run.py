@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
     config, _ = parse_config(SFTConfig, "rl sft", argv, usage=USAGE, extra_help=EXTRA_HELP)
     run = RunDir(config.output_dir)
     try:
+        check_data(config)
         step = prepare(run, config, clean)
     except ConfigError as err:
         exit_with(str(err), "rl sft")
@@ -58,6 +59,18 @@ def parse_restarts(value: str | None) -> int:
     if not value.isdigit() or int(value) > 100:
         exit_with(f"--max-restarts {value!r}: give a whole number from 0 to 100", "rl sft")
     return int(value)
+
+
+def check_data(config: SFTConfig) -> None:
+    """Read and tokenize the data as `sft` will: a bad file fails before the folder is touched."""
+    from rlcore.models import resolve_model
+    from trainer.sft import load_examples
+
+    try:
+        source = resolve_model(config.model.name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    load_examples(config, source)
 
 
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
