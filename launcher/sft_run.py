@@ -12,14 +12,13 @@ import subprocess
 import sys
 import time
 
-from launcher.rl import take_flag
 from launcher.supervisor import Stop, ignore_signals, install_signal_handlers
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV, hold_run
 from rlcore.toml_io import write_config
-from trainer.sft_config import SFTConfig
+from trainer.sft.config import SFTConfig
 
 USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"
 EXTRA_HELP = """\
@@ -30,14 +29,14 @@ SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def main(argv: list[str]) -> int:
-    argv, restarts = take_flag(argv, "--max-restarts")
+    argv, restarts = take_value(argv, "--max-restarts")
     clean = "--clean" in argv
     argv = [a for a in argv if a != "--clean"]
     max_restarts = parse_restarts(restarts)
     config, _ = parse_config(SFTConfig, "rl sft", argv, usage=USAGE, extra_help=EXTRA_HELP)
+    check_data(argv)
     run = RunDir(config.output_dir)
     try:
-        check_data(config)
         step = prepare(run, config, clean)
     except ConfigError as err:
         exit_with(str(err), "rl sft")
@@ -53,6 +52,18 @@ def main(argv: list[str]) -> int:
               f"(restart {failures} of {max_restarts})", flush=True)  # fmt: skip
 
 
+def take_value(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """argv without `flag VALUE` (or `flag=VALUE`), and the value (None when absent)."""
+    for i, token in enumerate(argv):
+        if token == flag:
+            if i + 1 == len(argv):
+                exit_with(f"{flag} needs a value, e.g. {flag} 2", "rl sft")
+            return argv[:i] + argv[i + 2 :], argv[i + 1]
+        if token.startswith(flag + "="):
+            return argv[:i] + argv[i + 1 :], token.partition("=")[2]
+    return argv, None
+
+
 def parse_restarts(value: str | None) -> int:
     if value is None:
         return 0
@@ -61,16 +72,13 @@ def parse_restarts(value: str | None) -> int:
     return int(value)
 
 
-def check_data(config: SFTConfig) -> None:
-    """Read and tokenize the data as `sft` will: a bad file fails before the folder is touched."""
-    from rlcore.models import resolve_model
-    from trainer.sft import load_examples
-
-    try:
-        source = resolve_model(config.model.name)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    load_examples(config, source)
+def check_data(argv: list[str]) -> None:
+    """`sft --check-data`: the data read and tokenized as `sft` will, so a bad file or row
+    exits 2 (its message already printed) before the run folder is touched."""
+    command = [sys.executable, "-m", "trainer.sft.main", *argv, "--check-data"]
+    code = subprocess.run(command, stdout=subprocess.DEVNULL).returncode
+    if code:
+        sys.exit(code)
 
 
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
@@ -96,7 +104,7 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     config_file = run.config_file("sft")
     write_config(config, config_file)
     run.logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "trainer.sft_main", "@", str(config_file)]
+    command = [sys.executable, "-m", "trainer.sft.main", "@", str(config_file)]
     env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
     install_signal_handlers()
     with open(run.log_file("sft"), "a") as log:
@@ -112,13 +120,13 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
             return child.wait()
         except Stop as stop:
             ignore_signals()
-            stop_child(child)
+            stop_child(child, signal.Signals(stop.signum).name)
             return SIGNAL_EXIT[stop.signum]
 
 
-def stop_child(child: subprocess.Popen) -> None:
+def stop_child(child: subprocess.Popen, why: str) -> None:
     """SIGTERM, then SIGKILL after 30 s; the last finished checkpoint stays."""
-    print("rl sft: stopping", file=sys.stderr, flush=True)
+    print(f"rl sft: stopping ({why})", file=sys.stderr, flush=True)
     child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 30
     while child.poll() is None and time.monotonic() < deadline:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from rlcore.config import (
+    NONE_STRINGS,
     RUNS_ROOT,
     BaseConfig,
     CkptConfig,
@@ -113,9 +114,11 @@ class SFTConfig(BaseConfig):
     @classmethod
     def read_data_seq_len(cls, data: Any) -> Any:
         section = data.get("data") if isinstance(data, dict) else None
-        if isinstance(section, dict) and section.get("seq_len") is not None:
+        if not isinstance(section, dict) or "seq_len" not in section:
+            return data
+        data = {**data, "data": {k: v for k, v in section.items() if k != "seq_len"}}
+        if section["seq_len"] not in (None, *NONE_STRINGS):
             note_renamed("data.seq_len", "seq_len")
-            data = {**data, "data": {k: v for k, v in section.items() if k != "seq_len"}}
             data.setdefault("seq_len", section["seq_len"])
         return data
 

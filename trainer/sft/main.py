@@ -1,4 +1,6 @@
-"""`sft @ FILE.toml`: parse the SFT config, then import the heavy runtime and run."""
+"""`sft @ FILE.toml`: parse the SFT config, then import the heavy runtime and run.
+`--check-data` only reads and tokenizes the data (exit 2 naming a bad file or row), as `rl sft`
+does before it touches the run folder."""
 
 import sys
 
@@ -6,20 +8,36 @@ from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.logs import setup_logging
 from trainer.dist import maybe_reexec_under_torchrun
-from trainer.sft_config import SFTConfig
+from trainer.sft.config import SFTConfig
 
-USAGE = "sft @ sft.toml [--KEY.PATH VALUE ...]"
+USAGE = "sft @ sft.toml [--KEY.PATH VALUE ...] [--check-data]"
+CHECK_FLAG = "--check-data"
+
+
+def check_data(config: SFTConfig) -> None:
+    from rlcore.models import resolve_model
+    from trainer.sft.train import load_examples
+
+    try:
+        load_examples(config, resolve_model(config.model.name))
+    except (ConfigError, ValueError) as err:
+        exit_with(str(err), "sft")
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    check_only = CHECK_FLAG in argv
+    argv = [a for a in argv if a != CHECK_FLAG]
     config, _ = parse_config(SFTConfig, "sft", argv, usage=USAGE)
     setup_logging("trainer", config.log.level)
+    if check_only:
+        check_data(config)
+        return
     try:
-        maybe_reexec_under_torchrun(argv, module="trainer.sft_main")
+        maybe_reexec_under_torchrun(argv, module="trainer.sft.main")
     except ConfigError as err:
         exit_with(str(err), "sft")
-    from trainer.sft import run
+    from trainer.sft.train import run
 
     try:
         run(config)

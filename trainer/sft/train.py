@@ -1,5 +1,5 @@
 """The SFT loop: the RL trainer's model, optimizer, checkpoints and metrics with a supervised
-loss. Each step takes `data.batch_size` examples (trainer/sft_data.py), packs them into passes,
+loss. Each step takes `data.batch_size` examples (trainer/sft/data.py), packs them into passes,
 and minimises the mean negative log-likelihood of their target tokens; `[val]` reports a
 held-out loss. The end: `weights/step_<max_steps>`, a plain Hugging Face folder (LoRA merged
 into it unless `lora_output = "adapter"`).
@@ -26,8 +26,8 @@ from trainer.dist import World, setup_world, teardown_world
 from trainer.metrics import MetricsLogger
 from trainer.model import load_model, source_dir
 from trainer.optim import build_optimizer
-from trainer.sft_config import SFTConfig
-from trainer.sft_data import (
+from trainer.sft.config import SFTConfig
+from trainer.sft.data import (
     Example,
     PackedRow,
     empty_row,

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rlcore.errors import ConfigError
-from trainer.sft_config import SFTConfig
-from trainer.sft_data import (
+from trainer.sft.config import SFTConfig
+from trainer.sft.data import (
     Example,
     chat_tokens,
     load_rows,
@@ -141,7 +141,7 @@ def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tm
     -log p(target) summed over completion tokens only, divided by their count."""
     from trainer.dist import World
     from trainer.model import load_model
-    from trainer.sft import SFT, backward
+    from trainer.sft.train import SFT, backward
 
     rows = [{"prompt": "What is 2+3?", "completion": " 5"},
             {"messages": [{"role": "user", "content": "Say hi"},

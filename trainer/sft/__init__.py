@@ -1,0 +1,1 @@
+"""Supervised fine-tuning (`sft @ sft.toml`, `rl sft`): config, data, loop and entrypoint."""
