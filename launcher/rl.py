@@ -50,6 +50,7 @@ EXTRA_HELP = """\
 subcommands (`rl SUBCOMMAND --help` for each; RUN: a run's name under outputs/, or its path):
   run @ FILE ...  the same as `rl @ FILE ...`
   sft @ FILE ...  supervised fine-tuning as a run (`rl sft --help`; `sft @ FILE` alone)
+  eval @ FILE ... evaluate a model, a server or a run's step (`evals @ FILE`; --help)
 {commands}
 
 Shared keys: set once (top level, or in one sub-config) they fill every component that carries
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         from launcher.sft_run import main as sft_main
 
         sys.exit(sft_main(argv[1:]))
+    if argv and argv[0] == "eval":  # the `evals` command (orchestrator/evals), as it is
+        os.execv(sys.executable, [sys.executable, "-m", "orchestrator.evals.main", *argv[1:]])
     if not argv:
         from launcher.interactive import bare_rl
 

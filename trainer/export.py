@@ -76,10 +76,19 @@ def load_adapter(model, folder: Path) -> None:
         )
 
 
+def run_config(run: RunDir):
+    """The run's trainer config, or its SFT config (the same `model` and `lora` keys)."""
+    if run.config_file("trainer").is_file():
+        return TrainerConfig.model_validate(load_toml(run.config_file("trainer")))
+    from trainer.sft.config import SFTConfig
+
+    return SFTConfig.model_validate(load_toml(run.config_file("sft")))
+
+
 def main(argv: list[str] | None = None) -> None:
     run_dir, step, kind, out, *dtype = sys.argv[1:] if argv is None else argv
     run = RunDir(run_dir)
-    config = TrainerConfig.model_validate(load_toml(run.config_file("trainer")))
+    config = run_config(run)
     written = export(config, run, int(step), kind, Path(out), dtype[0] if dtype else None)
     print(written)
 

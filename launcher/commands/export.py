@@ -42,6 +42,10 @@ def trainer_config(run: RunDir):
     from trainer.config import TrainerConfig
 
     path = run.config_file("trainer")
+    if not path.is_file() and run.config_file("sft").is_file():
+        from trainer.sft.config import SFTConfig
+
+        return SFTConfig.model_validate(load_toml(run.config_file("sft")))
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {run.root} holds no trainer run to export")
     return TrainerConfig.model_validate(load_toml(path))

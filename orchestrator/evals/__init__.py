@@ -1,0 +1,1 @@
+"""`evals @ eval.toml` (and `rl eval`): evaluate a model on environments, alone."""

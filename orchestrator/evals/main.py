@@ -1,0 +1,32 @@
+"""`evals @ eval.toml [--KEY VALUE ...]`: parse the config, then import the heavy runtime and
+evaluate (orchestrator/evals/run.py)."""
+
+import sys
+
+from orchestrator.evals.config import EvalsConfig
+from rlcore.entry import parse_config
+from rlcore.errors import ConfigError, exit_with
+from rlcore.logs import setup_logging
+
+USAGE = "evals @ eval.toml [--KEY.PATH VALUE ...]  (--run RUN --step N: a run's policy)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
+    setup_logging("orchestrator", config.log.level)
+    from orchestrator.client import OrchestratorError
+    from orchestrator.evals.run import run
+
+    try:
+        run(config)
+    except ConfigError as err:
+        exit_with(str(err), "evals")
+    except OrchestratorError as err:
+        print(f"evals: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""One evaluation: the model to evaluate (a folder or name, a run's step exported to a folder,
+or what a running server serves), the server (its own or the given one), every [[eval.env]]'s
+examples with seeded rollouts, then results.jsonl, summary.json and the table."""
+
+import asyncio
+import logging
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from orchestrator.evals.config import EvalsConfig, run_path
+from orchestrator.evals.server import own_server
+from orchestrator.evals.summary import env_summary, table, write_results
+from orchestrator.seeds import eval_seeds
+from rlcore.errors import ConfigError
+from rlcore.toml_io import write_config
+
+logger = logging.getLogger("orchestrator")
+
+
+def run(config: EvalsConfig) -> dict[str, dict]:
+    out = config.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(config, out / "eval.toml")
+    model = policy_folder(config, out) if config.run is not None else config.model.name
+    started = time.monotonic()
+    base_urls = config.client.base_urls if config.client.base_url else None
+    serving = (
+        nullcontext(base_urls)
+        if base_urls
+        else own_server(model, config.inference, out, config.seq_len,
+                        config.client.health_timeout_s)
+    )  # fmt: skip
+    with serving as urls:
+        urls = urls if isinstance(urls, list) else [urls]
+        rows = asyncio.run(evaluate(config, urls, model))
+    summary = {}
+    for env_config in config.eval.env:
+        env_rows = [r for r in rows if r["env"] == env_config.id]
+        summary[env_config.id] = env_summary(env_rows, env_config.rollouts_per_example,
+                                             config.eval.pass_threshold)  # fmt: skip
+    write_results(out, rows, summary)
+    print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
+    print(table(summary), flush=True)
+    return summary
+
+
+def policy_folder(config: EvalsConfig, out: Path) -> str:
+    """The run's policy at `step` as a full HF folder (`rl export`: its weights or checkpoint,
+    a LoRA adapter merged)."""
+    run = run_path(config.run)
+    folder = out / "policy"
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)  # this evaluation's own earlier export
+    command = [sys.executable, "-m", "launcher.rl", "export", str(run), "--out", str(folder)]
+    command += ["--step", str(config.step)] if config.step != -1 else []
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ConfigError(f"--run {config.run} --step {config.step}: " +
+                          done.stderr.strip().removeprefix("rl export: error: "))  # fmt: skip
+    logger.info(done.stdout.strip().splitlines()[0])
+    return str(folder)
+
+
+async def evaluate(config: EvalsConfig, base_urls: list[str], model: str) -> list[dict]:
+    from orchestrator.envs import load_env, sampling_args
+    from orchestrator.pooled_client import PooledClient
+    from orchestrator.servers import ServerPool
+
+    client_config = config.client
+    pool = ServerPool(base_urls, client_config.timeout_s)
+    try:
+        await pool.wait_ready(model, client_config.health_timeout_s, client_config.api_key,
+                              config.seq_len)  # fmt: skip
+        client = PooledClient(
+            pool, model, config.seq_len, client_config.timeout_s, client_config.max_concurrent,
+            client_config.api_key, client_config.api_key_var,
+        )  # fmt: skip
+        sampling = sampling_args(SimpleNamespace(
+            **config.sampling.model_dump(), top_k=0, min_p=0.0, repetition_penalty=1.0
+        ))  # fmt: skip
+        rows = []
+        for e, env_config in enumerate(config.eval.env):
+            env = load_env(env_config)
+            try:
+                rows += await env_rows(config, e, env, env_config, client, model, sampling)
+            finally:
+                await env.close()
+        return rows
+    finally:
+        await pool.close()
+
+
+async def env_rows(config, e, env, env_config, client, model, sampling) -> list[dict]:
+    examples = env.eval_examples(env_config.num_examples)
+    num = env_config.rollouts_per_example
+    started = time.monotonic()
+    groups = await asyncio.gather(*(
+        env.run_group(example, num, client, model, sampling, eval_seeds(config.seed, 0, e, i, num))
+        for i, example in enumerate(examples)
+    ))  # fmt: skip
+    logger.info(f"{env_config.id}: {len(examples)} examples x {num} rollouts in "
+                f"{time.monotonic() - started:.1f} s")  # fmt: skip
+    return [
+        result_row(env_config.id, i, j, rollout)
+        for i, group in enumerate(groups)
+        for j, rollout in enumerate(group)
+    ]
+
+
+def result_row(env: str, example: int, index: int, rollout: Any) -> dict:
+    return {
+        "env": env,
+        "example": example,
+        "rollout": index,
+        "prompt": jsonable(rollout.prompt),
+        "completion": jsonable(rollout.completion),
+        "reward": rollout.reward,
+        "metrics": rollout.metrics,
+        "completion_tokens": sum(len(t.completion_ids) for t in rollout.turns),
+        "error": rollout.error,
+    }
+
+
+def jsonable(value: Any) -> Any:
+    """Chat messages (pydantic models or dicts) as plain JSON values."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value

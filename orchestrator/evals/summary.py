@@ -1,0 +1,63 @@
+"""What an evaluation writes: one results.jsonl line per rollout, and per environment the mean
+reward, pass@k (the unbiased estimator of Chen et al. 2021: 1 - C(n - c, k) / C(n, k) per
+example, averaged), each metric's mean and the completion tokens; and the table it prints."""
+
+import json
+from math import comb
+from pathlib import Path
+from typing import Any
+
+
+def pass_at_k(num: int, passed: int, k: int) -> float:
+    """Probability that at least one of k rollouts drawn from `num` (of which `passed`
+    passed) passes."""
+    if num - passed < k:
+        return 1.0
+    return 1.0 - comb(num - passed, k) / comb(num, k)
+
+
+def env_summary(rows: list[dict[str, Any]], rollouts: int, threshold: float) -> dict[str, Any]:
+    """The summary of one environment's result rows (errored rollouts count as failed)."""
+    by_example: dict[int, list[dict]] = {}
+    for row in rows:
+        by_example.setdefault(row["example"], []).append(row)
+    rewards = [row["reward"] for row in rows]
+    summary: dict[str, Any] = {
+        "num_examples": len(by_example),
+        "num_rollouts": len(rows),
+        "num_errors": sum(row["error"] is not None for row in rows),
+        "reward": sum(rewards) / max(len(rewards), 1),
+    }
+    for k in range(1, rollouts + 1):
+        per_example = [
+            pass_at_k(len(group), sum(r["reward"] >= threshold for r in group), k)
+            for group in by_example.values()
+            if len(group) >= k
+        ]
+        summary[f"pass@{k}"] = sum(per_example) / max(len(per_example), 1)
+    names = sorted({name for row in rows for name in row["metrics"]})
+    for name in names:
+        values = [row["metrics"][name] for row in rows if name in row["metrics"]]
+        summary[f"metrics/{name}"] = sum(values) / len(values)
+    tokens = [row["completion_tokens"] for row in rows]
+    summary["completion_tokens"] = sum(tokens) / max(len(tokens), 1)
+    return summary
+
+
+def write_results(out: Path, rows: list[dict], summary: dict[str, dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def table(summary: dict[str, dict]) -> str:
+    """One line per environment: reward, pass@1, pass@k for the largest k, tokens."""
+    lines = [f"{'environment':<28} {'reward':>8} {'pass@1':>8} {'pass@k':>12} {'tokens':>8}"]
+    for env, s in summary.items():
+        k = max(int(key[5:]) for key in s if key.startswith("pass@"))
+        best = f"{s[f'pass@{k}']:.3f} (k={k})"
+        lines.append(
+            f"{env:<28} {s['reward']:>8.3f} {s['pass@1']:>8.3f} {best:>12} "
+            f"{s['completion_tokens']:>8.1f}"
+        )
+    return "\n".join(lines)
