@@ -4,16 +4,13 @@ request, e.g. {"weight_dir": ...}) and POST /reload_weights. Both need `Authoriz
 directory's `admin_token` (owner-only), where the orchestrator reads it."""
 
 import logging
-import os
-import time
 
+from rlcore import faults
 from rlcore.admin_token import authorized, issue_token
 from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 
 logger = logging.getLogger("inference")
-HANG_ENV = "RL_FAULT_INFERENCE_HANG_AT_UPDATE"
-"""Fault-injection hook for the stall tests: the n-th weight update blocks the server."""
 
 
 def issue_admin_token(config) -> str:
@@ -57,10 +54,7 @@ def add_admin_routes(app, loader, token: str) -> None:
 
     def hang_if_asked() -> None:
         updates[0] += 1
-        if os.environ.get(HANG_ENV) == str(updates[0]):
-            logger.info(f"{HANG_ENV}={updates[0]}: blocking the server on purpose")
-            while True:
-                time.sleep(3600)  # blocks the event loop: /health stops answering
+        faults.hang_at_update(updates[0], logger)  # blocks the event loop: /health stops
 
     @router.post(UPDATE_WEIGHTS_ROUTE)
     async def update_weights(

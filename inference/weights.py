@@ -12,7 +12,6 @@ server runs with `inference.lora` (inference/lora.py).
 """
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +26,9 @@ from inference.weight_dirs import (
     check_weight_dir,
     tensor_shapes,
 )
+from rlcore import faults
 from rlcore.rundir import RunDir
 from rlcore.weight_transfer import WeightLoader
-
-RELOAD_DELAY_ENV = "RL_FAULT_RELOAD_DELAY_S"
-"""Fault-injection hook for the timeout tests: seconds each weight reload sleeps first."""
 
 
 @dataclass
@@ -132,9 +129,7 @@ class FilesystemLoader(WeightLoader):
         await self.engine.reset_prefix_cache()
 
     async def rpc_reload(self, path: str) -> None:
-        delay = float(os.environ.get(RELOAD_DELAY_ENV, "0"))
-        if delay:
-            await asyncio.sleep(delay)
+        await faults.delay_before_reload()
         await self.engine.collective_rpc(
             "reload_weights_retied", kwargs={"weights_path": path, "is_checkpoint_format": True}
         )

@@ -10,7 +10,6 @@ memory (pinned from a GPU) during the step, and a thread writes it while trainin
 0 writes DONE (and prunes) only once every rank's data is on disk. One save is in flight at
 most; the next save and the end of training wait for it."""
 
-import os
 import random
 import shutil
 import time
@@ -27,15 +26,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from rlcore import faults
 from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.background import BackgroundWriter
 from trainer.dist import World
 from trainer.lora import is_lora, trainable_names
 
 PART = "trainer"
-# Fault-injection hook for the fault-matrix tests: seconds to pause inside every save, after the
-# data and before the DONE marker, so a kill can land mid-save deterministically.
-SAVE_DELAY_ENV = "RL_FAULT_CKPT_SAVE_DELAY_S"
 
 
 def rng_state() -> dict[str, Any]:
@@ -100,7 +97,7 @@ def start_save(run_dir: RunDir, step: int, scheduler: Any, world: World, extra: 
 
 def finish_save(run_dir: RunDir, step: int, parts: tuple[str, ...]) -> None:
     """Rank 0, once every rank's data is written: DONE (and the MANIFEST if all parts are)."""
-    time.sleep(float(os.environ.get(SAVE_DELAY_ENV) or 0))
+    faults.delay_before_save()
     run_dir.mark_part_done(step, PART, parts)
 
 

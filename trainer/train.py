@@ -10,7 +10,6 @@ Unblocked by: the orchestrator writing the next batch (or data.fake, which needs
 import ctypes
 import ctypes.util
 import logging
-import os
 import resource
 import shutil
 import time
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcore import waits
+from rlcore import faults, waits
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import Batch
@@ -55,7 +54,6 @@ def find_malloc_trim():
 MALLOC_TRIM = find_malloc_trim()
 
 logger = logging.getLogger("trainer")
-HANG_ENV = "RL_FAULT_HANG_AT_STEP"
 
 
 @dataclass
@@ -200,8 +198,7 @@ def next_batch(trainer: Trainer, step: int) -> Batch:
 def train_and_publish(trainer: Trainer, step: int) -> None:
     """One optimizer step on its batch, then publish weights, checkpoint and log."""
     config, world, run_dir = trainer.config, trainer.world, trainer.run_dir
-    if os.environ.get(HANG_ENV) == str(step):
-        hang_for_tests(step)
+    faults.hang_at_step(step, logger)
     wait_start = time.perf_counter()
     batch = next_batch(trainer, step)
     data_wait_s = time.perf_counter() - wait_start
@@ -238,13 +235,6 @@ def has_wandb(trainer: Trainer) -> bool:
 
 def count_loss_tokens(batch: Batch) -> int:
     return sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
-
-
-def hang_for_tests(step: int) -> None:
-    """Fault-injection hook for the stall tests: never return (RL_FAULT_HANG_AT_STEP=step)."""
-    logger.info(f"{HANG_ENV}={step}: hanging on purpose")
-    while True:
-        time.sleep(3600)
 
 
 class TrainingError(RuntimeError):

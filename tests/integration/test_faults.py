@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlcore import collective
+from rlcore.faults import CKPT_SAVE_DELAY_ENV  # the trainer pauses inside a save
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     free_port,
@@ -23,7 +24,6 @@ from tests.integration.helpers import (
     tiny_rl_toml,
     wait_for,
 )
-from trainer.ckpt import SAVE_DELAY_ENV  # the trainer pauses inside a save (kill lands mid-save)
 
 pytestmark = pytest.mark.integration
 # The default test run keeps one case of each kind; `pytest -m slow` runs the whole matrix.
@@ -69,11 +69,11 @@ def start(tmp_path: Path, setup: str, *flags: str, log: str, delay_s: float = 0.
         text = tiny_rl_toml(Path(os.environ["TINY_MODEL"]), out, free_port(), MAX_STEPS)
         text = text.replace("interval = 1", "interval = 2")
         config.write_text(text + (LORA if setup == "lora" else ""))
-    os.environ[SAVE_DELAY_ENV] = str(delay_s)
+    os.environ[CKPT_SAVE_DELAY_ENV] = str(delay_s)
     try:
         return start_rl(config, *SETUPS[setup], *flags, log=tmp_path / log), RunDir(out)
     finally:
-        os.environ.pop(SAVE_DELAY_ENV)
+        os.environ.pop(CKPT_SAVE_DELAY_ENV)
 
 
 def sessions_of(rl_pid: int, run: RunDir) -> set[int]:

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from inference.process import InferenceProcess, post_json
+from rlcore import faults
 from rlcore.protocol import (
     HEALTH_ROUTE,
     MODELS_ROUTE,
@@ -272,7 +273,7 @@ def test_a_timed_out_weight_apply_is_never_sent_again(run_dir, tiny_model_dir, t
         "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n[weights]\ntimeout_s = 3\n"
     )
     port = free_port()
-    slow = {"RL_FAULT_RELOAD_DELAY_S": "20"}
+    slow = {faults.RELOAD_DELAY_ENV: "20"}
     proc = InferenceProcess(
         ["@", str(config), "--server.port", str(port)], tmp_path / "inf.log", env=slow
     )

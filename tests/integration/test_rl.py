@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rlcore import faults
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     REPO,
@@ -157,12 +158,11 @@ def run_until_stalled(model: Path, tmp_path: Path, hang: dict) -> tuple[int, str
 
 
 def test_a_hanging_trainer_is_dumped_and_the_run_stopped(tiny_model_dir, tmp_path):
-    code, text, out = run_until_stalled(tiny_model_dir, tmp_path, {"RL_FAULT_HANG_AT_STEP": "2"})
+    code, text, out = run_until_stalled(tiny_model_dir, tmp_path, {faults.TRAINER_HANG_ENV: "2"})
     assert code == 1, text
-    assert "trainer has not made progress" in text and "in trainer/train.py" in text, text
-    assert "hang_for_tests" in text
+    assert "trainer has not made progress" in text and "in hang_at_step" in text, text
     trainer_log = (out / "logs" / "trainer.log").read_text()
-    assert "Current thread" in trainer_log and "hang_for_tests" in trainer_log
+    assert "Current thread" in trainer_log and "trainer/train.py" in trainer_log
 
 
 def first_trainer_step(out: Path) -> bool:
@@ -223,10 +223,10 @@ def test_a_trainer_slowed_but_moving_is_not_stopped(tiny_model_dir, tmp_path):
 def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path):
     """The server blocks on its first weight update: the orchestrator and trainer then wait
     too, but the stop names inference, the wait it is in, and its stacks are in its log."""
-    hang = {"RL_FAULT_INFERENCE_HANG_AT_UPDATE": "1"}
+    hang = {faults.INFERENCE_HANG_ENV: "1"}
     code, text, out = run_until_stalled(tiny_model_dir, tmp_path, hang)
     assert code == 1, text
-    assert "inference has not answered /health" in text and "inference/admin.py" in text, text
+    assert "inference has not answered /health" in text and "in hang_at_update" in text, text
     inference_log = (out / "logs" / "inference.log").read_text()
     assert "Current thread" in inference_log and "hang_if_asked" in inference_log
 

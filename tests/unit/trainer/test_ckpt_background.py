@@ -7,6 +7,7 @@ import errno
 import pytest
 import torch
 
+from rlcore import faults
 from rlcore.rundir import RunDir
 from trainer import ckpt
 from trainer.data import fake_batch
@@ -22,7 +23,7 @@ def test_a_checkpoint_holds_its_step_while_training_goes_on(
     train_step(trainer, fake_batch(*shape, 0, 0))
     saved = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     moments = [s["exp_avg"].clone() for s in trainer.optimizer.state_dict()["state"].values()]
-    monkeypatch.setenv(ckpt.SAVE_DELAY_ENV, "1.0")
+    monkeypatch.setenv(faults.CKPT_SAVE_DELAY_ENV, "1.0")
     args = (trainer.model, trainer.optimizer, trainer.scheduler, {})
     trainer.checkpointer.save(1, *args)
     assert not run_dir.part_done(1, "trainer")  # still being written ...
