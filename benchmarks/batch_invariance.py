@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import REPO, save  # noqa: E402
-from inference.process import InferenceProcess  # noqa: E402
+from tests.inference_process import InferenceProcess  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 NUM_REQUESTS = 32

@@ -76,8 +76,8 @@ def trainer_side(dtype: str, rank: int | None):
 
 
 def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
-    from inference.process import InferenceProcess
     from rlcore.rundir import RunDir
+    from tests.inference_process import InferenceProcess
     from trainer.weights import publish_weights
 
     source, world, model = trainer[:3]

@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--out", default="outputs/soak")
     parser.add_argument("--port", type=int, default=8431)
     args = parser.parse_args()
-    from rlcore.models import cached_tiny_model
+    from tests.tiny_model import cached_tiny_model
 
     out = REPO / args.out
     out.mkdir(parents=True, exist_ok=True)

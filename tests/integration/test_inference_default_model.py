@@ -2,8 +2,8 @@
 
 import pytest
 
-from inference.process import InferenceProcess, post_json
 from rlcore.config import DEFAULT_MODEL
+from tests.inference_process import InferenceProcess, post_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -75,7 +75,7 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
 
     import psutil
 
-    from inference.process import InferenceProcess
+    from tests.inference_process import InferenceProcess
 
     flags = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 2)]
     server = InferenceProcess([*flags, "--output-dir", str(tmp_path / "run")], tmp_path / "inf.log")
@@ -123,7 +123,7 @@ def test_a_killed_server_leaves_no_engine_and_frees_its_port(tmp_path, tiny_mode
 
     import psutil
 
-    from inference.process import InferenceProcess
+    from tests.inference_process import InferenceProcess
 
     port = PORT + 4
     flags = ["--model.name", str(tiny_model_dir), "--server.port", str(port)]

@@ -13,7 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from inference.process import InferenceProcess, post_json
 from rlcore import faults
 from rlcore.protocol import (
     HEALTH_ROUTE,
@@ -22,6 +21,7 @@ from rlcore.protocol import (
     UPDATE_WEIGHTS_ROUTE,
 )
 from rlcore.rundir import RunDir
+from tests.inference_process import InferenceProcess, post_json
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""rlcore.models: name resolution, cached atomic builds, the tiny model."""
+"""rlcore.models: name resolution, cached atomic builds; and the tests' tiny model."""
 
 import json
 import sys
@@ -8,6 +8,7 @@ import pytest
 
 from rlcore import models
 from rlcore.config import DEFAULT_MODEL
+from tests.tiny_model import build_tiny_model
 
 
 def test_local_folder_resolves_to_absolute_path(tmp_path, monkeypatch):
@@ -83,7 +84,7 @@ def test_tiny_model_folder(tiny_model_dir):
 def test_tiny_model_is_deterministic_per_seed(tmp_path, tiny_model_dir):
     from safetensors.torch import load_file
 
-    models.build_tiny_model(tmp_path / "again", seed=0)
+    build_tiny_model(tmp_path / "again", seed=0)
     a = load_file(tiny_model_dir / "model.safetensors")
     b = load_file(tmp_path / "again" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -1,23 +1,22 @@
-"""Start and stop an `inference` server as a child process (for tests, benchmarks and tools).
-
-Light module: standard library only. Example:
+"""Start and stop an `inference` server as a child process, for tests and benchmarks (`rl`
+supervises its servers itself: launcher/supervisor.py). Light module: no torch, no vLLM.
+Example:
 
     args = ["--model.name", str(model_dir), "--server.port", "8101", "--output-dir", str(run)]
     with InferenceProcess(args, log_path=run / "inference.log") as server:
         server.wait_ready(timeout_s=600)
-        requests.post(server.url + "/v1/chat/completions", json=...)
+        post_json(server.url + "/v1/chat/completions", {...})
         server.admin_post("/update_weights", {"weight_dir": str(run / "weights/step_1")})
 """
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+import httpx
 
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.health import probe_health
@@ -129,11 +128,5 @@ def post_json(
     url: str, payload: dict, timeout_s: float = 600.0, headers: dict[str, str] | None = None
 ) -> tuple[int, dict]:
     """POST JSON, return (status, parsed body) also for 4xx/5xx answers."""
-    request = urllib.request.Request(
-        url, json.dumps(payload).encode(), {"Content-Type": "application/json", **(headers or {})}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+    response = httpx.post(url, json=payload, headers=headers, timeout=timeout_s)
+    return response.status_code, response.json() if response.content else {}
