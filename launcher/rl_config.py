@@ -10,10 +10,9 @@ from pydantic import Field, field_validator, model_validator
 
 from inference.config import InferenceConfig
 from launcher.hosted import from_hosted
-from launcher.shared import COMPONENTS, check_agreement, fill_shared
+from launcher.shared import COMPONENTS, check_agreement, fill_shared, shared_overrides
 from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import shared_overrides
 from rlcore.schema import rename_deep
 from trainer.config import TrainerConfig
 

@@ -1,14 +1,16 @@
-"""Filling and agreement of the keys the processes share (declared once, rlcore.config's
-SHARED_KEYS): filling silent sub-configs, the agreement checks (before and after validation)
-and `rl --help`; which components carry a key is read off their schemas."""
+"""The keys the processes share, declared once here (SHARED_KEYS; their schemas are
+rlcore.config's SharedFields): the top-level `rl` keys for them, filling silent sub-configs, the
+agreement checks (before and after validation) and `rl --help`; which components carry a key is
+read off their schemas."""
 
-from typing import Any
+from typing import Any, Optional
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, create_model
+from pydantic.fields import FieldInfo
 
 from inference.config import InferenceConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import LOOSE_KEYS, NONE_STRINGS, SHARED_KEYS, BaseConfig
+from rlcore.config import NONE_STRINGS, BaseConfig, LogConfig, ModelConfig, SharedFields
 from rlcore.schema import model_members
 from trainer.config import TrainerConfig
 
@@ -18,6 +20,54 @@ COMPONENT_CONFIGS: dict[str, type[BaseConfig]] = {
     "inference": InferenceConfig,
 }
 COMPONENTS = tuple(COMPONENT_CONFIGS)
+
+SHARED_KEYS: tuple[tuple[str, ...], ...] = (
+    ("model", "name"),
+    ("max_steps",),
+    ("seq_len",),
+    ("output_dir",),
+    ("async_level",),
+    ("seed",),
+    ("deterministic",),
+    ("ckpt",),
+    ("wandb",),
+    ("log", "level"),
+    ("weight_transfer",),
+)
+"""The keys the processes share, declared once: set at the top level of `rl` (or in one
+sub-config) they fill every process that carries them; two places with different values are an
+error naming both. Their schemas are SharedFields' fields (and ModelConfig's, LogConfig's)."""
+
+LOOSE_KEYS: tuple[tuple[str, ...], ...] = (("wandb", "name"),)
+"""Shared leaves the processes may set differently (prime-rl names each process's W&B run);
+a top-level value fills only the processes that are silent."""
+
+_NESTED_SCHEMAS: dict[str, type[BaseConfig]] = {"model": ModelConfig, "log": LogConfig}
+"""Where a shared key inside a table (`model.name`, `log.level`) is declared."""
+
+
+def _override(field: FieldInfo, dotted: str) -> tuple[Any, Any]:
+    doc = " ".join((field.description or "").split())
+    text = f"Shared `{dotted}`: {doc} Set here, it fills every process that carries it; None "
+    return Optional[field.rebuild_annotation()], Field(None, description=text + "leaves theirs.")  # noqa: UP045
+
+
+def shared_overrides() -> type[BaseConfig]:
+    """The top-level `rl` keys for SHARED_KEYS, each optional (None: the processes' own
+    values stand), typed and documented from where the key is declared."""
+    fields: dict[str, Any] = {}
+    for path in SHARED_KEYS:
+        if len(path) == 1:
+            fields[path[0]] = _override(SharedFields.model_fields[path[0]], path[0])
+            continue
+        table, key = path
+        nested = create_model(
+            f"Shared{table.title()}Config",
+            __base__=BaseConfig,
+            **{key: _override(_NESTED_SCHEMAS[table].model_fields[key], ".".join(path))},
+        )
+        fields[table] = (nested, Field(default_factory=nested, description=f"Shared `{table}.*`."))
+    return create_model("SharedOverrides", __base__=BaseConfig, **fields)
 
 
 def carriers(path: tuple[str, ...]) -> list[str]:

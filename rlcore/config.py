@@ -6,7 +6,7 @@ importing torch, vLLM or verifiers.
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -15,10 +15,8 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    create_model,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 
 from rlcore.paths import resolve_field
 
@@ -292,52 +290,3 @@ class SharedFields(BaseConfig):
 
     weight_transfer: WeightTransferConfig = FilesystemTransferConfig()
     """How new policies travel from the trainer to inference; all processes must agree."""
-
-
-SHARED_KEYS: tuple[tuple[str, ...], ...] = (
-    ("model", "name"),
-    ("max_steps",),
-    ("seq_len",),
-    ("output_dir",),
-    ("async_level",),
-    ("seed",),
-    ("deterministic",),
-    ("ckpt",),
-    ("wandb",),
-    ("log", "level"),
-    ("weight_transfer",),
-)
-"""The keys the processes share, declared once: set at the top level of `rl` (or in one
-sub-config) they fill every process that carries them; two places with different values are an
-error naming both. Their schemas are SharedFields' fields (and ModelConfig's, LogConfig's)."""
-
-LOOSE_KEYS: tuple[tuple[str, ...], ...] = (("wandb", "name"),)
-"""Shared leaves the processes may set differently (prime-rl names each process's W&B run);
-a top-level value fills only the processes that are silent."""
-
-_NESTED_SCHEMAS: dict[str, type[BaseConfig]] = {"model": ModelConfig, "log": LogConfig}
-"""Where a shared key inside a table (`model.name`, `log.level`) is declared."""
-
-
-def _override(field: FieldInfo, dotted: str) -> tuple[Any, Any]:
-    doc = " ".join((field.description or "").split())
-    text = f"Shared `{dotted}`: {doc} Set here, it fills every process that carries it; None "
-    return Optional[field.rebuild_annotation()], Field(None, description=text + "leaves theirs.")  # noqa: UP045
-
-
-def shared_overrides() -> type[BaseConfig]:
-    """The top-level `rl` keys for SHARED_KEYS, each optional (None: the processes' own
-    values stand), typed and documented from where the key is declared."""
-    fields: dict[str, Any] = {}
-    for path in SHARED_KEYS:
-        if len(path) == 1:
-            fields[path[0]] = _override(SharedFields.model_fields[path[0]], path[0])
-            continue
-        table, key = path
-        nested = create_model(
-            f"Shared{table.title()}Config",
-            __base__=BaseConfig,
-            **{key: _override(_NESTED_SCHEMAS[table].model_fields[key], ".".join(path))},
-        )
-        fields[table] = (nested, Field(default_factory=nested, description=f"Shared `{table}.*`."))
-    return create_model("SharedOverrides", __base__=BaseConfig, **fields)
