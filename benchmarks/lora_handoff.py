@@ -10,13 +10,11 @@ with `inference.lora` (vLLM's --enable-lora); both serve the model in `--dtype`.
 """
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,11 +27,11 @@ def folder_bytes(path: Path) -> int:
 
 
 def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=600) as response:
-        return json.loads(response.read())
+    import httpx
+
+    response = httpx.post(url, json=body, timeout=600)
+    response.raise_for_status()
+    return response.json()
 
 
 def complete(url: str, model: str) -> None:

@@ -1,10 +1,8 @@
 """The one readiness probe of an inference server (GET /health), used by `rl`, the
-orchestrator and the test/benchmark process helper, and the one port check. Standard library
-only."""
+orchestrator and the tests' process helper, and the one port check. httpx is imported by the
+probe itself, so `rl --help` never pays for it."""
 
 import socket
-import urllib.error
-import urllib.request
 
 from rlcore.protocol import HEALTH_ROUTE
 
@@ -23,13 +21,13 @@ def server_url(host: str, port: int) -> str:
 
 def probe_health(root_url: str, timeout_s: float = 5.0) -> str | None:
     """None when `root_url` + /health answers 200, else what went wrong (for messages)."""
+    import httpx
+
     try:
-        with urllib.request.urlopen(root_url.rstrip("/") + HEALTH_ROUTE, timeout=timeout_s) as r:
-            return None if r.status == 200 else f"{HEALTH_ROUTE} answered {r.status}"
-    except urllib.error.HTTPError as err:
-        return f"{HEALTH_ROUTE} answered {err.code}"
-    except (OSError, urllib.error.URLError) as err:
+        status = httpx.get(root_url.rstrip("/") + HEALTH_ROUTE, timeout=timeout_s).status_code
+    except (httpx.HTTPError, OSError) as err:
         return f"{type(err).__name__}: {err}"
+    return None if status == 200 else f"{HEALTH_ROUTE} answered {status}"
 
 
 def port_problem(host: str, port: int) -> str | None:

@@ -4,7 +4,6 @@ folder), refusals that leave the served weights alone, clean SIGTERM.
 
 One server for the whole module (vLLM takes about a minute to start on 2 cores)."""
 
-import json
 import shutil
 import signal
 import socket
@@ -148,12 +147,11 @@ def max_diff(a: list[float], b: list[float]) -> float:
 
 
 def test_health_and_models(server, tiny_model_dir):
-    import urllib.request
+    import httpx
 
-    with urllib.request.urlopen(server.url + HEALTH_ROUTE, timeout=10) as response:
-        assert response.status == 200
-    with urllib.request.urlopen(server.url + MODELS_ROUTE, timeout=10) as response:
-        assert json.loads(response.read())["data"][0]["id"] == str(tiny_model_dir)
+    assert httpx.get(server.url + HEALTH_ROUTE, timeout=10).status_code == 200
+    answer = httpx.get(server.url + MODELS_ROUTE, timeout=10)
+    assert answer.json()["data"][0]["id"] == str(tiny_model_dir)
 
 
 def test_chat_returns_token_ids_and_logprobs(server):

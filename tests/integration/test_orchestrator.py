@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.ownership import remove_run_files
@@ -74,9 +74,9 @@ def wait_healthy(root: str, proc: subprocess.Popen, log: Path, timeout_s: float 
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"inference exited:\n{log.read_text()[-3000:]}"
         try:
-            if requests.get(root + "/health", timeout=2).status_code == 200:
+            if httpx.get(root + "/health", timeout=2).status_code == 200:
                 return
-        except requests.RequestException:
+        except httpx.HTTPError:
             pass
         time.sleep(1)
     raise AssertionError(f"inference not healthy within {timeout_s}s:\n{log.read_text()[-3000:]}")
@@ -149,7 +149,7 @@ def run_with_trainer(out: Path, model: Path, base_url: str, *flags: str):
 
 def rescore(base_url: str, model: Path, ids: list[int]) -> list[float]:
     """The server's logprob of every token of `ids` given the tokens before it."""
-    answer = requests.post(
+    answer = httpx.post(
         base_url + "/completions",
         json={"model": str(model), "prompt": ids, "max_tokens": 1, "prompt_logprobs": 0},
         timeout=60,

@@ -262,8 +262,8 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     The same run holds the secrets: the W&B key (--wandb-api-key) and the server's API key
     (VLLM_API_KEY, which the server then requires) appear in no config, log or run file."""
     import shutil
-    import urllib.error
-    import urllib.request
+
+    import httpx
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
@@ -282,10 +282,9 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     try:
         wait_for(lambda: run_state(out).get("status") == "running", 600, "the run to start")
         models = run_state(out)["inference_url"] + "/v1/models"
-        with pytest.raises(urllib.error.HTTPError, match="401"):
-            urllib.request.urlopen(models, timeout=10)
-        keyed = urllib.request.Request(models, headers={"Authorization": f"Bearer {server_key}"})
-        assert urllib.request.urlopen(keyed, timeout=10).status == 200
+        assert httpx.get(models, timeout=10).status_code == 401
+        keyed = {"Authorization": f"Bearer {server_key}"}
+        assert httpx.get(models, headers=keyed, timeout=10).status_code == 200
         code = rl.wait(timeout=900)
     finally:
         kill_sessions(run_sessions(out, rl.pid))

@@ -28,3 +28,27 @@ def test_probe_names_what_failed():
         port = sock.getsockname()[1]  # bound, not listening: connection refused
         problem = probe_health(f"http://127.0.0.1:{port}", timeout_s=1)
     assert problem is not None and "refused" in problem.lower()
+
+
+def test_probe_reads_the_status_of_a_live_server():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    statuses = iter([200, 503])
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(next(statuses))
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Health) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            assert probe_health(url) is None
+            assert probe_health(url) == "/health answered 503"
+        finally:
+            server.shutdown()
