@@ -90,23 +90,15 @@ def _resolve_one(value: Any, where: str, env: dict[str, str] | None) -> Any:
 
 
 def dotenv(path: str = ".env") -> dict[str, str]:
-    """KEY=VALUE lines of `.env` in the working folder (never logged); a file that cannot be
-    read or is not UTF-8 is a ConfigError naming it (its contents never quoted)."""
-    values: dict[str, str] = {}
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from None
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}): save it as "
-                              "UTF-8") from None  # fmt: skip
-        for line in text.splitlines():
-            key, sep, value = line.strip().partition("=")
-            if sep and not key.startswith("#"):
-                values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
-    return values
+    """The variables `.env` in the working folder sets (never logged; rl_envs.env_file reads
+    it); a file that cannot be read, is not UTF-8 or has a bad line is a ConfigError naming it
+    and the line (its contents never quoted)."""
+    from rl_envs.env_file import DotenvError, read_dotenv
+
+    try:
+        return read_dotenv(path)
+    except DotenvError as err:
+        raise ConfigError(str(err)) from None
 
 
 def externalize(data: Any, prefix: str) -> tuple[Any, dict[str, str]]:

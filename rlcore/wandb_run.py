@@ -14,19 +14,14 @@ from typing import Any
 from rlcore.config import WandbConfig
 from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
-from rlcore.secrets import redact
+from rlcore.secrets import dotenv, redact
 
 
 def load_dotenv(path: Path = Path(".env")) -> None:
-    """Read KEY=VALUE lines from `.env` into the environment (never overriding, never logged)."""
-    if not path.is_file():
-        return
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.removeprefix("export ").split("=", 1)
-        os.environ.setdefault(key.strip(), value.strip().strip("'\""))
+    """The variables `.env` sets, into the environment (never overriding, never logged), where
+    wandb reads its key and entity."""
+    for key, value in dotenv(str(path)).items():
+        os.environ.setdefault(key, value)
 
 
 class WandbRun:

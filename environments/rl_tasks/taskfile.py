@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rl_envs.env_file import DotenvError, read_dotenv
+
 TASK_KEYS = {
     "id",
     "prompt",
@@ -231,20 +233,11 @@ def check_runnable(tasks: list[dict[str, Any]], path: Path, env: dict | None = N
 
 
 def dotenv(path: Path = Path(".env")) -> dict[str, str]:
-    values = {}
-    if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
-        except UnicodeDecodeError as err:
-            raise TaskError(f"{path} is not UTF-8 text (byte {err.start}): save it as "
-                            "UTF-8") from None  # fmt: skip
-        for line in text.splitlines():
-            key, sep, value = line.strip().partition("=")
-            if sep and not key.startswith("#"):
-                values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
-    return values
+    """The variables `.env` sets; a bad one is a TaskError naming the file and line."""
+    try:
+        return read_dotenv(path)
+    except DotenvError as err:
+        raise TaskError(str(err)) from None
 
 
 def tasks_in_args(args: dict[str, Any]) -> list[dict[str, Any]]:
