@@ -4,6 +4,7 @@ import signal
 import sys
 import time
 
+from launcher.literal_secrets import externalize
 from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
@@ -18,7 +19,6 @@ from launcher.supervisor import (
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.metrics import read_records, reward_curve
-from rlcore.secrets import externalize
 from rlcore.toml_io import write_config
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}

@@ -2,13 +2,9 @@
 `password`, `client_secret`, ...) in free-form tables (`[[env]].args`, `vllm_args`) is never
 written to a resolved config, a log or W&B: it shows as `***`. A `$VAR` reference in its place
 stays as written and is resolved only inside the process that uses it, from its environment
-(and `.env`). `rl` passes a literal secret to the processes in their environment the same way
-(`externalize`), so the configs it writes still reproduce the run.
-
-Files `rl` writes for a project (rl.lock.yaml, workflow YAMLs, tasks datasets) hold no literal
-secret at all: `literal_secrets` finds them (a secret-named key's value, a URL's user info or
-secret-named query value, a secret-named `--flag VALUE` in a server's args) and
-`refuse_literal_secrets` refuses them with the fix. `redact_url(s)` takes them out of messages."""
+(and `.env`). `redact_url(s)` takes a URL's secrets out of messages. What `rl` alone does with
+literal secrets (passing them by environment, refusing them in files it writes) is in
+launcher/literal_secrets.py."""
 
 import os
 import re
@@ -25,10 +21,8 @@ NAMING_WORDS = {"var", "env", "file", "path"}
 """A key whose last word is one of these names where a secret lives, not the secret."""
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _REFERENCE = re.compile(r"^\$\{(\w+)\}$|^\$(\w+)$")
-_ANY_REFERENCE = re.compile(r"\$\{\w+\}|\$\w+")
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,:;)\]]")
+URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,:;)\]]")
 """A URL in free text (an error message), without the punctuation that ends a sentence."""
-SECRET_ENV_PREFIX = "RL_SECRET_"
 
 
 def is_secret_key(name: str) -> bool:
@@ -101,59 +95,12 @@ def dotenv(path: str = ".env") -> dict[str, str]:
         raise ConfigError(str(err)) from None
 
 
-def externalize(data: Any, prefix: str) -> tuple[Any, dict[str, str]]:
-    """Literal secrets replaced by `$RL_SECRET_<PREFIX>_<PATH>` references, and the environment
-    that carries their values (named after where each one sits, never after its value)."""
-    env: dict[str, str] = {}
-
-    def walk(value: Any, path: tuple) -> Any:
-        if isinstance(value, dict):
-            return {k: literal(v, (*path, k)) if is_secret_key(k) else walk(v, (*path, k))
-                    for k, v in value.items()}  # fmt: skip
-        if isinstance(value, list | tuple):
-            return [walk(v, (*path, i)) for i, v in enumerate(value)]
-        return value
-
-    def literal(value: Any, path: tuple) -> Any:
-        if not isinstance(value, str) or not value or is_reference(value):
-            return walk(value, path)
-        words = re.sub(r"\W+", "_", "_".join(str(p) for p in (prefix, *path)))
-        name = (SECRET_ENV_PREFIX + words).upper()
-        env[name] = value
-        return f"${name}"
-
-    return walk(data, ()), env
-
-
 def scrub(text: str, data: Any) -> str:
     """`text` with every secret value found in `data` replaced by `***` (for error messages
     that quote what a library said about its arguments)."""
     for _, value in secret_leaves(data):
         text = text.replace(value, REDACTED)
     return text
-
-
-def is_literal(value: Any) -> bool:
-    """A non-empty string with no `$VAR` in it: what a secret-named key must not hold in a
-    file `rl` writes (`Bearer $TOKEN` is a reference, `Bearer sk-...` is not)."""
-    return isinstance(value, str) and bool(value) and _ANY_REFERENCE.search(value) is None
-
-
-def url_secrets(url: str) -> list[tuple[str, str]]:
-    """What in `url` is a literal secret, with a variable name to hold it: its user info, and
-    the query values under secret-named keys (`?token=...`), unless they are `$VAR`s."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return []
-    found = []
-    userinfo, at, _ = parts.netloc.rpartition("@")
-    if at and is_literal(userinfo):
-        found.append(("its user info (user:password@)", "URL_USERINFO"))
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if is_secret_key(key) and is_literal(value):
-            found.append((f"its query value `{key}`", key))
-    return found
 
 
 def redact_url(url: str) -> str:
@@ -173,45 +120,4 @@ def redact_url(url: str) -> str:
 
 def redact_urls(text: str) -> str:
     """`text` (an error message) with every URL in it redacted (`redact_url`)."""
-    return _URL.sub(lambda m: redact_url(m.group(0)), text)
-
-
-def literal_secrets(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str, str]]:
-    """(path, what, a name for its variable) of every literal secret in nested dicts and lists:
-    a secret-named key's string value without a `$VAR`, a URL's user info or secret-named query
-    value, and the value of a secret-named `--flag VALUE` / `--flag=VALUE` in a list."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if is_secret_key(key) and is_literal(value):
-                yield (*path, key), "a secret-named key's value", str(key)
-            else:
-                yield from literal_secrets(value, (*path, key))
-    elif isinstance(data, list | tuple):
-        for index, value in enumerate(data):
-            if isinstance(value, str) and value.startswith("-"):
-                flag, eq, inline = value.partition("=")
-                given = inline if eq else (data[index + 1] if index + 1 < len(data) else None)
-                if is_secret_key(flag.lstrip("-")) and is_literal(given):
-                    yield (*path, index), f"the value of `{flag}`", flag.lstrip("-")
-            yield from literal_secrets(value, (*path, index))
-    elif isinstance(data, str) and "://" in data:
-        for url in _URL.findall(data):
-            for what, name in url_secrets(url):
-                yield path, f"{what} of a URL", name
-
-
-def dotted(path: tuple) -> str:
-    """`mcp_config.x.env.API_KEY`, `args[2]` for a path through dicts and lists."""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
-
-
-def refuse_literal_secrets(data: Any, where: str, destination: str) -> None:
-    """A ConfigError for the first literal secret in `data` (never quoting it) with the fix:
-    `destination` (a file `rl` would write) only ever holds `$VAR` references."""
-    for path, what, name in literal_secrets(data):
-        name = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
-        raise ConfigError(
-            f"{where}: `{dotted(path)}` holds a literal secret ({what}), which {destination} "
-            f"never records: put it in .env (`{name}=...`, or export it) and write `${name}` "
-            "in its place (read from the environment or .env when the server starts)"
-        )
+    return URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

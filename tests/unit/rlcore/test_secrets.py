@@ -87,7 +87,7 @@ VALUES = [SECRET, "p@ss:w/rd?&=", "ÿ-unicode-☃", "a" * 300]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_generated_secret_names_are_found_refused_and_never_quoted(name):
-    from rlcore.secrets import literal_secrets, refuse_literal_secrets
+    from launcher.literal_secrets import literal_secrets, refuse_literal_secrets
 
     for value in VALUES:
         data = {"server": {"env": {name: value}, "args": [f"--{name}", value, f"--{name}={value}"]}}
@@ -104,7 +104,8 @@ def test_generated_secret_names_are_found_refused_and_never_quoted(name):
 def test_generated_urls_are_redacted_in_messages(name, value):
     from urllib.parse import quote
 
-    from rlcore.secrets import literal_secrets, redact_urls
+    from launcher.literal_secrets import literal_secrets
+    from rlcore.secrets import redact_urls
 
     token, password = quote(value, safe=""), quote(value + "!", safe="")
     url = f"https://user:{password}@example.com:8443/mcp?a=1&{name}={token}"
