@@ -8,7 +8,6 @@ before anything starts."""
 import io
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -270,24 +269,6 @@ def test_delete_without_a_terminal_names_the_flag(tmp_path, capsys, monkeypatch,
     assert run_command("delete", [str(run.root)]) == 2
     err = capsys.readouterr().err
     assert "needs --yes (no terminal to ask)" in err and run.root.exists()
-
-
-def rl(*args: str, cwd: Path, close_stdin: bool) -> subprocess.CompletedProcess:
-    """The real CLI; with `close_stdin` its standard input is closed, not just empty."""
-    return subprocess.run(
-        [sys.executable, "-m", "launcher.rl", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=None if close_stdin else subprocess.DEVNULL,
-        preexec_fn=(lambda: os.close(0)) if close_stdin else None,
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize("close_stdin", [True, False])
-def test_bare_rl_without_a_terminal_is_exit_2_naming_the_command(project, close_stdin):
-    done = rl(cwd=project, close_stdin=close_stdin)
-    assert done.returncode == 2, done.stderr
-    assert "no terminal" in done.stderr and "rl --config" in done.stderr
-    assert "Traceback" not in done.stderr
 
 
 def test_bare_rl_whose_input_ends_while_asking_is_exit_2(project, capsys, monkeypatch):
