@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.commands import run_command
-from launcher.lockfile import LOCK_FILE, read_lock
+from launcher.lockfile import LOCK_FILE
 from launcher.rl import main
 from launcher.workflow import load_workflow
 from rlcore.rundir import RunDir
@@ -102,19 +102,6 @@ def test_init_refuses_a_url_with_a_literal_token_and_names_no_value(project, cap
     err = capsys.readouterr().err
     assert "literal secret" in err and SECRET not in err and "$URL_USERINFO" in err
     assert contents(project) == {}
-
-
-def test_references_are_recorded_and_their_values_never_written(project, capfd):
-    """`rl init --tasks` (against the real example server) and `rl hf` record the reference."""
-    (project / ".env").write_text(f"MCP_KEY={SECRET}\n")
-    tasks = write_tasks(project, stdio(env={"API_KEY": "$MCP_KEY", "PLAIN": "1"}))
-    assert run_command("init", ["--tasks", str(tasks)]) == 0, capfd.readouterr().err
-    assert run_command("hf", [str(tasks), "--name", "org/x", "--no-push"]) == 0
-    assert read_lock()["mcp_config"]["locker"]["env"] == {"API_KEY": "$MCP_KEY", "PLAIN": "1"}
-    captured = capfd.readouterr()
-    written = {k: v for k, v in contents(project).items() if k != ".env"}
-    assert written and not any(SECRET.encode() in data for data in written.values())
-    assert SECRET not in captured.out + captured.err
 
 
 def test_a_url_in_an_error_shows_no_user_info_or_token(project, capsys, monkeypatch):
@@ -233,19 +220,6 @@ def test_init_in_a_read_only_folder_names_it(project, capsys):
         assert "not writable" in capsys.readouterr().err
     finally:
         project.chmod(0o755)
-
-
-def test_an_os_error_while_writing_is_exit_2_naming_the_path(project, capfd, monkeypatch):
-    """A write that fails after the checks passed and the real server answered (a full disk,
-    a folder made read-only in between) names the path and the cause."""
-
-    def full_disk(path, text, mode=None):
-        raise OSError(28, "No space left on device", str(path))
-
-    monkeypatch.setattr("launcher.lockfile.atomic_write_text", full_disk)
-    assert run_command("init", [f"python {SERVER}", "-o", "configs/x.yaml"]) == 2
-    err = capfd.readouterr().err
-    assert "cannot write " in err and "configs/x.yaml: No space left on device" in err, err
 
 
 class EndedTerminal(io.StringIO):

@@ -5,6 +5,9 @@ import pytest
 
 from inference import batch_invariant
 
+# Importing vLLM starts helper processes (and takes a minute on 2 cores): not a unit test.
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def vllm_utils(monkeypatch):
