@@ -5,11 +5,13 @@ subprocesses and `os.popen`) through `Popen._execute_child`; `multiprocessing`'s
 forkserver methods through `_posixsubprocess.fork_exec`; its fork method and `os.spawn*`
 through `os.fork`. A replacement raises, and the test fails even if the code under test caught
 the error. A C library that forks by itself would pass unseen (none used in tests/unit does).
-A test that needs a real process belongs in tests/integration."""
+A unit test imports no vLLM either (it starts helper processes, and takes a minute on 2 cores).
+A test that needs a real process or vLLM belongs in tests/integration."""
 
 import _posixsubprocess
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -36,6 +38,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(autouse=True)
 def no_process(monkeypatch, request):
     calls: list[str] = []
+    had_vllm = "vllm" in sys.modules
 
     def refuse(name: str):
         def refused(*args, **kwargs):
@@ -48,9 +51,13 @@ def no_process(monkeypatch, request):
         label = f"{getattr(owner, '__qualname__', owner.__name__)}.{name}"
         monkeypatch.setattr(owner, name, refuse(label))
     yield
-    if calls and not request.node.stash.get(CALL_FAILED, False):  # else it has failed already
+    if request.node.stash.get(CALL_FAILED, False):
+        return  # it has failed already
+    if calls:
         pytest.fail(f"this unit test started a process ({', '.join(calls)}); "
                     "move it to tests/integration")  # fmt: skip
+    if not had_vllm and "vllm" in sys.modules:
+        pytest.fail("this unit test imported vLLM; move it to tests/integration")
 
 
 def pytest_collection_modifyitems(config, items):
