@@ -12,6 +12,7 @@ from tests.unit.launcher.test_export import logits, lora_logits, train
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
     rd = train(tiny_model_dir, tmp_path / "run", lora=True)
     out = tmp_path / "merged"

@@ -8,6 +8,7 @@ from orchestrator.envs.v1 import V1Env
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_costs_the_rollouts_not_the_run(tiny_model_dir):
     """Real episodes (interception server, the null harness's subprocess) against a port where
     nothing listens: each rollout ends with its error and no turns, and the env closes."""
