@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The admin token of the session's shared inference server (conftest.py), which the
+# orchestrators run against it are given too (their run folders are not the server's).
+SHARED_SERVER_TOKEN = "integration-tests-token"
 
 
 def free_port() -> int:

@@ -12,6 +12,8 @@ import pytest
 
 from rlcore.rundir import RunDir
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 
 GOOD_TRAIN = "max_steps = 3\n"

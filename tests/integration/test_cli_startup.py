@@ -5,7 +5,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def test_rl_help_is_fast_and_imports_no_torch():

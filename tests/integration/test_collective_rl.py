@@ -19,7 +19,8 @@ from tests.integration.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+# Slow: an `rl` run each; test_rl.py's default restart case runs the collective transport.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def run_collective(tmp_path: Path, model: Path, *flags: str, max_steps: int = 4):
@@ -58,7 +59,6 @@ def test_rl_collective_on_policy(tiny_model_dir, tmp_path):
     check_on_policy_run(rl, out, log)
 
 
-@pytest.mark.slow
 def test_rl_collective_two_replicas(tiny_model_dir, tmp_path):
     rl, out, log = run_collective(tmp_path, tiny_model_dir, "--inference.replicas", "2",
                                   "--async-level", "0")  # fmt: skip

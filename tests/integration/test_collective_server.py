@@ -25,7 +25,8 @@ from tests.integration.test_inference_server import (
     prompt_logprobs,
 )
 
-pytestmark = pytest.mark.integration
+# Slow: a server of its own; test_rl.py's default restart case runs the collective transport.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def hf_prompt_logprobs(model) -> list[float]:

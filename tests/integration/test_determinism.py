@@ -27,6 +27,8 @@ from helpers import (
 
 from rlcore.rundir import RunDir
 
+pytestmark = pytest.mark.integration
+
 ENVS = Path(__file__).parent / "envs"
 COMPARED = {
     "trainer": ("loss", "entropy", "mismatch_kl", "grad_norm", "num_tokens"),

@@ -69,6 +69,7 @@ def test_owned_vllm_arg_is_a_config_error(tmp_path):
     assert_user_error(result, "vllm_args", "server.port")
 
 
+@pytest.mark.slow
 def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     import signal
     import time
@@ -100,6 +101,7 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
     assert not strays, [(c.pid, c.name()) for c in strays]
 
 
+@pytest.mark.slow
 def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
     result = run_inference(
         "--model.name",
@@ -115,6 +117,7 @@ def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
     assert "not ready after 0.5 s (server.startup_timeout_s)" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_killed_server_leaves_no_engine_and_frees_its_port(tmp_path, tiny_model_dir):
     """SIGKILL to a serving inference process: its forked engine core and worker die with it
     (no orphan keeps running) and none of them still holds the port."""

@@ -2,14 +2,13 @@
 logprobs, in-place weight swaps (only with the run's token, only from the run's own weights
 folder), refusals that leave the served weights alone, clean SIGTERM.
 
-One server for the whole module (vLLM takes about a minute to start on 2 cores)."""
+The server is the session's shared one (tests/integration/conftest.py), which also checks
+its clean SIGTERM at the end; vLLM takes about a minute to start on 2 cores."""
 
 import shutil
-import signal
 import socket
 from pathlib import Path
 
-import psutil
 import pytest
 
 from rlcore import faults
@@ -19,7 +18,6 @@ from rlcore.protocol import (
     RELOAD_WEIGHTS_ROUTE,
     UPDATE_WEIGHTS_ROUTE,
 )
-from rlcore.rundir import RunDir
 from tests.inference_process import InferenceProcess, post_json
 
 pytestmark = pytest.mark.integration
@@ -49,10 +47,12 @@ def perturbed_copy(src: Path, dst: Path, scale: float, seed: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
-    root = tmp_path_factory.mktemp("inference_run")
-    RunDir(root).claim()
+def run_dir(shared_server, tiny_model_dir) -> Path:
+    """The shared server's run folder (tests/integration/conftest.py), its weights/ emptied of
+    an earlier module's policies and given new ones: the base, a perturbed copy, two broken."""
+    root = shared_server.run
     weights = root / "weights"
+    shutil.rmtree(weights, ignore_errors=True)
     shutil.copytree(tiny_model_dir, weights / "step_0")
     perturbed_copy(tiny_model_dir, weights / "step_1", scale=0.05, seed=1)
     truncated = weights / "truncated"
@@ -66,42 +66,14 @@ def run_dir(tmp_path_factory, tiny_model_dir) -> Path:
     from safetensors.torch import save_file
 
     save_file({"model.embed_tokens.weight": torch.zeros(10, 64)}, wrong_shape / "m.safetensors")
-    return root
+    yield root
+    status, body = shared_server.process.admin_post(RELOAD_WEIGHTS_ROUTE, {})
+    assert status == 200, body  # the next module finds the base weights serving
 
 
 @pytest.fixture(scope="module")
-def server(run_dir, tiny_model_dir, tmp_path_factory):
-    config = tmp_path_factory.mktemp("inference_config") / "infer.toml"
-    config.write_text(
-        f'output_dir = "{run_dir}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
-        "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n"
-    )
-    port = free_port()
-    log = config.parent / "inf.log"
-    proc = InferenceProcess(["@", str(config), "--server.port", str(port)], log)
-    proc.start()
-    try:
-        proc.wait_ready(timeout_s=600)
-        engine = [c for c in psutil.Process(proc.proc.pid).children(recursive=True) if not
-                  is_tracker(c)]  # fmt: skip
-        assert engine, "vLLM's engine core should run in a child process"
-        yield proc
-        proc.proc.send_signal(signal.SIGTERM)
-        code = proc.proc.wait(timeout=120)
-        # Checked before stop(), whose SIGKILL to the process group would hide strays.
-        strays = [c for c in engine if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    finally:
-        proc.stop(grace_s=60)
-    log = proc.log_path.read_text()
-    assert proc.admin_token not in log
-    assert "inference: ready" in log and "inference: stopped" in log, proc.log_tail()
-    assert code == 0, f"exit code {code} after SIGTERM:\n{proc.log_tail()}"
-    assert not strays, f"{strays} outlived the server:\n{proc.log_tail()}"
-
-
-def is_tracker(process: psutil.Process) -> bool:
-    """multiprocessing's resource tracker exits on its own once its parent has gone."""
-    return "resource_tracker" in " ".join(process.cmdline())
+def server(shared_server, run_dir) -> InferenceProcess:
+    return shared_server.process
 
 
 def chat(url: str, max_tokens: int = 6) -> dict:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -22,64 +21,37 @@ from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.ownership import remove_run_files
 from rlcore.protocol import read_batch
 from rlcore.rundir import RunDir, steps_in
+from tests.integration.helpers import SHARED_SERVER_TOKEN
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-PORT = 8211
 STEP_LINE = (
     r"^orchestrator: Step \d+ \| Time: [\d.]+s \| Reward: [\d.]+ \| "
     r"Throughput: [\d.]+ tokens/s \| Seq\. Length: [\d.]+ tokens/sample$"
 )
 ENV_TEXT = ("Higher.", "Lower.", "not a number", "Correct!")
 # The runs here are not the server's run folder: they share its admin token this way.
-SERVER_ENV = {**os.environ, ADMIN_TOKEN_ENV: "orchestrator-tests-token"}
+SERVER_ENV = {**os.environ, ADMIN_TOKEN_ENV: SHARED_SERVER_TOKEN}
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model_dir, tmp_path_factory):
-    """(model dir, runs root, base url) of an `inference` server on the tiny model."""
-    root = tmp_path_factory.mktemp("orch")
-    model = shutil.copytree(tiny_model_dir, root / "model")
-    log = (root / "inference.log").open("w")
-    cmd = [
-        sys.executable, "-m", "inference.main", "--model.name", str(model),
-        "--model.dtype", "float32", "--model.max-model-len", "1024", "--server.port", str(PORT),
-        "--cpu.kvcache-space-gib", "1", "--output-dir", str(root / "server"),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=SERVER_ENV)  # fmt: skip
-    try:
-        wait_healthy(f"http://127.0.0.1:{PORT}", proc, root / "inference.log")
-        yield model, root, f"http://127.0.0.1:{PORT}/v1"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def served(shared_server, tiny_model_dir):
+    """(model dir, runs root, base url) of the session's shared `inference` server on the tiny
+    model (tests/integration/conftest.py); its run folder is `<runs root>/server`."""
+    yield tiny_model_dir, shared_server.run.parent, shared_server.url + "/v1"
 
 
 def fresh_run(served) -> Path:
     """The server's run folder, emptied of an earlier test's run: policies load only from the
-    server's own run (its weights/), so every orchestrator run that swaps weights uses it."""
+    server's own run (its weights/), so every orchestrator run that swaps weights uses it. The
+    server's admin_token file is put back (test_inference_server.py reads it)."""
     run = served[1] / "server"
+    token = (run / "admin_token").read_text()
     remove_run_files(run, keep_marker=True)
+    (run / "admin_token").write_text(token)
+    (run / "admin_token").chmod(0o600)
     return run
-
-
-def wait_healthy(root: str, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"inference exited:\n{log.read_text()[-3000:]}"
-        try:
-            if httpx.get(root + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"inference not healthy within {timeout_s}s:\n{log.read_text()[-3000:]}")
 
 
 class StandInTrainer(threading.Thread):
@@ -256,6 +228,7 @@ def prompts_by_step(out: Path) -> dict[int, list]:
     return found
 
 
+@pytest.mark.slow
 def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     model, root, base_url = served
     envs = env_toml(root / "resume", 'id = "rl-add-digits"', 'id = "rl-repeat-word"')
@@ -283,6 +256,7 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     assert len(list((parts / "wandb").glob(f"offline-run-*-{run_ids.pop()}"))) == 2
 
 
+@pytest.mark.slow
 def test_requests_are_capped_to_fit_seq_len(served, tmp_path):
     model, root, base_url = served
     out = root / "run_capped"
@@ -334,6 +308,7 @@ def test_wrong_model_name_fails_fast(served, tmp_path):
     assert "not model.name 'not/the-model'" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_requests_move_off_a_server_that_hangs(served, tmp_path):
     """Two servers, one of which hangs on every generation: its requests time out, move to the
     real server, and the step completes with every rollout (the hanging one is left out)."""
@@ -365,6 +340,7 @@ def test_requests_move_off_a_server_that_hangs(served, tmp_path):
     assert sum(r["requests/server_1"] for r in records) == 0
 
 
+@pytest.mark.slow
 def test_a_v1_taskset_samples_through_the_generate_route(served):
     """`type = "v1"` for training, and the same package detected behind the default type for
     eval: every rollout ran the harness, was scored by the taskset's reward, and its tokens and
@@ -424,6 +400,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_orchestrator_cleanly(served, small_disk):
     """The orchestrator fills a real small disk: it stops with one message, and every batch,
     metrics line and checkpoint left behind is whole (no temporaries, no torn lines)."""

@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 from rlcore.protocol import Batch, Sample, write_batch
 from rlcore.rundir import MANIFEST, RunDir
 
-pytestmark = pytest.mark.integration
+# Slow: three trainer runs; the default run resumes in test_rl.py and test_faults.py.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = str(ROOT / ".venv" / "bin" / "trainer")

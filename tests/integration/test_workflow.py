@@ -50,6 +50,7 @@ def rl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_init_hf_and_two_steps_from_the_yaml(project, tiny_model_dir, monkeypatch):
     done = rl("init", "my-env:latest")
     assert done.returncode == 0, done.stderr

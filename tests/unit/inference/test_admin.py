@@ -4,6 +4,8 @@ owner-only from its first byte and never logged; comparison in constant time."""
 import logging
 from types import SimpleNamespace
 
+import pytest
+
 from inference.admin import add_admin_routes, issue_admin_token
 from rlcore.admin_token import ADMIN_TOKEN_ENV, authorized, read_token
 from rlcore.rundir import RunDir
@@ -24,29 +26,35 @@ class RecordingLoader(WeightLoader):
         return {"status": "ok", "weights": "base", "load_s": 0.0}
 
 
-def app_with(token):
+def app_with(token, client_host: str = "testclient"):
+    """The admin routes on an app, and a client whose requests come from `client_host`."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
     app, loader = FastAPI(), RecordingLoader()
     add_admin_routes(app, loader, token)
-    return TestClient(app), loader
+    return TestClient(app, client=(client_host, 50000)), loader
 
 
 def config(host, out):
     return SimpleNamespace(server=SimpleNamespace(host=host), output_dir=out)
 
 
-def test_every_bind_needs_the_run_token_loopback_included(tmp_path, caplog, monkeypatch):
+@pytest.mark.parametrize("client_host", ["127.0.0.1", "::1", "10.1.2.3"])
+def test_every_caller_needs_the_run_token_loopback_included(tmp_path, caplog, monkeypatch,
+                                                            client_host):  # fmt: skip
+    """A request from the server's own machine is no more trusted than one from elsewhere."""
     monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
     caplog.set_level(logging.INFO)
-    for host in ("127.0.0.1", "::1", "0.0.0.0"):
-        token = issue_admin_token(config(host, tmp_path))
-        assert token and read_token(RunDir(tmp_path)) == token
-        client, loader = app_with(token)
-        assert client.post("/update_weights", json={"weight_dir": "w"}).status_code == 401
-        assert client.post("/reload_weights").status_code == 401
-        assert loader.loaded == []
+    token = issue_admin_token(config("0.0.0.0", tmp_path))
+    assert token and read_token(RunDir(tmp_path)) == token
+    client, loader = app_with(token, client_host)
+    assert client.post("/update_weights", json={"weight_dir": "w"}).status_code == 401
+    assert client.post("/reload_weights").status_code == 401
+    assert loader.loaded == []
+    good = {"Authorization": f"Bearer {token}"}
+    assert client.post("/update_weights", json={"weight_dir": "w"}, headers=good).status_code == 200
+    assert loader.loaded == [{"weight_dir": "w"}]
     assert token not in caplog.text
 
 

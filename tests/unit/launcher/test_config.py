@@ -248,10 +248,25 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path, capsys):
 
 
 def test_json_schema(capsys):
+    """The printed schema is what an editor checks a config against: it accepts the defaults,
+    flags an unknown key and an out-of-range value, and shows each field's docstring."""
+    import json
+
+    import jsonschema
+
     with pytest.raises(SystemExit) as exc:
         parse(TrainerConfig, ["--json-schema"])
     assert exc.value.code == 0
-    assert '"optim"' in capsys.readouterr().out
+    schema = json.loads(capsys.readouterr().out)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not list(validator.iter_errors(TrainerConfig().model_dump(mode="json")))
+    assert validator.is_valid({"optim": {"lr": 3e-4}, "max_steps": 5})
+    assert not validator.is_valid({"optim": {"lrr": 3e-4}})  # a typo
+    assert not validator.is_valid({"optim": {"lr": -1.0}})  # PositiveFloat
+    assert not validator.is_valid({"max_steps": "ten"})
+    optim = schema["$defs"][schema["properties"]["optim"]["$ref"].split("/")[-1]]
+    assert optim["properties"]["lr"]["description"] == "Peak learning rate of AdamW."
+    assert set(schema["properties"]) == set(TrainerConfig.model_fields)
 
 
 # -- configs users bring -----------------------------------------------------------------------

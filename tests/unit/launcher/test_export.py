@@ -1,7 +1,5 @@
-"""`rl export`: a LoRA run's adapter merged into the base, or a full run's weights, as an HF
-folder that computes what the trained policy computes; user errors exit 2."""
-
-import shutil
+"""`rl export`'s user errors exit 2 before anything is written. The exports themselves run the
+trainer's export in a process of its own: tests/integration/test_export_models.py."""
 
 import torch
 
@@ -48,42 +46,6 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
     apply_lora(model, LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "down_proj"]))
     load_adapter(model, adapter_dir)
     return model(IDS).logits.detach()
-
-
-def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
-    rd = train(tiny_model_dir, tmp_path / "run", lora=True)
-    out = tmp_path / "merged"
-    assert run_command("export", [str(rd.root), "--out", str(out)]) == 0
-    said = capsys.readouterr().out
-    assert "step 2 (LoRA adapter merged into the base, from its checkpoint)" in said
-    expected = lora_logits(tiny_model_dir, rd.weight_dir(2))
-    torch.testing.assert_close(logits(out), expected, rtol=1e-4, atol=1e-4)
-    assert (logits(out) - logits(tiny_model_dir)).abs().max() > 1e-3  # it trained
-    assert not any("lora" in p.name for p in out.iterdir())
-    # Without the checkpoint, the published adapter gives the same policy.
-    shutil.rmtree(rd.checkpoint_dir(2))
-    out2 = tmp_path / "merged2"
-    assert (
-        run_command(
-            "export", [str(rd.root), "--step", "2", "--out", str(out2), "--dtype", "bfloat16"]
-        )
-        == 0
-    )
-    assert "from its weights" in capsys.readouterr().out
-    torch.testing.assert_close(logits(out2), expected, rtol=0.05, atol=0.05)
-
-
-def test_full_run_export_is_the_trained_model(tiny_model_dir, tmp_path):
-    from safetensors.torch import load_file
-
-    rd = train(tiny_model_dir, tmp_path / "run", lora=False)
-    out = tmp_path / "model"
-    assert run_command("export", [str(rd.root), "--step", "1", "--out", str(out)]) == 0
-    exported = load_file(str(out / "model.safetensors"))
-    published = load_file(str(rd.weight_dir(1) / "model.safetensors"))
-    assert exported.keys() == published.keys()
-    for name, tensor in published.items():
-        torch.testing.assert_close(exported[name], tensor)
 
 
 def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys):

@@ -1,11 +1,18 @@
-"""The pre-flight estimate of the trainer's peak memory."""
-
-import json
+"""The pre-flight estimate of the trainer's peak memory, checked against facts found another
+way: the parameter count transformers reports, the bytes a real AdamW step holds, and the
+direction each knob moves the total."""
 
 import torch
 from safetensors.torch import save_file
 
-from launcher.memory import GIB, check_memory, model_shape, safetensors_params, trainer_peak
+from launcher.memory import (
+    GIB,
+    background_copies,
+    check_memory,
+    model_shape,
+    safetensors_params,
+    trainer_peak,
+)
 from launcher.rl_config import RLConfig
 
 
@@ -15,25 +22,66 @@ def test_parameters_are_counted_from_the_safetensors_headers(tmp_path):
     assert safetensors_params(tmp_path) == 12 + 5 + 8
 
 
-def test_shape_of_the_tiny_model(tiny_model_dir):
-    config = json.loads((tiny_model_dir / "config.json").read_text())
+def test_shape_of_the_tiny_model_matches_transformers(tiny_model_dir):
+    """Read from the files alone, the shape agrees with the model transformers builds: its
+    parameter count (tied embeddings once), width, depth and vocabulary."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     shape = model_shape(tiny_model_dir)
-    assert shape is not None and shape.layers == config["num_hidden_layers"]
-    assert shape.vocab == config["vocab_size"] and shape.params > shape.vocab * shape.hidden
+    assert shape is not None and shape.params == model.num_parameters()
+    assert (shape.hidden, shape.layers) == (
+        model.config.hidden_size,
+        model.config.num_hidden_layers,
+    )
+    assert shape.vocab == model.config.vocab_size
 
 
-def test_terms_scale_with_tokens_shards_and_checkpointing(tiny_model_dir):
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_the_state_terms_are_what_a_real_fp32_step_holds(tiny_model_dir):
+    """One real AdamW step of the tiny model in fp32: its weights, gradients and optimizer
+    moments take the bytes the estimate says, and the loss head at least one fp32 logits
+    tensor of the pass."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    ids = torch.randint(
+        0, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0)
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    logits = model(ids).logits
+    logits.float().logsumexp(-1).mean().backward()
+    optimizer.step()
+    moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
+    params = list(model.parameters())  # each tied tensor once
+
+    est = trainer_peak(model_shape(tiny_model_dir), 64, 4, checkpointing=False)
+    assert est["weights"] == tensor_bytes(params)
+    assert est["gradients"] == tensor_bytes(p.grad for p in params)
+    assert est["optimizer"] == tensor_bytes(moments)
+    assert est["compute copy"] == 0  # fp32 compute needs no second copy
+    assert est["loss head"] >= logits.numel() * 4
+    # the background writes' copies: a checkpoint's weights and moments, a published policy
+    staged = tensor_bytes(params) + tensor_bytes(moments) + tensor_bytes(params)
+    assert background_copies(model_shape(tiny_model_dir), None, True, True) == staged
+
+
+def test_the_estimate_grows_and_shrinks_with_its_knobs(tiny_model_dir):
     shape = model_shape(tiny_model_dir)
-    small = trainer_peak(shape, 1024, 2, checkpointing=False)
-    large = trainer_peak(shape, 4096, 2, checkpointing=False)
-    assert large["loss head"] == 4 * small["loss head"]
-    assert large["activations"] == 4 * small["activations"]
-    assert large["optimizer"] == small["optimizer"] == 8 * shape.params
-    sharded = trainer_peak(shape, 1024, 2, checkpointing=False, shards=4)
-    assert sharded["optimizer"] == small["optimizer"] / 4
-    assert trainer_peak(shape, 1024, 2, checkpointing=True)["activations"] < small["activations"]
-    adapters = trainer_peak(shape, 1024, 2, checkpointing=False, trainable=1000)
-    assert adapters["optimizer"] == 8000 and adapters["weights"] == small["weights"]
+
+    def total(tokens=1024, **knobs) -> float:
+        return sum(trainer_peak(shape, tokens, 2, **{"checkpointing": False} | knobs).values())
+
+    sizes = [total(tokens) for tokens in (256, 1024, 4096, 16384)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # more tokens, more memory
+    assert total(checkpointing=True) < total()
+    assert total(shards=4) < total(shards=2) < total()
+    assert total(trainable=1000) < total()  # LoRA: gradients and moments of the adapters only
+    assert total(4096, head_chunk=256) < total(4096)
+    assert total(checkpointing=True, checkpoint_freq=2) > total(checkpointing=True)
 
 
 def test_a_batch_too_large_for_this_machine_is_warned_about_with_the_knobs(tiny_model_dir):
@@ -52,7 +100,8 @@ def test_on_cpu_the_background_writes_copies_are_counted_unless_they_are_off(tin
     shape = model_shape(tiny_model_dir)
     config = RLConfig.model_validate({"model": {"name": str(tiny_model_dir)}})
     line, _ = check_memory(config, {"trainer": [], "inference": []})
-    assert f"background copies {16 * shape.params / GIB:.1f}" in line
+    copies = background_copies(shape, None, True, True)
+    assert copies > 0 and f"background copies {copies / GIB:.1f}" in line
     config.trainer.ckpt.background = False
     config.trainer.weight_transfer.background = False
     line, _ = check_memory(config, {"trainer": [], "inference": []})

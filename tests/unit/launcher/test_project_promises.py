@@ -8,7 +8,6 @@ before anything starts."""
 import io
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.commands import run_command
-from launcher.lockfile import LOCK_FILE, read_lock
+from launcher.lockfile import LOCK_FILE
 from launcher.rl import main
 from launcher.workflow import load_workflow
 from rlcore.rundir import RunDir
@@ -103,19 +102,6 @@ def test_init_refuses_a_url_with_a_literal_token_and_names_no_value(project, cap
     err = capsys.readouterr().err
     assert "literal secret" in err and SECRET not in err and "$URL_USERINFO" in err
     assert contents(project) == {}
-
-
-def test_references_are_recorded_and_their_values_never_written(project, capfd):
-    """`rl init --tasks` (against the real example server) and `rl hf` record the reference."""
-    (project / ".env").write_text(f"MCP_KEY={SECRET}\n")
-    tasks = write_tasks(project, stdio(env={"API_KEY": "$MCP_KEY", "PLAIN": "1"}))
-    assert run_command("init", ["--tasks", str(tasks)]) == 0, capfd.readouterr().err
-    assert run_command("hf", [str(tasks), "--name", "org/x", "--no-push"]) == 0
-    assert read_lock()["mcp_config"]["locker"]["env"] == {"API_KEY": "$MCP_KEY", "PLAIN": "1"}
-    captured = capfd.readouterr()
-    written = {k: v for k, v in contents(project).items() if k != ".env"}
-    assert written and not any(SECRET.encode() in data for data in written.values())
-    assert SECRET not in captured.out + captured.err
 
 
 def test_a_url_in_an_error_shows_no_user_info_or_token(project, capsys, monkeypatch):
@@ -236,19 +222,6 @@ def test_init_in_a_read_only_folder_names_it(project, capsys):
         project.chmod(0o755)
 
 
-def test_an_os_error_while_writing_is_exit_2_naming_the_path(project, capfd, monkeypatch):
-    """A write that fails after the checks passed and the real server answered (a full disk,
-    a folder made read-only in between) names the path and the cause."""
-
-    def full_disk(path, text, mode=None):
-        raise OSError(28, "No space left on device", str(path))
-
-    monkeypatch.setattr("launcher.lockfile.atomic_write_text", full_disk)
-    assert run_command("init", [f"python {SERVER}", "-o", "configs/x.yaml"]) == 2
-    err = capfd.readouterr().err
-    assert "cannot write " in err and "configs/x.yaml: No space left on device" in err, err
-
-
 class EndedTerminal(io.StringIO):
     """A terminal whose input has ended (Ctrl-D, or closed under the process)."""
 
@@ -270,24 +243,6 @@ def test_delete_without_a_terminal_names_the_flag(tmp_path, capsys, monkeypatch,
     assert run_command("delete", [str(run.root)]) == 2
     err = capsys.readouterr().err
     assert "needs --yes (no terminal to ask)" in err and run.root.exists()
-
-
-def rl(*args: str, cwd: Path, close_stdin: bool) -> subprocess.CompletedProcess:
-    """The real CLI; with `close_stdin` its standard input is closed, not just empty."""
-    return subprocess.run(
-        [sys.executable, "-m", "launcher.rl", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=None if close_stdin else subprocess.DEVNULL,
-        preexec_fn=(lambda: os.close(0)) if close_stdin else None,
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize("close_stdin", [True, False])
-def test_bare_rl_without_a_terminal_is_exit_2_naming_the_command(project, close_stdin):
-    done = rl(cwd=project, close_stdin=close_stdin)
-    assert done.returncode == 2, done.stderr
-    assert "no terminal" in done.stderr and "rl --config" in done.stderr
-    assert "Traceback" not in done.stderr
 
 
 def test_bare_rl_whose_input_ends_while_asking_is_exit_2(project, capsys, monkeypatch):

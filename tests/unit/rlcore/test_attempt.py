@@ -1,19 +1,15 @@
 """Attempts told apart by identity, never by clocks (rlcore.attempt): the signal files of an
 earlier attempt are stale however recent, this attempt's are current however old, on both
-weight transports."""
+weight transports. Stamps of real other processes: tests/integration/test_attempt_writers.py."""
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from orchestrator.weights import CollectiveReceiver, FilesystemReceiver
 from rlcore import collective
-from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, alive, stamp, start_tick
+from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, stamp
 from rlcore.rundir import RunDir
 
 
@@ -25,16 +21,6 @@ def stamp_of(monkeypatch, attempt: str | None) -> dict:
     return stamp()
 
 
-def exited_writer_stamp(attempt: str | None) -> dict:
-    """A stamp written by a process that has exited since."""
-    env = {k: v for k, v in os.environ.items() if k != ATTEMPT_ENV}
-    if attempt is not None:
-        env[ATTEMPT_ENV] = attempt
-    code = "import json; from rlcore.attempt import stamp; print(json.dumps(stamp()))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    return json.loads(out.stdout)
-
-
 def test_under_rl_only_the_same_attempt_counts(monkeypatch):
     old = stamp_of(monkeypatch, "attempt-1")
     new = stamp_of(monkeypatch, "attempt-2")
@@ -43,34 +29,6 @@ def test_under_rl_only_the_same_attempt_counts(monkeypatch):
     assert not AttemptFilter("attempt-1").current(new)
     assert not reader.current(stamp_of(monkeypatch, None))  # a component started alone
     assert not reader.current(None) and not reader.current({"attempt": None})
-
-
-def test_started_alone_a_live_or_seen_writer_counts_a_dead_unseen_one_not(monkeypatch):
-    reader = AttemptFilter(None)
-    assert reader.current(stamp_of(monkeypatch, None))  # this very process: alive
-    assert alive(stamp()) is True
-    dead = exited_writer_stamp(None)
-    assert alive(dead) is False and not reader.current(dead)
-    assert not reader.current(exited_writer_stamp("attempt-1"))  # an rl attempt's leftover
-    elsewhere = dead | {"host": "another-node"}
-    assert alive(elsewhere) is None and reader.current(elsewhere)
-
-
-def test_a_writer_seen_alive_stays_current_after_it_exits():
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        tick = start_tick(writer.pid)
-        assert tick is not None
-        its_stamp = {"attempt": None, "host": stamp()["host"], "pid": writer.pid,
-                     "start_tick": tick}  # fmt: skip
-        reader = AttemptFilter(None)
-        assert reader.current(its_stamp)
-    finally:
-        writer.kill()
-        writer.wait()
-    assert alive(its_stamp) is False
-    assert reader.current(its_stamp)  # e.g. the trainer's last policy once it has finished
-    assert not AttemptFilter(None).current(its_stamp)  # a reader that never saw it alive
 
 
 def test_a_reused_pid_is_another_process(monkeypatch):

@@ -42,9 +42,30 @@ def test_rl_fills_port_workers_and_backend_everywhere():
     plan = build_plan(rl_config(inference={"replicas": 2}), dry_run=True)
     config = plan.config
     transfer = config.trainer.weight_transfer
-    assert transfer.port is not None and transfer.inference_workers == 2
-    assert transfer.backend == "gloo"  # no GPU here
+    assert transfer.port is not None
+    on_gpus = bool(plan.gpu_map.get("inference"))  # this host's GPUs, if any
+    assert transfer.backend == ("nccl" if on_gpus else "gloo")
+    assert on_gpus or transfer.inference_workers == 2  # one worker per CPU server
     assert config.orchestrator.weight_transfer == transfer == config.inference.weight_transfer
+
+
+@pytest.mark.parametrize(
+    ("gpu_map", "backend", "workers"),
+    [
+        ({"orchestrator": [], "trainer": []}, "gloo", 2),  # CPU: one worker per server
+        ({"orchestrator": [], "trainer": [0], "inference": [1, 2], "inference-1": [3, 4]},
+         "nccl", 4),  # GPUs: tp 1 x dp 2 per server, two servers
+    ],
+    ids=["cpu", "gpus"],
+)  # fmt: skip
+def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
+    from launcher.plan import derive_collective
+
+    config = rl_config(inference={"replicas": 2, "parallel": {"dp": 2}})
+    derive_collective(config, gpu_map)
+    transfer = config.trainer.weight_transfer
+    assert (transfer.backend, transfer.inference_workers) == (backend, workers)
+    assert config.inference.weight_transfer == transfer
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import shutil
 import pytest
 
 from trainer.config import DataConfig
-from trainer.parity import parity_message
 from trainer.train import TrainingError, check_parity, setup_trainer
 
 
@@ -46,11 +45,21 @@ def test_sampling_defaults_and_dtype_are_named_with_their_knobs(
     assert "--generation-config vllm" in message
 
 
-def test_an_attention_kernel_without_softcapping_is_named():
-    cause = (
-        "the trainer's attention kernel sdpa lacks attention-logit softcapping at 10, which "
-        "Gemma2ForCausalLM uses: set trainer.model.attn_implementation = auto (or eager)"
-    )
-    message = parity_message(1, 0.97, 1e-3, [cause])
-    assert message.startswith("parity check failed at step 1: mismatch_kl 0.97 > 0.001")
-    assert f"Causes found: (1) {cause}." in message
+def test_an_attention_kernel_without_softcapping_is_named(tmp_path, fake_config, cpu_world):
+    """A Gemma2 model (attention-logit softcapping) trained with sdpa, which cannot softcap:
+    the trainer finds the cause itself and the parity failure names it with the fix."""
+    from tests.families import build_family_model
+
+    build_family_model("gemma2").save_pretrained(tmp_path / "gemma2")
+    model = {"name": str(tmp_path / "gemma2"), "dtype": "float32", "attn_implementation": "sdpa"}
+    config = fake_config(tmp_path / "gemma2", tmp_path / "run", model=model)
+    trainer = real_data(setup_trainer(config, cpu_world))
+    with pytest.raises(TrainingError) as failure:
+        check_parity(trainer, 1, {"mismatch_kl": 0.97})
+    message = str(failure.value)
+    assert message.startswith("parity check failed at step 1: mismatch_kl 0.97 > 0.001"), message
+    assert (
+        "Causes found: (1) the trainer's attention kernel sdpa lacks attention-logit softcapping "
+        "at 10, which Gemma2ForCausalLM uses: set trainer.model.attn_implementation = auto (or "
+        "eager)"
+    ) in message, message

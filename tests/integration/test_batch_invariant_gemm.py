@@ -5,6 +5,10 @@ import pytest
 
 from inference import batch_invariant
 
+# Importing vLLM starts helper processes (and takes a minute on 2 cores): not a unit test.
+# Slow: the default run's two --deterministic runs (test_determinism.py) go through it.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 
 @pytest.fixture
 def vllm_utils(monkeypatch):
