@@ -7,9 +7,9 @@ micro-batches, on realistic batches.
 Each shape is N samples of L tokens (a quarter prompt; groups of `--group` samples share a
 prompt, as the rollouts of one example do; about 10% of completion tokens are the environment's,
 mask 0). The batch is written once with the orchestrator's writer (rlcore.protocol), then the
-trainer's path is timed: read the folder, count the batch's loss tokens, and build this rank's
-micro-batches of at most `--micro-batch-tokens` tokens, with and without shared prompts. Prints
-the median and best seconds per step of `--repeats`.
+trainer's path is timed: load the folder into tensors, take the batch's loss-token count, and
+build this rank's micro-batches of at most `--micro-batch-tokens` tokens, with and without shared
+prompts. Prints the median and best seconds per step of `--repeats`.
 """
 
 import argparse
@@ -47,6 +47,7 @@ def realistic_batch(num_samples: int, num_tokens: int, group: int, seed: int = 0
                     completion_logprobs=logprobs.tolist(),
                     advantage=float(rng.standard_normal()),
                     reward=float(rng.random()),
+                    group_id=g // group,  # as the orchestrator's assign_groups numbers them
                 )
             )
     return Batch(step=0, temperature=1.0, samples=samples)
@@ -55,11 +56,10 @@ def realistic_batch(num_samples: int, num_tokens: int, group: int, seed: int = 0
 def time_load_and_pack(folder: Path, max_tokens: int, share: bool) -> tuple[float, int]:
     """One step's data path as the trainer runs it; (seconds, micro-batches)."""
     from trainer.data import split_for_ranks, wait_for_batch
-    from trainer.train import count_loss_tokens
 
     start = time.perf_counter()
     batch = wait_for_batch(folder, timeout_s=1)
-    count_loss_tokens(batch)
+    batch.total_loss_tokens  # noqa: B018 - the loss's denominator, as forward_backward reads it
     micro_batches = split_for_ranks(batch, max_tokens, 0, 1, share)
     return time.perf_counter() - start, len(micro_batches)
 

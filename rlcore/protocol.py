@@ -356,12 +356,15 @@ def check_groups(batch: BatchTensors, path: Path, sample_of_token, position) -> 
     first = torch.full((num_samples,), num_samples).scatter_reduce(
         0, ids, torch.arange(num_samples), "amin"
     )[ids]  # each sample's group's first sample
-    in_prompt = position < batch.prompt_lens[sample_of_token]
-    leader = first[sample_of_token[in_prompt]]
     same = batch.prompt_lens[first] == batch.prompt_lens
-    leader_tokens = batch.input_ids[batch.sample_offsets[leader] + position[in_prompt]]
-    differs = torch.zeros(num_samples, dtype=torch.bool)
-    differs[sample_of_token[in_prompt][leader_tokens != batch.input_ids[in_prompt]]] = True
+    # every token against the same position of its group's first sample; only prompts count
+    in_prompt = position < batch.prompt_lens[sample_of_token]
+    twin = (batch.sample_offsets[first][sample_of_token] + position).clamp(max=batch.num_tokens - 1)
+    wrong = in_prompt & (batch.input_ids[twin] != batch.input_ids)
+    differs = torch.zeros(num_samples, dtype=torch.long).index_add_(
+        0, sample_of_token, wrong.long()
+    )
+    differs = differs > 0
     bad = (~same | differs).nonzero()
     if bad.numel():
         i = int(bad[0])

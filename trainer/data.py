@@ -254,9 +254,9 @@ def shared_prompt_mask(unit_lengths: list[int], segment_ids: torch.Tensor) -> to
     start = 0
     for size in unit_lengths:
         seg = segment_ids[start : start + size]
-        visible = (seg[:, None] == seg[None, :]) | (seg[None, :] == PREFIX)
-        causal = torch.ones(size, size, dtype=torch.bool).tril()
-        mask[start : start + size, start : start + size] = visible & causal
+        visible = seg[:, None] == seg[None, :]
+        visible |= (seg == PREFIX)[None, :]
+        mask[start : start + size, start : start + size] = visible.tril_()
         start += size
     return mask[None, None]
 
