@@ -28,7 +28,7 @@ from orchestrator.config import OrchestratorConfig
 from orchestrator.dynamic import sample_batch
 from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
-from orchestrator.rollouts import Stats, rollout_samples
+from orchestrator.rollouts import Stats, assign_groups, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.seeds import eval_seeds, rollout_seeds
 from orchestrator.servers import ServerPool
@@ -250,16 +250,20 @@ def build_batch(
     """Samples with group-relative advantages; rollouts without tokens or with an error are left
     out of their group (counted in num_dropped_rollouts)."""
     batch, stats = Batch(step=step, temperature=config.sampling.temperature), Stats()
+    num_groups = 0
     for group in groups:
         # A rollout that ended in an environment or server error is not trained on (reward 0
         # would teach the policy something about the error) nor part of its group's baseline.
         usable = [r for r in group if r.turns and r.error is None]
         stats.num_dropped += len(group) - len(usable)
         advantages = compute_advantages([r.reward for r in usable], config.advantage)
+        samples = []
         for rollout, advantage in zip(usable, advantages, strict=True):
-            batch.samples += rollout_samples(
+            samples += rollout_samples(
                 rollout, advantage, config.seq_len, config.mask_truncated_completions, stats
             )
+        num_groups = assign_groups(samples, num_groups)  # the trainer packs prompts by these
+        batch.samples += samples
     return batch, stats
 
 

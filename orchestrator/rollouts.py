@@ -5,6 +5,10 @@ prompt + completion token for token: the environment's tokens in between (user t
 output, chat-template glue) go into the completion with mask 0. When the server re-tokenized
 an earlier completion differently, the model really saw other tokens, so each turn becomes
 its own sample (exactly what the model saw, nothing trained twice).
+
+The samples of one group of rollouts (one example) that start from the same prompt get one
+`group_id` (`assign_groups`), which the batch file carries so that the trainer can pack each
+prompt once for all of them without comparing tokens.
 """
 
 from dataclasses import dataclass
@@ -87,3 +91,13 @@ def chain_sample(
         reward=rollout.reward,
         loss_weight=0.0 if truncated and mask_truncated else 1.0,
     )
+
+
+def assign_groups(samples: list[Sample], first_id: int) -> int:
+    """Number the distinct prompts among one group's `samples` from `first_id` on (samples with
+    the same prompt share an id; a multi-turn rollout split into chains has later prompts of its
+    own); returns the next free id."""
+    ids: dict[tuple[int, ...], int] = {}
+    for sample in samples:
+        sample.group_id = ids.setdefault(tuple(sample.prompt_ids), first_id + len(ids))
+    return first_id + len(ids)

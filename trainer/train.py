@@ -23,7 +23,7 @@ from torch import nn
 from rlcore import faults, waits
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
-from rlcore.protocol import Batch
+from rlcore.protocol import BatchTensors
 from rlcore.rundir import RunDir, is_checkpoint_step
 from rlcore.runlock import join_run
 from rlcore.toml_io import write_config
@@ -31,7 +31,7 @@ from rlcore.weight_transfer import WeightSender
 from trainer.attention import shared_prompt_blocker
 from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
-from trainer.data import fake_batch, sample_arrays, split_for_ranks, wait_for_batch
+from trainer.data import fake_batch, split_for_ranks, wait_for_batch
 from trainer.determinism import prepare_environment, setup_determinism
 from trainer.dist import World, setup_world, teardown_world
 from trainer.logprob_head import LogprobRequest, request_logprobs, uses_chunked_head
@@ -184,7 +184,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
-def next_batch(trainer: Trainer, step: int) -> Batch:
+def next_batch(trainer: Trainer, step: int) -> BatchTensors:
     """The batch that optimizer step `step` consumes (batch step - 1)."""
     config = trainer.config
     if config.data.fake is not None:
@@ -233,16 +233,12 @@ def has_wandb(trainer: Trainer) -> bool:
     return trainer.logger is not None and trainer.logger.wandb_run is not None
 
 
-def count_loss_tokens(batch: Batch) -> int:
-    return sum(sum(sample_arrays(s)["loss_mask"]) for s in batch.samples)
-
-
 class TrainingError(RuntimeError):
     """The run cannot go on (a failed parity check, a non-finite update with on_nonfinite =
     "stop"); the message says why and what to check."""
 
 
-def train_step(trainer: Trainer, batch: Batch) -> dict[str, float]:
+def train_step(trainer: Trainer, batch: BatchTensors) -> dict[str, float]:
     """Forward/backward over this rank's micro-batches, clip, step; returns step metrics."""
     start = time.perf_counter()
     if trainer.world.device.type == "cuda":
@@ -272,7 +268,7 @@ def release_freed_memory(world: World) -> None:
         MALLOC_TRIM(0)
 
 
-def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) -> str:
+def out_of_memory_message(trainer: Trainer, batch: BatchTensors, err: BaseException) -> str:
     """What ran out, and the knobs that lower the trainer's peak memory."""
     config, world = trainer.config, trainer.world
     used = ""
@@ -293,7 +289,7 @@ def out_of_memory_message(trainer: Trainer, batch: Batch, err: BaseException) ->
 
 
 def forward_backward(
-    trainer: Trainer, batch: Batch
+    trainer: Trainer, batch: BatchTensors
 ) -> tuple[torch.Tensor, LossSums, dict[str, float]]:
     """Accumulate this rank's gradients of the batch loss; returns (loss, metric sums,
     seconds spent in forward passes and in backward passes)."""
@@ -302,7 +298,7 @@ def forward_backward(
     micro_batches = split_for_ranks(
         batch, max_tokens, world.rank, world.world_size, trainer.share_prompts
     )
-    num_loss_tokens = count_loss_tokens(batch)
+    num_loss_tokens = batch.total_loss_tokens  # written by the orchestrator, checked on load
     total_loss, sums = torch.zeros((), device=world.device), LossSums()
     times = {"forward_s": 0.0, "backward_s": 0.0}
     for i, mb in enumerate(micro_batches):

@@ -8,6 +8,7 @@ import torch
 from test_trainer_data import random_batch
 
 from rlcore.errors import ConfigError
+from rlcore.protocol import BatchTensors
 from trainer import attention
 from trainer.attention import choose_attention, segment_bounds
 from trainer.data import split_for_ranks
@@ -22,7 +23,7 @@ def packed_and_alone(model_dir, implementation: str, device: str, dtype: torch.d
     model = AutoModelForCausalLM.from_pretrained(model_dir, **load).to(device)
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
     batch = random_batch(0, num_samples=3, vocab_size=1000)
-    (packed,) = split_for_ranks(batch, 200, 0, 1)
+    (packed,) = split_for_ranks(BatchTensors.from_batch(batch), 200, 0, 1)
     packed = packed.to(torch.device(device))
     with torch.no_grad():
         out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)

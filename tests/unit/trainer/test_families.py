@@ -11,10 +11,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from families import FAMILIES  # noqa: E402
+from test_trainer_data import packed_row  # noqa: E402
 
 from rlcore.protocol import Sample  # noqa: E402
 from trainer.config import LoraConfig, TrainerModelConfig  # noqa: E402
-from trainer.data import make_micro_batch  # noqa: E402
 from trainer.logprob_head import HEAD_TRANSFORMS  # noqa: E402
 from trainer.model import load_model  # noqa: E402
 from trainer.parity import parity_causes  # noqa: E402
@@ -51,7 +51,7 @@ def reference_logprobs(model, batch: list[Sample], temperature: float) -> torch.
 
 
 def trainer_logprobs(model, world, batch: list[Sample], temperature: float) -> torch.Tensor:
-    mb = make_micro_batch(batch)  # one packed row
+    mb = packed_row(batch)  # one packed row
     with torch.no_grad():
         logprobs, _ = forward_logprobs(model, world, mb, temperature)
     return logprobs[mb.loss_mask]
@@ -166,7 +166,7 @@ def test_an_unlisted_architecture_keeps_its_own_head_and_says_so(
 
 
 def lora_head_gradients(model, world, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    mb = make_micro_batch(batch)
+    mb = packed_row(batch)
     logprobs, _ = forward_logprobs(model, world, mb, 1.0)
     logprobs[mb.loss_mask].sum().backward()
     head = model.get_output_embeddings()

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from test_trainer_data import packed_row
 
 from rlcore.protocol import Sample
 from trainer.config import (
@@ -15,7 +16,6 @@ from trainer.config import (
     SequenceMaskLossConfig,
     TisLossConfig,
 )
-from trainer.data import make_micro_batch
 from trainer.loss import LOSS_BUILDERS, LossInputs, build_loss, compute_loss, token_logprobs
 
 
@@ -171,7 +171,7 @@ def two_token_case():
         advantage=2.0,
         loss_weight=0.5,
     )
-    return make_micro_batch([sample])
+    return packed_row([sample])
 
 
 def test_compute_loss_matches_hand_value():
@@ -233,7 +233,7 @@ def test_packed_samples_get_their_own_sample_ids_and_sequence_ratio():
         Sample([5], [1, 2], [1, 1], [math.log(0.25)] * 2, advantage=1.0),
         Sample([6, 7], [3], [1], [math.log(0.125)], advantage=1.0),
     ]
-    mb = make_micro_batch(samples)
+    mb = packed_row(samples)
     assert mb.sample_ids.tolist() == [0, 0, 0, 1, 1, 1]
     # uniform logits over a vocab of 8: p = 0.125 everywhere, so sample 1 is on-policy (s = 1)
     # and sample 0's sequence ratio is 0.5, far below the clip: A > 0 keeps its gradient.

@@ -4,6 +4,7 @@ every loss token within the budget, and models it cannot serve keep plain rows a
 
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from families import FAMILIES  # noqa: E402
+from test_trainer_data import loss_tokens, packed_row  # noqa: E402
 
-from rlcore.protocol import Batch, Sample  # noqa: E402
+from rlcore.protocol import Batch, BatchTensors, Sample  # noqa: E402
 from trainer.attention import shared_prompt_blocker  # noqa: E402
 from trainer.config import TrainerModelConfig  # noqa: E402
-from trainer.data import make_micro_batch, pack_samples, sample_arrays, unit_tokens  # noqa: E402
+from trainer.data import Sizes, pack_samples  # noqa: E402
 from trainer.model import load_model  # noqa: E402
 from trainer.train import forward_logprobs  # noqa: E402
 
@@ -47,7 +49,7 @@ def flat(items: list) -> list[Sample]:
 def logprobs_and_grads(model, world, items) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss-position logprobs of one row of `items`, and the gradients of a fixed weighting."""
     model.zero_grad(set_to_none=True)
-    mb = make_micro_batch(items)
+    mb = packed_row(items)
     logprobs, _ = forward_logprobs(model, world, mb, 0.8)
     picked = logprobs[mb.loss_mask]
     weights = torch.linspace(-1, 1, picked.numel())
@@ -72,8 +74,8 @@ def test_shared_prompts_give_each_samples_own_logprobs_and_gradients(
         return
     assert blocker is None
     items = groups()
-    shared_mb = make_micro_batch(items)
-    plain_mb = make_micro_batch(flat(items))
+    shared_mb = packed_row(items)
+    plain_mb = packed_row(flat(items))
     assert shared_mb.attention_mask is not None and plain_mb.attention_mask is None
     assert plain_mb.num_tokens - shared_mb.num_tokens == 3 * (5 + 3 + 8)  # 3 fewer copies each
     assert torch.equal(shared_mb.loss_mask.sum(), plain_mb.loss_mask.sum())
@@ -89,7 +91,7 @@ def test_a_wrong_mask_is_caught(family_dirs, cpu_world):
     """Guards the test above: completions that also see each other give other logprobs."""
     model = load(family_dirs["llama"], cpu_world)
     items = groups()
-    mb = make_micro_batch(items)
+    mb = packed_row(items)
     mb.attention_mask = torch.ones_like(mb.attention_mask).tril()
     with torch.no_grad():
         leaky, _ = forward_logprobs(model, cpu_world, mb, 0.8)
@@ -98,18 +100,25 @@ def test_a_wrong_mask_is_caught(family_dirs, cpu_world):
 
 
 def test_packing_shares_prompts_and_splits_groups_past_the_budget():
-    samples = flat(groups(1, prompts=(20, 3), group=8, alone=3))
-    batch = Batch(step=0, temperature=1.0, samples=samples)
-    plain = pack_samples(batch.samples, 64, step=0)
-    shared = pack_samples(batch.samples, 64, step=0, share=True)
-    assert all(sum(unit_tokens(u) for u in row) <= 64 for row in shared)
-    assert sorted(id(s) for row in shared for u in row for s in u) == sorted(map(id, samples))
-    tokens = sum(unit_tokens(u) for row in shared for u in row)
-    assert tokens < sum(unit_tokens(u) for row in plain for u in row)
+    items = groups(1, prompts=(20, 3), group=8, alone=3)
+    samples = [
+        replace(s, group_id=g)
+        for g, item in enumerate(items)
+        for s in (item if isinstance(item, list) else [item])
+    ]
+    batch = BatchTensors.from_batch(Batch(step=0, temperature=1.0, samples=samples))
+    sizes = Sizes.of(batch)
+    plain = pack_samples(batch, 64)
+    shared = pack_samples(batch, 64, share=True)
+    assert all(sum(sizes.unit_tokens(u) for u in row) <= 64 for row in shared)
+    assert sorted(i for row in shared for u in row for i in u) == list(range(len(samples)))
+    tokens = sum(sizes.unit_tokens(u) for row in shared for u in row)
+    assert tokens < sum(sizes.unit_tokens(u) for row in plain for u in row)
     units = [u for row in shared for u in row]
-    assert sum(len(u) > 1 and len(u[0].prompt_ids) == 20 for u in units) >= 2  # split, shared
-    masked = sum(int(make_micro_batch(row).loss_mask.sum()) for row in shared)
-    assert masked == sum(sum(sample_arrays(s)["loss_mask"]) for s in samples)
+    assert sum(len(u) > 1 and sizes.prompt_lens[u[0]] == 20 for u in units) >= 2  # split, shared
+    rows = [[[samples[i] for i in u] for u in row] for row in shared]
+    masked = sum(int(packed_row(row).loss_mask.sum()) for row in rows)
+    assert masked == batch.total_loss_tokens == loss_tokens(Batch(0, 1.0, samples))
 
 
 def test_sharing_is_off_with_a_reason_where_the_mask_would_be_ignored(family_dirs, cpu_world):

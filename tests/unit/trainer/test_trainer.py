@@ -142,7 +142,7 @@ def test_missing_batch_times_out_naming_the_path(tiny_model_dir, tmp_path, fake_
 
 def nan_batch(trainer):
     batch = fake_batch(trainer.config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
-    batch.samples[0].completion_logprobs[0] = float("nan")
+    batch.logprobs[batch.prompt_lens[0]] = float("nan")  # sample 0's first completion token
     return batch
 
 
