@@ -22,6 +22,7 @@ HEALTH_ROUTE = "/health"
 UPDATE_WEIGHTS_ROUTE = "/update_weights"
 RELOAD_WEIGHTS_ROUTE = "/reload_weights"
 MODELS_ROUTE = "/v1/models"
+TOKENIZE_ROUTE = "/tokenize"
 
 BATCH_TENSORS = "batch.safetensors"
 BATCH_META = "batch.json"

@@ -5,7 +5,7 @@ interface per side:
 
   trainer       WeightSender.publish(step)       after every optimizer step (and step 0)
   orchestrator  WeightReceiver.wait(...)         the newest policy a batch may be generated from
-                WeightReceiver.load_request(n)   the JSON body of POST /update_weights
+                WeightReceiver.swap(n, servers)  every inference server serves policy n
   inference     WeightLoader.load(body)          swap the served weights in place
 
 To add a transport: a config class in `rlcore/config.py` (a member of `WeightTransferConfig`),
@@ -16,7 +16,7 @@ Light module: pydantic and the standard library only.
 """
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 
 class WeightSender(ABC):
@@ -42,6 +42,17 @@ class WeightSender(ABC):
         return {}
 
 
+class PolicyServers(Protocol):
+    """The inference servers a swap goes to (the orchestrator's ServerPool)."""
+
+    def __len__(self) -> int: ...
+
+    async def update_weights(self, requests: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """POST /update_weights `requests[i]` to server i; the answer every server gave (None:
+        they have no swap route), or an error naming the server that refused or differed."""
+        ...
+
+
 class WeightReceiver(ABC):
     """Orchestrator side: which policies exist, and how inference is told to load one."""
 
@@ -58,9 +69,12 @@ class WeightReceiver(ABC):
     def load_request(self, step: int) -> dict[str, Any]:
         """The JSON body of POST /update_weights that makes inference serve policy `step`."""
 
-    def server_request(self, request: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        """`request` as sent to server `index` of `count` (client.base_url order)."""
-        return request
+    async def swap(self, step: int, servers: PolicyServers) -> dict[str, Any] | None:
+        """Make every server serve policy `step` (a ready one); returns once all serve it, so
+        no batch mixes policies: the servers' common answer (its `model`, when set, is the
+        name requests must use), None when they have no swap route."""
+        request = self.load_request(step)
+        return await servers.update_weights([request] * len(servers))
 
     def newest(self) -> int | None:
         """The newest policy ready now (for `eager` transports), without waiting."""
