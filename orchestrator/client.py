@@ -91,8 +91,8 @@ async def _served_models(http: httpx.AsyncClient, root: str, api_key: str) -> di
 
 
 def brief(request: dict[str, Any]) -> dict[str, Any]:
-    """A load request for messages: a collective update's tensor list left out."""
-    return {key: value for key, value in request.items() if key != "update_info"}
+    """A load request for messages: long values (a collective update's tensor list) cut."""
+    return {k: v if len(repr(v)) <= 200 else "..." for k, v in request.items()}
 
 
 async def update_weights(

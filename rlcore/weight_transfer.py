@@ -8,15 +8,36 @@ interface per side:
                 WeightReceiver.swap(n, servers)  every inference server serves policy n
   inference     WeightLoader.load(body)          swap the served weights in place
 
-To add a transport: a config class in `rlcore/config.py` (a member of `WeightTransferConfig`),
-and one implementation per side registered in the `TRANSPORTS` dict of `trainer/weights.py`,
-`orchestrator/weights.py` and `inference/weights.py`. Nothing else changes.
+and a config class (`rlcore.config.TransportConfig`) whose methods hold everything else the
+transport decides: `rl`'s checks (`check_launch`) and derived settings (`derive`) from a
+`Deployment`, its disk estimate (`num_policy_folders`), inference's extra vLLM arguments
+(`vllm_argv`), and whether an older policy can be served again (`serves_older_policies`).
+
+To add a transport: its config class in `rlcore/config.py` (a member of
+`WeightTransferConfig`), and one implementation per side registered in the `TRANSPORTS` dict of
+`trainer/weights.py`, `orchestrator/weights.py` and `inference/weights.py`. Nothing else changes.
 
 Light module: pydantic and the standard library only.
 """
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What `rl` is about to start, as a transport's launcher hooks see it."""
+
+    num_servers: int
+    """Inference servers (`inference.replicas`)."""
+    workers_per_server: int
+    """Inference worker processes per server (tp × dp on GPUs, 1 on CPU)."""
+    inference_on_gpus: bool
+    num_nodes: int
+    """Machines the run spans (a SLURM job's nodes; 1 outside SLURM)."""
+    lora: bool
+    """The trainer trains LoRA adapters (`trainer.lora`)."""
 
 
 class WeightSender(ABC):
