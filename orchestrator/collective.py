@@ -66,18 +66,21 @@ class CollectiveReceiver(WeightReceiver):
         return {key: offer[key] for key in ("step", "group", "update_info")}
 
     async def swap(self, step: int, servers: PolicyServers) -> dict[str, Any] | None:
-        """Each server joins the group at its own first rank: its workers follow the trainer
-        (rank 0) and the servers before it."""
-        request = self.load_request(step)
-        workers, count = request["group"]["world_size"] - 1, len(servers)
+        """Asks the trainer for `step` and has every server receive it."""
+        return await servers.update_weights(
+            self.server_requests(self.load_request(step), len(servers))
+        )
+
+    def server_requests(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:
+        """`request` as each of `count` servers gets it: each joins the group at its own
+        first rank, its workers after the trainer (rank 0) and the servers before it."""
+        workers = request["group"]["world_size"] - 1
         if workers % count:
             raise OrchestratorError(
                 f"weight_transfer.inference_workers = {workers} cannot be split evenly over "
                 f"{count} inference servers: set it to the servers' workers together"
             )
-        return await servers.update_weights(
-            [request | {"rank_offset": 1 + i * (workers // count)} for i in range(count)]
-        )
+        return [request | {"rank_offset": 1 + i * (workers // count)} for i in range(count)]
 
     def close(self) -> None:
         seen = self.offer or self.current_offer()
