@@ -159,6 +159,8 @@ class ServerPool:
         server answered. A server that refused or failed ends the run naming it; the answer
         they all gave (None: they have no swap route, as a plain vLLM server)."""
         assert len(requests) == len(self.servers)
+        if self.token is None:
+            self.token = self.read_token()
         answers = await asyncio.gather(
             *(self._update_one(s, r) for s, r in zip(self.servers, requests, strict=True)),
             return_exceptions=True,
@@ -169,7 +171,7 @@ class ServerPool:
         return self.common_answer(answers)
 
     async def _update_one(self, server: Server, request: dict[str, Any]) -> dict[str, Any] | None:
-        token = self.token = self.token or self.read_token()
+        token = self.token
         try:
             return await update_weights(self.http, server.base_url, request, self.timeout_s, token)
         except AdminTokenError:
