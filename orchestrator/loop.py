@@ -20,7 +20,7 @@ from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
 from orchestrator.client import OrchestratorError
 from orchestrator.config import OrchestratorConfig
-from orchestrator.dynamic import sample_batch
+from orchestrator.dynamic import SampledGroups, sample_batch
 from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.policy import Policy
@@ -157,12 +157,48 @@ class Orchestrator:
         state.num_samples += len(batch.samples)
         state.num_tokens += batch.num_tokens
         step_s = time.monotonic() - start
-        metrics = step_metrics(config, self.envs, sampled.picks, sampled.groups, batch, stats)
-        metrics |= sampled.metrics()
+        metrics = self.step_metrics(sampled, batch, stats) | sampled.metrics()
         metrics |= {"policy_step": self.policy.step, "time/step_s": step_s}
         metrics |= {"time/wait_weights_s": wait_s, "time/generate_s": generate_s}
         metrics["progress/num_tokens"] = state.num_tokens
         self.log_step(step, step_s, batch, metrics)
+
+    def step_metrics(self, sampled: SampledGroups, batch: Batch, stats: Stats) -> dict:
+        """The batch's rewards, sizes and failures, as its metrics.jsonl record holds them."""
+        config, picks, groups = self.config, sampled.picks, sampled.groups
+        rollouts = [r for group in groups for r in group]
+        # Errored rollouts have no real reward: they are counted in num_errors instead.
+        rewards = [r.reward for r in rollouts if r.error is None] or [0.0]
+        metrics: dict = {"reward": sum(rewards) / len(rewards)}
+        for name in sorted({k for r in rollouts for k in r.metrics}):
+            values = [r.metrics[name] for r in rollouts if name in r.metrics]
+            metrics[f"metrics/{name}"] = sum(values) / len(values)
+        for env_index, env_config in enumerate(config.env):
+            env_rewards = [
+                r.reward
+                for (e, _), group in zip(picks, groups, strict=True)
+                if e == env_index
+                for r in group
+            ]
+            if env_rewards and len(self.envs) > 1:
+                label = env_config.name or env_config.id
+                metrics[f"reward/{label}"] = sum(env_rewards) / len(env_rewards)
+        num_samples = max(1, len(batch.samples))
+        completion_lens = [len(s.completion_ids) for s in batch.samples]
+        num_mixed = sum(len({r.reward for r in g}) > 1 for g in groups)
+        metrics |= {
+            "num_samples": len(batch.samples),
+            "num_tokens": batch.num_tokens,
+            "seq_len": batch.num_tokens / num_samples,
+            "completion_len": sum(completion_lens) / num_samples,
+            "truncated_fraction": stats.num_truncated / num_samples,
+            "num_split_rollouts": stats.num_split,
+            "num_dropped_rollouts": stats.num_dropped,
+            "num_errors": sum(r.error is not None for r in rollouts),
+            **first_error(rollouts),
+            "mixed_reward_groups": num_mixed / len(groups),
+        }
+        return metrics
 
     def log_step(self, step: int, step_s: float, batch: Batch, metrics: dict) -> None:
         metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
@@ -342,41 +378,6 @@ def check_errors(step: int, rollouts: list[Rollout], batch: Batch) -> None:
             f"step {step}: no rollout produced tokens to train on"
             + (f"; first error: {errors[0]}" if errors else "")
         )
-
-
-def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dict:
-    rollouts = [r for group in groups for r in group]
-    # Errored rollouts have no real reward: they are counted in num_errors instead.
-    rewards = [r.reward for r in rollouts if r.error is None] or [0.0]
-    metrics: dict = {"reward": sum(rewards) / len(rewards)}
-    for name in sorted({k for r in rollouts for k in r.metrics}):
-        values = [r.metrics[name] for r in rollouts if name in r.metrics]
-        metrics[f"metrics/{name}"] = sum(values) / len(values)
-    for env_index, env_config in enumerate(config.env):
-        env_rewards = [
-            r.reward
-            for (e, _), group in zip(picks, groups, strict=True)
-            if e == env_index
-            for r in group
-        ]
-        if env_rewards and len(envs) > 1:
-            label = env_config.name or env_config.id
-            metrics[f"reward/{label}"] = sum(env_rewards) / len(env_rewards)
-    num_samples = max(1, len(batch.samples))
-    completion_lens = [len(s.completion_ids) for s in batch.samples]
-    metrics |= {
-        "num_samples": len(batch.samples),
-        "num_tokens": batch.num_tokens,
-        "seq_len": batch.num_tokens / num_samples,
-        "completion_len": sum(completion_lens) / num_samples,
-        "truncated_fraction": stats.num_truncated / num_samples,
-        "num_split_rollouts": stats.num_split,
-        "num_dropped_rollouts": stats.num_dropped,
-        "num_errors": sum(r.error is not None for r in rollouts),
-        **first_error(rollouts),
-        "mixed_reward_groups": sum(len({r.reward for r in g}) > 1 for g in groups) / len(groups),
-    }
-    return metrics
 
 
 def first_error(rollouts: list[Rollout]) -> dict[str, str]:
