@@ -15,6 +15,7 @@ For step n = 0 .. max_steps-1:
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
@@ -54,22 +55,27 @@ async def run_async(config: OrchestratorConfig) -> None:
         await orchestrator.close()
 
 
+@dataclass
 class Orchestrator:
-    """One orchestrator run and everything it holds, built once by `setup`: the config, the run
-    folder, the environments, the example sampler and the state checkpoints carry, the chat
-    client over the inference servers (their pool holds the one HTTP client), the policy
-    being served (the weight-transfer seam) and the monitor."""
+    """One orchestrator run and everything it holds, built once by `setup`."""
 
-    def __init__(
-        self, config: OrchestratorConfig, run_dir: RunDir, envs: list[EnvAdapter],
-        eval_envs: list[EnvAdapter], state: ckpt.OrchestratorState, sampler: ExampleSampler,
-        plan: ckpt.CheckpointPlan, client: PooledClient, monitor: Monitor, policy: Policy,
-        resume_step: int | None = None,
-    ):  # fmt: skip
-        self.config, self.run_dir, self.resume_step = config, run_dir, resume_step
-        self.envs, self.eval_envs = envs, eval_envs
-        self.state, self.sampler, self.plan = state, sampler, plan
-        self.client, self.monitor, self.policy = client, monitor, policy
+    config: OrchestratorConfig
+    run_dir: RunDir
+    envs: list[EnvAdapter]
+    eval_envs: list[EnvAdapter]
+    state: ckpt.OrchestratorState
+    """What checkpoints carry: batches written, sampler position, counters."""
+    sampler: ExampleSampler
+    plan: ckpt.CheckpointPlan
+    """When each checkpoint's orchestrator part is written (and which batches it carries)."""
+    client: PooledClient
+    """The chat client the environments sample through; its pool holds the inference servers
+    and the one HTTP client."""
+    monitor: Monitor
+    policy: Policy
+    """The policy inference serves (the weight-transfer seam)."""
+    resume_step: int | None = None
+    """The checkpoint this attempt resumed from (None: a fresh start)."""
 
     @property
     def servers(self) -> ServerPool:
