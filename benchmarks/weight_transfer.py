@@ -71,14 +71,14 @@ def collective_update(server, sender, run, step: int) -> float:
     receiver sees the offer, asks for it and POSTs; seconds until the server answered."""
     import asyncio
 
-    from orchestrator.weights import CollectiveReceiver
+    from orchestrator.collective import CollectiveReceiver
 
     started = time.perf_counter()
     thread = threading.Thread(target=sender.publish, args=(step,))
     thread.start()
     receiver = CollectiveReceiver(run)
     asyncio.run(receiver.wait(step, step, 120))
-    swap_weights(server, receiver.server_request(receiver.load_request(step), 0, 1))
+    swap_weights(server, receiver.server_requests(receiver.load_request(step), 1)[0])
     elapsed = time.perf_counter() - started
     thread.join(timeout=120)
     return elapsed

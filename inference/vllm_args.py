@@ -63,18 +63,7 @@ def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[s
         argv += ["--kv-cache-memory-bytes", str(int(config.cpu.kvcache_space_gib * 2**30))]
     eager = on_cpu if config.enforce_eager is None else config.enforce_eager
     argv.append("--enforce-eager" if eager else "--no-enforce-eager")
-    if config.weight_transfer.type == "collective":
-        backend = collective_backend(config.weight_transfer.backend, on_cpu)
-        argv += ["--weight-transfer-config", json.dumps({"backend": backend})]
-    return argv
-
-
-def collective_backend(backend: str, on_cpu: bool) -> str:
-    """The weight-transfer engine the workers create: `auto` is nccl on GPUs, gloo on CPU (our
-    engine, inference/gloo_engine.py)."""
-    if backend == "auto":
-        return "gloo" if on_cpu else "nccl"
-    return backend
+    return argv + config.weight_transfer.vllm_argv(on_cpu)  # what the transport adds
 
 
 def option_for(key: str, parser: argparse.ArgumentParser) -> argparse.Action:

@@ -10,9 +10,10 @@ from launcher.rl_config import RLConfig
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
-from rlcore.health import free_port, server_url
+from rlcore.health import server_url
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
+from rlcore.weight_transfer import Deployment
 
 
 @dataclass
@@ -163,34 +164,21 @@ def derive(config: RLConfig) -> RLConfig:
     return config
 
 
-def derive_collective(config: RLConfig, gpu_map: dict[str, list[int]]) -> None:
-    """`weight_transfer.type = "collective"`: refuse what it cannot do, then fill the group's
-    size (every inference worker), its port (a free one, kept in the run's configs) and the
-    backend (`auto`: nccl when inference has GPUs), the same in all three processes."""
+def derive_transport(config: RLConfig, gpu_map: dict[str, list[int]]) -> None:
+    """The weight transport's own checks and derived settings for this deployment
+    (rlcore.config.TransportConfig), then the same transport in all three processes."""
     transfer = config.trainer.weight_transfer
-    if transfer.type != "collective":
-        return
-    if config.trainer.lora is not None:
-        raise ConfigError(
-            "weight_transfer.type = 'collective' with trainer.lora: the collective transport "
-            "sends whole models, not LoRA adapters yet; use --weight-transfer.type filesystem "
-            "for LoRA runs, or drop trainer.lora"
-        )
-    if config.slurm is not None and config.slurm.nodes not in (None, 1):
-        raise ConfigError(
-            f"weight_transfer.type = 'collective' with slurm.nodes = {config.slurm.nodes}: "
-            "the collective transport runs on one machine only so far; use --weight-transfer.type "
-            "filesystem for multi-node jobs, or --slurm.nodes 1"
-        )
     parallel = config.inference.parallel
     on_gpus = bool(gpu_map.get("inference"))
-    per_replica = parallel.tp * (parallel.dp or 1) if on_gpus else 1
-    if transfer.inference_workers is None:
-        transfer.inference_workers = per_replica * config.inference.replicas
-    if transfer.port is None:
-        transfer.port = free_port(transfer.host)
-    if transfer.backend == "auto":
-        transfer.backend = "nccl" if on_gpus else "gloo"
+    deployment = Deployment(
+        num_servers=config.inference.replicas,
+        workers_per_server=parallel.tp * (parallel.dp or 1) if on_gpus else 1,
+        inference_on_gpus=on_gpus,
+        num_nodes=(config.slurm.nodes or 1) if config.slurm is not None else 1,
+        lora=config.trainer.lora is not None,
+    )
+    transfer.check_launch(deployment)
+    transfer.derive(deployment)
     for component in (config.orchestrator, config.inference):
         component.weight_transfer = transfer.model_copy()
 
@@ -238,7 +226,7 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
     GPUs are on its nodes, so missing ids only warn, as in a dry run)."""
     config = derive(config)
     gpu_map, warnings = assign_gpus(config, available, dry_run or submitting)
-    derive_collective(config, gpu_map)
+    derive_transport(config, gpu_map)
     names = inference_names(config.inference.replicas)
     all_inference = [g for name in names for g in gpu_map[name]]
     if all_inference and not config.inference_gpu_ids:

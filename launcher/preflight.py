@@ -66,8 +66,7 @@ def _folder_bytes(path: Path) -> int:
 def estimate_run_bytes(plan: Plan, model_bytes: int) -> int:
     """Peak disk of weights and checkpoints: live weight folders plus kept checkpoints."""
     config = plan.config.trainer
-    collective = config.weight_transfer.type == "collective"  # no policy folders on disk
-    live_weights = 0 if collective else config.async_level + 2
+    live_weights = config.weight_transfer.num_policy_folders(config.async_level)
     ckpt = config.ckpt
     if not ckpt.enabled:
         num_ckpts = 0

@@ -1,4 +1,5 @@
-"""Talking to the inference server over HTTP.
+"""Talking to one inference server over HTTP, through the client its ServerPool shares
+(orchestrator/servers.py).
 
 Every wait has a timeout and names what it waited for (OrchestratorError)."""
 
@@ -22,6 +23,10 @@ class OrchestratorError(Exception):
     """A run-time failure with a message that says what failed and where (no traceback)."""
 
 
+class AdminTokenError(OrchestratorError):
+    """A weight-swap route refused the admin token (401): nothing was swapped."""
+
+
 def server_root(base_url: str) -> str:
     """`http://host:port/v1` -> `http://host:port` (the admin routes live at the root)."""
     root = base_url.rstrip("/")
@@ -29,33 +34,32 @@ def server_root(base_url: str) -> str:
 
 
 async def wait_for_server(
-    base_url: str, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0
-) -> None:
+    http: httpx.AsyncClient, base_url: str, model: str, timeout_s: float,
+    api_key: str = "EMPTY", seq_len: int = 0,
+) -> None:  # fmt: skip
     """Wait until `/health` answers 200 and `model` is listed in `/v1/models`, with room for
     `seq_len` tokens per sample (its max_model_len)."""
     root = server_root(base_url)
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
-    headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(timeout=5.0, headers=headers) as http:
-        while time.monotonic() < deadline:
-            problem = await asyncio.to_thread(probe_health, root)
-            if problem is None:
-                try:
-                    served = await _served_models(http, root)
-                except httpx.HTTPError as err:
-                    last = f"{MODELS_ROUTE}: {type(err).__name__}: {err}"
-                    await asyncio.sleep(1.0)
-                    continue
-                if model in served:
-                    check_room(root, model, served[model], seq_len)
-                    return
-                raise OrchestratorError(
-                    f"inference server at {root} serves {list(served)}, not model.name "
-                    f"{model!r}: set --model.name to the served name"
-                )
-            last = problem
-            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    while time.monotonic() < deadline:
+        problem = await asyncio.to_thread(probe_health, root)
+        if problem is None:
+            try:
+                served = await _served_models(http, root, api_key)
+            except httpx.HTTPError as err:
+                last = f"{MODELS_ROUTE}: {type(err).__name__}: {err}"
+                await asyncio.sleep(1.0)
+                continue
+            if model in served:
+                check_room(root, model, served[model], seq_len)
+                return
+            raise OrchestratorError(
+                f"inference server at {root} serves {list(served)}, not model.name "
+                f"{model!r}: set --model.name to the served name"
+            )
+        last = problem
+        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     raise OrchestratorError(
         f"inference server at {root} was not ready with model {model!r} within "
         f"{timeout_s:g}s (client.health_timeout_s); last: {last}. Start it with "
@@ -73,9 +77,10 @@ def check_room(root: str, model: str, max_model_len: int | None, seq_len: int) -
         )
 
 
-async def _served_models(http: httpx.AsyncClient, root: str) -> dict[str, int | None]:
+async def _served_models(http: httpx.AsyncClient, root: str, api_key: str) -> dict[str, int | None]:
     """Served model name -> its max_model_len (None when the server does not say)."""
-    answer = await http.get(root + MODELS_ROUTE)
+    headers = {"Authorization": f"Bearer {api_key}"}
+    answer = await http.get(root + MODELS_ROUTE, headers=headers, timeout=5.0)
     if answer.status_code == 401:
         raise OrchestratorError(
             f"{root}{MODELS_ROUTE} answered 401: the server requires an API key; put it in the "
@@ -86,13 +91,14 @@ async def _served_models(http: httpx.AsyncClient, root: str) -> dict[str, int | 
 
 
 def brief(request: dict[str, Any]) -> dict[str, Any]:
-    """A load request for messages: a collective update's tensor list left out."""
-    return {key: value for key, value in request.items() if key != "update_info"}
+    """A load request for messages: long values (a collective update's tensor list) cut."""
+    return {k: v if len(repr(v)) <= 200 else "..." for k, v in request.items()}
 
 
 async def update_weights(
-    base_url: str, request: dict[str, Any], timeout_s: float, token: str | None = None
-) -> dict[str, Any] | None:
+    http: httpx.AsyncClient, base_url: str, request: dict[str, Any], timeout_s: float,
+    token: str | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
     returns the server's answer (its `model`, when present, is the name requests must use: a
     LoRA adapter's), or None if the server has no such route (a plain vLLM server keeps its
@@ -100,14 +106,13 @@ async def update_weights(
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as http:
-            answer = await http.post(url, json=request, headers=headers)
+        answer = await http.post(url, json=request, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as err:
         raise OrchestratorError(f"POST {url} {brief(request)} failed: {err}") from None
     if answer.status_code in (404, 405):
         return None
     if answer.status_code == 401:
-        raise OrchestratorError(
+        raise AdminTokenError(
             f"POST {url} answered 401: the weight-swap routes need the server's admin token, "
             f"which inference writes to <output_dir>/admin_token: run the orchestrator with the "
             f"same output_dir as inference, or give both the same {ADMIN_TOKEN_ENV}"

@@ -267,12 +267,12 @@ class OrchestratorConfig(SharedFields):
             self.deterministic
             and self.eval is not None
             and self.async_level > 0
-            and self.weight_transfer.type == "collective"
+            and not self.weight_transfer.serves_older_policies
         ):
             raise ValueError(
                 "deterministic = true with [eval] and async_level > 0 needs "
                 "--weight-transfer.type filesystem: an eval serves the newest policy, and the "
-                "collective transport cannot serve the older one the next batch must come from; "
-                "or set --async-level 0, or drop [eval]"
+                f"{self.weight_transfer.type} transport cannot serve the older one the next batch "
+                "must come from; or set --async-level 0, or drop [eval]"
             )
         return self

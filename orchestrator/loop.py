@@ -3,7 +3,7 @@
 For step n = 0 .. max_steps-1:
   waits for   a policy no older than n - async_level (`weights/step_<m>/STABLE`, m >= n -
               async_level; the newest one ready; exactly n - async_level when `deterministic`),
-              and asks inference to serve it if it changed;
+              and has every inference server serve it if it changed (orchestrator/policy.py);
   consumes    examples from the environments, mixed by weight in a seeded, resumable order;
   produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl), one metrics line,
               every `ckpt.interval` steps its part of `checkpoints/step_<n+1>` (deterministic:
@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
-from orchestrator.client import (
-    OrchestratorError,
-    update_weights,
-    wait_for_server,
-)
+from orchestrator.client import OrchestratorError
 from orchestrator.config import OrchestratorConfig
-from orchestrator.dynamic import sample_batch
+from orchestrator.dynamic import SampledGroups, sample_batch
 from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
+from orchestrator.policy import Policy
+from orchestrator.pooled_client import PooledClient
 from orchestrator.rollouts import Stats, assign_groups, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.seeds import eval_seeds, rollout_seeds
@@ -41,22 +39,8 @@ from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
 from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
-from rlcore.weight_transfer import WeightReceiver
 
 logger = logging.getLogger("orchestrator")
-
-
-@dataclass
-class Policy:
-    """Which policy step inference serves (None when unknown, after a resume), and how new
-    ones are found (the weight-transfer seam)."""
-
-    step: int | None
-    receiver: WeightReceiver
-    can_update: bool = True
-    model: str | None = None
-    """The name requests use when inference serves the policy under its own name (a LoRA
-    adapter); None: `model.name`."""
 
 
 def run(config: OrchestratorConfig) -> None:
@@ -64,66 +48,261 @@ def run(config: OrchestratorConfig) -> None:
 
 
 async def run_async(config: OrchestratorConfig) -> None:
-    run_dir = RunDir(config.output_dir)
-    check_envs(config.env, "env")
-    if config.eval is not None:
-        check_envs(config.eval.env, "eval.env")
-    resume_step = setup_resume(config, run_dir)
-    waits.setup(run_dir.root, "orchestrator")  # what it waits for, for rl to read
-    write_config(config, run_dir.config_file("orchestrator"))
-    envs = [load_env(e) for e in config.env]
-    eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
-    state = setup_state(config, run_dir, resume_step)
-    plan = ckpt.CheckpointPlan(
-        config.ckpt.interval, config.max_steps, config.ckpt.enabled,
-        lead=config.async_level if config.deterministic else 0,
-    )  # fmt: skip
-    if resume_step is not None and (restored := ckpt.restore_batches(run_dir, resume_step)):
-        logger.info(f"batches {restored} restored from the checkpoint (generated before it)")
-    sampler = ExampleSampler(
-        [env.num_examples for env in envs],
-        [e.weight for e in config.env],
-        config.seed,
-        state.sampler,
-    )
-    pool = ServerPool(config.client.base_urls)
-    api_key = config.client.api_key
-    with waits.waiting("inference to answer /health", "inference"):
-        await asyncio.gather(*(
-            wait_for_server(s.base_url, config.model.name, config.client.health_timeout_s, api_key,
-                        config.seq_len)
-        for s in pool.servers
-    ))  # fmt: skip
+    orchestrator = await Orchestrator.setup(config)
+    try:
+        await orchestrator.run()
+    finally:
+        await orchestrator.close()
+
+
+@dataclass
+class Orchestrator:
+    """One orchestrator run and everything it holds, built once by `setup`."""
+
+    config: OrchestratorConfig
+    run_dir: RunDir
+    envs: list[EnvAdapter]
+    eval_envs: list[EnvAdapter]
+    state: ckpt.OrchestratorState
+    """What checkpoints carry: batches written, sampler position, counters."""
+    sampler: ExampleSampler
+    plan: ckpt.CheckpointPlan
+    """When each checkpoint's orchestrator part is written (and which batches it carries)."""
+    client: PooledClient
+    """The chat client the environments sample through; its pool holds the inference servers
+    and the one HTTP client."""
+    monitor: Monitor
+    policy: Policy
+    """The policy inference serves (the weight-transfer seam)."""
+    resume_step: int | None = None
+    """The checkpoint this attempt resumed from (None: a fresh start)."""
+
+    @property
+    def servers(self) -> ServerPool:
+        return self.client.pool
+
+    @classmethod
+    async def setup(cls, config: OrchestratorConfig) -> "Orchestrator":
+        """Check and load everything, wait for inference; a resume continues the checkpoint."""
+        run_dir = RunDir(config.output_dir)
+        check_envs(config.env, "env")
+        if config.eval is not None:
+            check_envs(config.eval.env, "eval.env")
+        resume_step = setup_resume(config, run_dir)
+        waits.setup(run_dir.root, "orchestrator")  # what it waits for, for rl to read
+        write_config(config, run_dir.config_file("orchestrator"))
+        envs = [load_env(e) for e in config.env]
+        eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
+        state = setup_state(config, run_dir, resume_step)
+        plan = ckpt.CheckpointPlan(
+            config.ckpt.interval, config.max_steps, config.ckpt.enabled,
+            lead=config.async_level if config.deterministic else 0,
+        )  # fmt: skip
+        if resume_step is not None and (restored := ckpt.restore_batches(run_dir, resume_step)):
+            logger.info(f"batches {restored} restored from the checkpoint (generated before it)")
+        sampler = ExampleSampler(
+            [env.num_examples for env in envs], [e.weight for e in config.env], config.seed,
+            state.sampler,
+        )  # fmt: skip
+        client = await setup_client(config, run_dir)
+        monitor = Monitor(config, run_dir, state.wandb_run_id)
+        state.wandb_run_id = monitor.wandb_run_id
+        receiver = build_receiver(config.weight_transfer, run_dir, trusted_upto=resume_step or 0)
+        # A fresh run starts on the base model, which inference serves from the start.
+        policy = Policy(config, receiver, client.pool, 0 if resume_step is None else None)
+        return cls(
+            config, run_dir, envs, eval_envs, state, sampler, plan, client, monitor, policy,
+            resume_step,
+        )  # fmt: skip
+
+    async def run(self) -> None:
+        """Every batch still to come, with evals and checkpoints as configured."""
+        config, state, eval_config = self.config, self.state, self.config.eval
+        if eval_config and eval_config.eval_base_model and self.resume_step is None:
+            await self.evaluate(0)
+        while state.step < config.max_steps:
+            await self.train_step()
+            if eval_config and state.step % eval_config.interval == 0:
+                await self.evaluate(state.step)
+            for step in self.plan.due(state.step):
+                ckpt.save(self.run_dir, state, step)
+        if eval_config and config.max_steps % eval_config.interval:
+            await self.evaluate(config.max_steps)
+
+    async def close(self) -> None:
+        """The end, also on an error: a trainer waiting to be asked for a policy goes on."""
+        self.policy.close()
+        finished = self.state.step >= self.config.max_steps
+        max_steps = self.config.max_steps if finished else None
+        self.monitor.close(max_steps, self.config.weights_timeout_s)
+        await asyncio.gather(*(env.close() for env in [*self.envs, *self.eval_envs]))
+        await self.client.close()
+
+    async def train_step(self) -> None:
+        """Generate, score and write batch `state.step`, then log it."""
+        config, state, run_dir = self.config, self.state, self.run_dir
+        step, start = state.step, time.monotonic()
+        wait_s = await self.policy.ensure(step)
+        generate_start = time.monotonic()
+        model = self.policy.served_model
+        sampled = await sample_batch(
+            config.batch_size // config.rollouts_per_example,
+            lambda num_groups: self.sample_groups(model, num_groups, step),
+            config.dynamic_sampling,
+        )
+        generate_s = time.monotonic() - generate_start
+        batch, stats = build_batch(config, step, sampled.kept)
+        rollouts = [r for group in sampled.groups for r in group]
+        check_errors(step, rollouts, batch)
+        samples = samples_jsonl(rollouts, config.num_saved_samples)
+        # kept for the checkpoint before the trainer can consume (and delete) it
+        ckpt.keep_batch(run_dir, self.plan, batch, {SAMPLES_FILE: samples})
+        write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
+        state.step = step + 1
+        state.num_rollouts += len(rollouts)
+        state.num_samples += len(batch.samples)
+        state.num_tokens += batch.num_tokens
+        step_s = time.monotonic() - start
+        metrics = self.step_metrics(sampled, batch, stats) | sampled.metrics()
+        metrics |= {"policy_step": self.policy.step, "time/step_s": step_s}
+        metrics |= {"time/wait_weights_s": wait_s, "time/generate_s": generate_s}
+        metrics["progress/num_tokens"] = state.num_tokens
+        self.log_step(step, step_s, batch, metrics)
+
+    def step_metrics(self, sampled: SampledGroups, batch: Batch, stats: Stats) -> dict:
+        """The batch's rewards, sizes and failures, as its metrics.jsonl record holds them."""
+        config, picks, groups = self.config, sampled.picks, sampled.groups
+        rollouts = [r for group in groups for r in group]
+        # Errored rollouts have no real reward: they are counted in num_errors instead.
+        rewards = [r.reward for r in rollouts if r.error is None] or [0.0]
+        metrics: dict = {"reward": sum(rewards) / len(rewards)}
+        for name in sorted({k for r in rollouts for k in r.metrics}):
+            values = [r.metrics[name] for r in rollouts if name in r.metrics]
+            metrics[f"metrics/{name}"] = sum(values) / len(values)
+        for env_index, env_config in enumerate(config.env):
+            env_rewards = [
+                r.reward
+                for (e, _), group in zip(picks, groups, strict=True)
+                if e == env_index
+                for r in group
+            ]
+            if env_rewards and len(self.envs) > 1:
+                label = env_config.name or env_config.id
+                metrics[f"reward/{label}"] = sum(env_rewards) / len(env_rewards)
+        num_samples = max(1, len(batch.samples))
+        completion_lens = [len(s.completion_ids) for s in batch.samples]
+        num_mixed = sum(len({r.reward for r in g}) > 1 for g in groups)
+        metrics |= {
+            "num_samples": len(batch.samples),
+            "num_tokens": batch.num_tokens,
+            "seq_len": batch.num_tokens / num_samples,
+            "completion_len": sum(completion_lens) / num_samples,
+            "truncated_fraction": stats.num_truncated / num_samples,
+            "num_split_rollouts": stats.num_split,
+            "num_dropped_rollouts": stats.num_dropped,
+            "num_errors": sum(r.error is not None for r in rollouts),
+            **first_error(rollouts),
+            "mixed_reward_groups": num_mixed / len(groups),
+        }
+        return metrics
+
+    def log_step(self, step: int, step_s: float, batch: Batch, metrics: dict) -> None:
+        metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
+        metrics["num_capped_requests"] = self.client.budget.take_num_capped()
+        metrics.update(self.servers.take_counts())
+        logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens,
+                              len(batch.samples), metrics["num_errors"]))  # fmt: skip
+        self.monitor.log(step, metrics)
+
+    async def sample_groups(
+        self, model: str, num_groups: int, step: int = 0
+    ) -> tuple[list[tuple[int, int]], list[list[Rollout]]]:
+        """Draw `num_groups` examples and generate and score a group for each."""
+        config = self.config
+        first_draw = self.sampler.state.num_drawn
+        picks = self.sampler.take(num_groups)
+        seeds = None
+        if config.deterministic:  # a pure function of (seed, step, draw, rollout)
+            seeds = [
+                rollout_seeds(config.seed, step, first_draw + i, config.rollouts_per_example)
+                for i in range(num_groups)
+            ]
+        groups = await self.generate(picks, model, seeds)
+        mark_empty(groups)
+        if config.zero_truncated_rewards:
+            zero_truncated(groups)
+        return picks, groups
+
+    async def generate(
+        self, picks: list[tuple[int, int]], model: str, seeds: list[list[int]] | None = None
+    ) -> list[list[Rollout]]:
+        """One group of `rollouts_per_example` rollouts per picked example, all concurrently
+        (the client keeps `client.max_concurrent` requests in flight), from served model
+        `model`; `seeds`: each group's per-rollout sampling seeds (deterministic runs)."""
+        sampling = sampling_args(self.config.sampling)
+        groups = [
+            self.envs[env].run_group(
+                self.envs[env].example(index),
+                self.config.rollouts_per_example,
+                self.client,
+                model,
+                sampling,
+                seeds[i] if seeds else None,
+            )  # fmt: skip
+            for i, (env, index) in enumerate(picks)
+        ]
+        return list(await asyncio.gather(*groups))
+
+    async def evaluate(self, step: int) -> None:
+        """Evaluate exactly the policy after `step` steps (waiting for the trainer to publish
+        it), so that eval metrics logged at `step` belong to that policy; logs mean rewards."""
+        config = self.config
+        assert config.eval is not None
+        await self.policy.ensure_exactly(step)
+        sampling = sampling_args(config.sampling)
+        model = self.policy.served_model
+        metrics: dict = {"eval/policy_step": self.policy.step}
+        for e, (env, env_config) in enumerate(zip(self.eval_envs, config.eval.env, strict=True)):
+            start = time.monotonic()
+            examples = env.eval_examples(env_config.num_examples)
+            num = env_config.rollouts_per_example
+            seeds = [
+                eval_seeds(config.seed, step, e, i, num) if config.deterministic else None
+                for i in range(len(examples))
+            ]
+            groups = await asyncio.gather(*(
+                env.run_group(example, num, self.client, model, sampling, example_seeds)
+                for example, example_seeds in zip(examples, seeds, strict=True)
+            ))  # fmt: skip
+            rewards = [r.reward for group in groups for r in group]
+            reward = sum(rewards) / max(1, len(rewards))
+            metrics[f"eval/{env.id}/reward"] = reward
+            metrics[f"eval/{env.id}/num_rollouts"] = len(rewards)
+            logger.info(
+                f"Eval {env.id} at step {step} | Reward: {reward:.4f} | "
+                f"Rollouts: {len(rewards)} | Time: {time.monotonic() - start:.2f}s"
+            )
+        self.monitor.log(step, metrics)
+
+
+async def setup_client(config: OrchestratorConfig, run_dir: RunDir) -> PooledClient:
+    """The chat client over every inference server, once they all answer /health and serve
+    `model.name` with room for `seq_len` (rl sees the wait)."""
+    client_config = config.client
+    pool = ServerPool(client_config.base_urls, client_config.timeout_s, lambda: read_token(run_dir))
+    try:
+        with waits.waiting("inference to answer /health", "inference"):
+            await pool.wait_ready(config.model.name, client_config.health_timeout_s,
+                                  client_config.api_key, config.seq_len)  # fmt: skip
+    except BaseException:
+        await pool.close()
+        raise
     if len(pool) > 1:
         logger.info(f"spreading requests over {len(pool)} inference servers")
-    from orchestrator.pooled_client import PooledClient
-
-    client = PooledClient(
-        pool, config.model.name, config.seq_len, config.client.timeout_s,
-        config.client.max_concurrent, api_key, config.client.api_key_var,
+    return PooledClient(
+        pool, config.model.name, config.seq_len, client_config.timeout_s,
+        client_config.max_concurrent, client_config.api_key, client_config.api_key_var,
     )  # fmt: skip
-    monitor = Monitor(config, run_dir, state.wandb_run_id)
-    state.wandb_run_id = monitor.wandb_run_id
-    # A fresh run starts on the base model, which inference serves from the start.
-    receiver = build_receiver(config.weight_transfer, run_dir, trusted_upto=resume_step or 0)
-    policy = Policy(step=0 if resume_step is None else None, receiver=receiver)
-    try:
-        if config.eval and config.eval.eval_base_model and resume_step is None:
-            await evaluate(config, eval_envs, client, monitor, policy, 0)
-        while state.step < config.max_steps:
-            await train_step(config, run_dir, envs, sampler, client, policy, state, monitor, plan)
-            if config.eval and state.step % config.eval.interval == 0:
-                await evaluate(config, eval_envs, client, monitor, policy, state.step)
-            for step in plan.due(state.step):
-                ckpt.save(run_dir, state, step)
-        if config.eval and config.max_steps % config.eval.interval:
-            await evaluate(config, eval_envs, client, monitor, policy, config.max_steps)
-    finally:
-        receiver.close()  # a trainer waiting to be asked for a policy goes on
-        finished = state.step >= config.max_steps
-        monitor.close(config.max_steps if finished else None, config.weights_timeout_s)
-        await asyncio.gather(*(env.close() for env in [*envs, *eval_envs]))
-        await client.close()
 
 
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
@@ -156,94 +335,6 @@ def setup_state(
     return state
 
 
-async def ensure_policy(
-    config: OrchestratorConfig, run_dir: RunDir, policy: Policy, step: int
-) -> float:
-    """Make inference serve a policy no older than step - async_level (the newest ready one
-    when it must change; exactly that one in a deterministic run); seconds spent waiting and
-    loading."""
-    oldest = max(0, step - config.async_level)
-    start = time.monotonic()
-    if config.deterministic:  # exactly policy step - async_level, never a newer one
-        if policy.step != oldest and policy.can_update:
-            await serve(config, policy, await wait_for_policy(config, policy, oldest, oldest))
-        return time.monotonic() - start
-    if policy.step is not None and (policy.step >= oldest or not policy.can_update):
-        newer = policy.receiver.newest() if policy.can_update and policy.receiver.eager else None
-        if newer is None or newer <= policy.step:
-            return 0.0
-        await serve(config, policy, newer)  # its trainer waits until it is taken
-        return time.monotonic() - start
-    newest = await wait_for_policy(config, policy, oldest, step)
-    await serve(config, policy, newest)
-    return time.monotonic() - start
-
-
-async def wait_for_policy(
-    config: OrchestratorConfig, policy: Policy, oldest: int, newest: int
-) -> int:
-    """The newest policy step in oldest..newest the trainer has made ready (rl sees the wait)."""
-    what = f"policy step {oldest}" if oldest == newest else f"policy step {oldest}..{newest}"
-    with waits.waiting(what, "trainer"):
-        return await policy.receiver.wait(oldest, newest, config.weights_timeout_s)
-
-
-async def serve(config: OrchestratorConfig, policy: Policy, step: int) -> None:
-    """Tell every inference server to load policy `step` (a ready one); returns when all
-    serve it, so nothing is generated from a mix of policies."""
-    request = policy.receiver.load_request(step)
-    token = read_token(RunDir(config.output_dir))
-    urls = config.client.base_urls
-    answers = await asyncio.gather(*(
-        update_weights(url, policy.receiver.server_request(request, i, len(urls)),
-                       config.client.timeout_s, token)
-        for i, url in enumerate(urls)
-    ))  # fmt: skip
-    answer = answers[0]
-    if answer is None:
-        logger.warning(
-            "inference has no /update_weights route (a plain vLLM server?): generation keeps "
-            "the weights it was started with, so training is no longer on-policy"
-        )
-        policy.can_update = False
-    policy.step, policy.model = step, (answer or {}).get("model")
-    logger.debug(f"inference serves policy step {step} as {policy.model or config.model.name}")
-
-
-async def evaluate(
-    config: OrchestratorConfig, eval_envs: list[EnvAdapter], client, monitor: Monitor,
-    policy: Policy, step: int,
-) -> None:  # fmt: skip
-    """Evaluate exactly the policy after `step` steps (waiting for the trainer to publish it),
-    so that eval metrics logged at `step` belong to that policy."""
-    if policy.step != step and policy.can_update:
-        await wait_for_policy(config, policy, step, step)
-        await serve(config, policy, step)
-    await run_evals(config, eval_envs, client, monitor, step, policy)
-
-
-async def generate(
-    config: OrchestratorConfig, envs: list[EnvAdapter], picks: list[tuple[int, int]], client,
-    model: str, seeds: list[list[int]] | None = None,
-) -> list[list[Rollout]]:  # fmt: skip
-    """One group of `rollouts_per_example` rollouts per picked example, all concurrently
-    (the client keeps `client.max_concurrent` requests in flight), from served model `model`;
-    `seeds`: each group's per-rollout sampling seeds (deterministic runs)."""
-    sampling = sampling_args(config.sampling)
-    groups = [
-        envs[env].run_group(
-            envs[env].example(index),
-            config.rollouts_per_example,
-            client,
-            model,
-            sampling,
-            seeds[i] if seeds else None,
-        )
-        for i, (env, index) in enumerate(picks)
-    ]
-    return list(await asyncio.gather(*groups))
-
-
 def build_batch(
     config: OrchestratorConfig, step: int, groups: list[list[Rollout]]
 ) -> tuple[Batch, Stats]:
@@ -267,52 +358,6 @@ def build_batch(
     return batch, stats
 
 
-async def train_step(
-    config: OrchestratorConfig,
-    run_dir: RunDir,
-    envs: list[EnvAdapter],
-    sampler: ExampleSampler,
-    client,
-    policy: Policy,
-    state: ckpt.OrchestratorState,
-    monitor: Monitor,
-    plan: ckpt.CheckpointPlan | None = None,
-) -> None:
-    """Generate, score and write batch `state.step`, then log it."""
-    step, start = state.step, time.monotonic()
-    wait_s = await ensure_policy(config, run_dir, policy, step)
-    generate_start = time.monotonic()
-    model = policy.model or config.model.name
-    sampled = await sample_batch(
-        config.batch_size // config.rollouts_per_example,
-        lambda num_groups: sample_groups(config, envs, sampler, client, model, num_groups, step),
-        config.dynamic_sampling,
-    )
-    generate_s = time.monotonic() - generate_start
-    picks, groups = sampled.picks, sampled.groups
-    batch, stats = build_batch(config, step, sampled.kept)
-    rollouts = [r for group in groups for r in group]
-    check_errors(step, rollouts, batch)
-    samples = samples_jsonl(rollouts, config.num_saved_samples)
-    if plan is not None:  # before the trainer can consume (and delete) it
-        ckpt.keep_batch(run_dir, plan, batch, {SAMPLES_FILE: samples})
-    write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
-    state.step = step + 1
-    state.num_rollouts += len(rollouts)
-    state.num_samples += len(batch.samples)
-    state.num_tokens += batch.num_tokens
-    step_s = time.monotonic() - start
-    metrics = step_metrics(config, envs, picks, groups, batch, stats) | sampled.metrics()
-    metrics |= {"policy_step": policy.step, "time/step_s": step_s, "time/wait_weights_s": wait_s}
-    metrics |= {"time/generate_s": generate_s, "progress/num_tokens": state.num_tokens}
-    metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
-    metrics["num_capped_requests"] = client.budget.take_num_capped()
-    metrics.update(client.pool.take_counts())
-    logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens, len(batch.samples),
-                          metrics["num_errors"]))  # fmt: skip
-    monitor.log(step, metrics)
-
-
 EMPTY_ROLLOUT = (
     "produced no tokens: the environment ended it before any model turn (is the prompt longer "
     "than seq_len, or than the inference server's max_model_len?)"
@@ -324,26 +369,6 @@ def mark_empty(groups: list[list[Rollout]]) -> None:
     for rollout in (r for group in groups for r in group):
         if not rollout.turns and rollout.error is None:
             rollout.error = EMPTY_ROLLOUT
-
-
-async def sample_groups(
-    config: OrchestratorConfig, envs: list[EnvAdapter], sampler: ExampleSampler, client,
-    model: str, num_groups: int, step: int = 0,
-) -> tuple[list[tuple[int, int]], list[list[Rollout]]]:  # fmt: skip
-    """Draw `num_groups` examples and generate and score a group for each."""
-    first_draw = sampler.state.num_drawn
-    picks = sampler.take(num_groups)
-    seeds = None
-    if config.deterministic:  # a pure function of (seed, step, draw, rollout)
-        seeds = [
-            rollout_seeds(config.seed, step, first_draw + i, config.rollouts_per_example)
-            for i in range(num_groups)
-        ]
-    groups = await generate(config, envs, picks, client, model, seeds)
-    mark_empty(groups)
-    if config.zero_truncated_rewards:
-        zero_truncated(groups)
-    return picks, groups
 
 
 def zero_truncated(groups: list[list[Rollout]]) -> None:
@@ -365,78 +390,7 @@ def check_errors(step: int, rollouts: list[Rollout], batch: Batch) -> None:
         )
 
 
-def step_metrics(config, envs, picks, groups, batch: Batch, stats: Stats) -> dict:
-    rollouts = [r for group in groups for r in group]
-    # Errored rollouts have no real reward: they are counted in num_errors instead.
-    rewards = [r.reward for r in rollouts if r.error is None] or [0.0]
-    metrics: dict = {"reward": sum(rewards) / len(rewards)}
-    for name in sorted({k for r in rollouts for k in r.metrics}):
-        values = [r.metrics[name] for r in rollouts if name in r.metrics]
-        metrics[f"metrics/{name}"] = sum(values) / len(values)
-    for env_index, env_config in enumerate(config.env):
-        env_rewards = [
-            r.reward
-            for (e, _), group in zip(picks, groups, strict=True)
-            if e == env_index
-            for r in group
-        ]
-        if env_rewards and len(envs) > 1:
-            label = env_config.name or env_config.id
-            metrics[f"reward/{label}"] = sum(env_rewards) / len(env_rewards)
-    num_samples = max(1, len(batch.samples))
-    completion_lens = [len(s.completion_ids) for s in batch.samples]
-    metrics |= {
-        "num_samples": len(batch.samples),
-        "num_tokens": batch.num_tokens,
-        "seq_len": batch.num_tokens / num_samples,
-        "completion_len": sum(completion_lens) / num_samples,
-        "truncated_fraction": stats.num_truncated / num_samples,
-        "num_split_rollouts": stats.num_split,
-        "num_dropped_rollouts": stats.num_dropped,
-        "num_errors": sum(r.error is not None for r in rollouts),
-        **first_error(rollouts),
-        "mixed_reward_groups": sum(len({r.reward for r in g}) > 1 for g in groups) / len(groups),
-    }
-    return metrics
-
-
 def first_error(rollouts: list[Rollout]) -> dict[str, str]:
     """The first failed rollout's reason, kept in metrics.jsonl next to the count."""
     errors = [r.error for r in rollouts if r.error is not None]
     return {"first_error": errors[0][:500]} if errors else {}
-
-
-async def run_evals(
-    config: OrchestratorConfig,
-    eval_envs: list[EnvAdapter],
-    client,
-    monitor: Monitor,
-    step: int,
-    policy: Policy,
-) -> None:
-    """Evaluate the policy inference serves now on every [[eval.env]]; logs mean rewards."""
-    assert config.eval is not None
-    sampling = sampling_args(config.sampling)
-    model = policy.model or config.model.name
-    metrics: dict = {"eval/policy_step": policy.step}
-    for e, (env, env_config) in enumerate(zip(eval_envs, config.eval.env, strict=True)):
-        start = time.monotonic()
-        examples = env.eval_examples(env_config.num_examples)
-        num = env_config.rollouts_per_example
-        seeds = [
-            eval_seeds(config.seed, step, e, i, num) if config.deterministic else None
-            for i in range(len(examples))
-        ]
-        groups = await asyncio.gather(*(
-            env.run_group(example, num, client, model, sampling, example_seeds)
-            for example, example_seeds in zip(examples, seeds, strict=True)
-        ))  # fmt: skip
-        rewards = [r.reward for group in groups for r in group]
-        reward = sum(rewards) / max(1, len(rewards))
-        metrics[f"eval/{env.id}/reward"] = reward
-        metrics[f"eval/{env.id}/num_rollouts"] = len(rewards)
-        logger.info(
-            f"Eval {env.id} at step {step} | Reward: {reward:.4f} | "
-            f"Rollouts: {len(rewards)} | Time: {time.monotonic() - start:.2f}s"
-        )
-    monitor.log(step, metrics)

@@ -1,7 +1,8 @@
 """The one chat client every environment uses: a verifiers client over the servers of a
-ServerPool (orchestrator/servers.py) that keeps at most `max_concurrent` requests in flight
-across all rollouts, sends each to the least-loaded server that is up (moving it to another when
-its server fails) and fits every request into `seq_len` (`budget`). It carries what the
+ServerPool (orchestrator/servers.py), sending through the pool's one HTTP client, that keeps at
+most `max_concurrent` requests in flight across all rollouts, sends each to the least-loaded
+server that is up (moving it to another when its server fails) and fits every request into
+`seq_len` (`budget`, counting prompts on the servers in the same way). It carries what the
 environment adapters need to know about the served policy (`pool`, `base_model`,
 `api_key_var`), all given at construction."""
 
@@ -10,7 +11,6 @@ import asyncio
 from openai import APIConnectionError, AsyncOpenAI
 from verifiers.clients import OpenAIChatCompletionsClient
 
-from orchestrator.client import server_root
 from orchestrator.envs.budget import TokenBudget
 from orchestrator.seeds import turn_seed
 from orchestrator.servers import ServerPool
@@ -23,7 +23,13 @@ class PooledClient(OpenAIChatCompletionsClient):
     ):  # fmt: skip
         self.subs = [
             OpenAIChatCompletionsClient(
-                AsyncOpenAI(base_url=s.base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+                AsyncOpenAI(
+                    base_url=s.base_url,
+                    api_key=api_key,
+                    timeout=timeout_s,
+                    max_retries=0,
+                    http_client=pool.http,
+                )
             )
             for s in pool.servers
         ]
@@ -32,7 +38,7 @@ class PooledClient(OpenAIChatCompletionsClient):
         self.base_model = base_model
         self.api_key_var = api_key_var
         self.semaphore = asyncio.Semaphore(max_concurrent)
-        self.budget = TokenBudget(server_root(pool.servers[0].base_url), seq_len, timeout_s)
+        self.budget = TokenBudget(pool.tokenize, seq_len)
 
     async def get_native_response(self, prompt, model, sampling_args, tools=None, **kwargs):
         state = kwargs.get("state")
@@ -43,23 +49,20 @@ class PooledClient(OpenAIChatCompletionsClient):
             sampling_args = await self.budget.cap(model, prompt, sampling_args, tools)
             tried: set[int] = set()
             while (index := self.pool.pick(tried)) is not None:
-                server = self.pool.servers[index]
-                server.in_flight += 1
-                try:
-                    answer = await self.subs[index].get_native_response(
-                        prompt, model, sampling_args, tools, **kwargs
-                    )
-                except APIConnectionError as err:  # unreachable or timed out
-                    tried.add(index)
-                    self.pool.mark_down(index, err)
-                    if len(tried) == len(self.subs):
-                        raise
-                    continue
-                finally:
-                    server.in_flight -= 1
+                async with self.pool.busy(index) as server:
+                    try:
+                        answer = await self.subs[index].get_native_response(
+                            prompt, model, sampling_args, tools, **kwargs
+                        )
+                    except APIConnectionError as err:  # unreachable or timed out
+                        tried.add(index)
+                        self.pool.mark_down(index, err)
+                        if len(tried) == len(self.subs):
+                            raise
+                        continue
                 server.served += 1
                 return answer
 
     async def close(self) -> None:
-        for sub in self.subs:
-            await sub.close()
+        """Closes the pool's HTTP client, which every sub-client sends through."""
+        await self.pool.close()

@@ -4,6 +4,7 @@ Imports pydantic and the standard library only: every entrypoint parses its conf
 importing torch, vLLM or verifiers.
 """
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
@@ -18,7 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from rlcore.errors import ConfigError
 from rlcore.paths import resolve_field
+from rlcore.weight_transfer import Deployment
 
 NONE_STRINGS = ("None", "none", "null")
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -160,7 +163,32 @@ class LogConfig(BaseConfig):
     """Lowest level of message written to the console and the log file."""
 
 
-class FilesystemTransferConfig(BaseConfig):
+class TransportConfig(BaseConfig):
+    """What a weight transport tells `rl` and the processes about itself (its sender, receiver
+    and loader are registered in each role's `TRANSPORTS`, rlcore.weight_transfer). A transport
+    overrides what differs; `rl` and the roles never ask which transport they have."""
+
+    serves_older_policies: ClassVar[bool] = True
+    """Whether inference can be told to serve a policy older than the one it serves (an eval
+    serves the newest; a deterministic run with async_level > 0 then needs the older one)."""
+
+    def check_launch(self, deployment: Deployment) -> None:
+        """Refuse (ConfigError) a run this transport cannot carry: `rl`'s pre-flight, before
+        anything starts (a dry run too)."""
+
+    def derive(self, deployment: Deployment) -> None:
+        """Fill the settings `rl` derives for this run (the same in all three processes)."""
+
+    def num_policy_folders(self, async_level: int) -> int:
+        """Policies on disk at once at most (`rl`'s disk estimate)."""
+        return 0
+
+    def vllm_argv(self, on_cpu: bool) -> list[str]:
+        """What the inference server adds to vLLM's arguments for this transport."""
+        return []
+
+
+class FilesystemTransferConfig(TransportConfig):
     """Each policy is an HF safetensors folder `weights/step_<n>/`, marked STABLE when complete;
     inference reloads its weights from that folder in place."""
 
@@ -179,8 +207,12 @@ class FilesystemTransferConfig(BaseConfig):
     memory: faster writes and loads, one machine only): the trainer makes `<output_dir>/weights`
     a link to `<dir>/rl-weights-<id>`; None keeps them in `<output_dir>/weights`."""
 
+    def num_policy_folders(self, async_level: int) -> int:
+        # the trainer keeps async_level + 1; one more while the newest is written
+        return async_level + 2
 
-class CollectiveTransferConfig(BaseConfig):
+
+class CollectiveTransferConfig(TransportConfig):
     """Each policy is broadcast from trainer rank 0 straight into the inference workers'
     memory over one torch.distributed group (trainer + every inference worker), made once
     per trainer start; nothing is written to `weights/`. The orchestrator asks for a policy,
@@ -236,6 +268,45 @@ class CollectiveTransferConfig(BaseConfig):
         if self.timeout_s is not None:
             return self.timeout_s
         return max(self.min_timeout_s, self.timeout_s_per_gb * num_bytes / 1e9)
+
+    # Each policy is sent once, when the orchestrator asks for it: none is kept to go back to.
+    serves_older_policies: ClassVar[bool] = False
+
+    def check_launch(self, deployment: Deployment) -> None:
+        if deployment.lora:
+            raise ConfigError(
+                "weight_transfer.type = 'collective' with trainer.lora: the collective transport "
+                "sends whole models, not LoRA adapters yet; use --weight-transfer.type "
+                "filesystem for LoRA runs, or drop trainer.lora"
+            )
+        if deployment.num_nodes != 1:
+            raise ConfigError(
+                f"weight_transfer.type = 'collective' with slurm.nodes = {deployment.num_nodes}: "
+                "the collective transport runs on one machine only so far; use "
+                "--weight-transfer.type filesystem for multi-node jobs, or --slurm.nodes 1"
+            )
+
+    def derive(self, deployment: Deployment) -> None:
+        """The group's size (every inference worker), its port (a free one, kept in the run's
+        configs) and the backend (`auto`: nccl when inference has GPUs)."""
+        from rlcore.health import free_port  # a socket: only when `rl` plans a run
+
+        if self.inference_workers is None:
+            self.inference_workers = deployment.workers_per_server * deployment.num_servers
+        if self.port is None:
+            self.port = free_port(self.host)
+        if self.backend == "auto":
+            self.backend = "nccl" if deployment.inference_on_gpus else "gloo"
+
+    def engine_backend(self, on_cpu: bool) -> str:
+        """The weight-transfer engine vLLM's workers create: `auto` is nccl on GPUs, gloo on
+        CPU (inference/gloo_engine.py)."""
+        if self.backend == "auto":
+            return "gloo" if on_cpu else "nccl"
+        return self.backend
+
+    def vllm_argv(self, on_cpu: bool) -> list[str]:
+        return ["--weight-transfer-config", json.dumps({"backend": self.engine_backend(on_cpu)})]
 
 
 # The transports, told apart by `type` (a table without it is the filesystem transport). A

@@ -47,6 +47,7 @@ HEALTH_ROUTE = "/health"
 UPDATE_WEIGHTS_ROUTE = "/update_weights"
 RELOAD_WEIGHTS_ROUTE = "/reload_weights"
 MODELS_ROUTE = "/v1/models"
+TOKENIZE_ROUTE = "/tokenize"
 
 # -- training batches --------------------------------------------------------------------------
 BATCH_TENSORS_FILE = "batch.safetensors"

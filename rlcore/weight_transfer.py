@@ -5,18 +5,39 @@ interface per side:
 
   trainer       WeightSender.publish(step)       after every optimizer step (and step 0)
   orchestrator  WeightReceiver.wait(...)         the newest policy a batch may be generated from
-                WeightReceiver.load_request(n)   the JSON body of POST /update_weights
+                WeightReceiver.swap(n, servers)  every inference server serves policy n
   inference     WeightLoader.load(body)          swap the served weights in place
 
-To add a transport: a config class in `rlcore/config.py` (a member of `WeightTransferConfig`),
-and one implementation per side registered in the `TRANSPORTS` dict of `trainer/weights.py`,
-`orchestrator/weights.py` and `inference/weights.py`. Nothing else changes.
+and a config class (`rlcore.config.TransportConfig`) whose methods hold everything else the
+transport decides: `rl`'s checks (`check_launch`) and derived settings (`derive`) from a
+`Deployment`, its disk estimate (`num_policy_folders`), inference's extra vLLM arguments
+(`vllm_argv`), and whether an older policy can be served again (`serves_older_policies`).
+
+To add a transport: its config class in `rlcore/config.py` (a member of
+`WeightTransferConfig`), and one implementation per side registered in the `TRANSPORTS` dict of
+`trainer/weights.py`, `orchestrator/weights.py` and `inference/weights.py`. Nothing else changes.
 
 Light module: pydantic and the standard library only.
 """
 
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What `rl` is about to start, as a transport's launcher hooks see it."""
+
+    num_servers: int
+    """Inference servers (`inference.replicas`)."""
+    workers_per_server: int
+    """Inference worker processes per server (tp × dp on GPUs, 1 on CPU)."""
+    inference_on_gpus: bool
+    num_nodes: int
+    """Machines the run spans (a SLURM job's nodes; 1 outside SLURM)."""
+    lora: bool
+    """The trainer trains LoRA adapters (`trainer.lora`)."""
 
 
 class WeightSender(ABC):
@@ -42,6 +63,17 @@ class WeightSender(ABC):
         return {}
 
 
+class PolicyServers(Protocol):
+    """The inference servers a swap goes to (the orchestrator's ServerPool)."""
+
+    def __len__(self) -> int: ...
+
+    async def update_weights(self, requests: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """POST /update_weights `requests[i]` to server i; the answer every server gave (None:
+        they have no swap route), or an error naming the server that refused or differed."""
+        ...
+
+
 class WeightReceiver(ABC):
     """Orchestrator side: which policies exist, and how inference is told to load one."""
 
@@ -58,9 +90,12 @@ class WeightReceiver(ABC):
     def load_request(self, step: int) -> dict[str, Any]:
         """The JSON body of POST /update_weights that makes inference serve policy `step`."""
 
-    def server_request(self, request: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        """`request` as sent to server `index` of `count` (client.base_url order)."""
-        return request
+    async def swap(self, step: int, servers: PolicyServers) -> dict[str, Any] | None:
+        """Make every server serve policy `step` (a ready one); returns once all serve it, so
+        no batch mixes policies: the servers' common answer (its `model`, when set, is the
+        name requests must use), None when they have no swap route."""
+        request = self.load_request(step)
+        return await servers.update_weights([request] * len(servers))
 
     def newest(self) -> int | None:
         """The newest policy ready now (for `eager` transports), without waiting."""

@@ -25,9 +25,7 @@ def correct_sum(completion, answer, **kwargs) -> float:
     return 1.0 if last_integer(last_answer(completion)) == int(answer) else 0.0
 
 
-def load_environment(
-    seed: int = 0, num_eval_examples: int = 20, digits: int = 1
-) -> vf.Environment:
+def load_environment(seed: int = 0, num_eval_examples: int = 20, digits: int = 1) -> vf.Environment:
     """All pairs of `digits`-digit numbers (100 of one digit, 8100 of two), shuffled with
     `seed`; `num_eval_examples` held out for eval."""
     if digits not in (1, 2, 3):

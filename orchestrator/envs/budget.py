@@ -4,6 +4,7 @@ as large as `seq_len`, as in prime-rl); one whose prompt leaves none fails that 
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -18,11 +19,12 @@ class PromptTooLongError(ValueError):
 
 
 class TokenBudget:
-    """Caps `max_tokens` per request; counts prompts with the server's own /tokenize (its chat
-    template), only when a cheap upper bound says the prompt might not leave enough room."""
+    """Caps `max_tokens` per request; counts prompts with the servers' own /tokenize (their
+    chat template; `tokenize`: ServerPool.tokenize, spread over the servers like generation),
+    only when a cheap upper bound says the prompt might not leave enough room."""
 
-    def __init__(self, root_url: str, seq_len: int, timeout_s: float):
-        self.root_url, self.seq_len, self.timeout_s = root_url, seq_len, timeout_s
+    def __init__(self, tokenize: Callable[[dict[str, Any]], Awaitable[int]], seq_len: int):
+        self.tokenize, self.seq_len = tokenize, seq_len
         self.num_capped = 0
         self.warned = False
 
@@ -35,10 +37,7 @@ class TokenBudget:
         body: dict[str, Any] = {"model": model, "messages": prompt, "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
-        async with httpx.AsyncClient(timeout=self.timeout_s) as http:
-            answer = await http.post(self.root_url + "/tokenize", json=body)
-        answer.raise_for_status()
-        return int(answer.json()["count"])
+        return await self.tokenize(body)
 
     async def cap(self, model: str, prompt: list, sampling: dict, tools: Any) -> dict:
         """`sampling` with max_tokens lowered to what fits next to this prompt."""

@@ -56,7 +56,7 @@ def sender_for(model, run_dir: RunDir, port: int):
 
 def update(server: InferenceProcess, sender, run_dir: RunDir, step: int):
     """Trainer publishes `step` in a thread; the orchestrator's receiver asks for it and POSTs."""
-    from orchestrator.weights import CollectiveReceiver
+    from orchestrator.collective import CollectiveReceiver
 
     errors: list[BaseException] = []
 
@@ -70,7 +70,7 @@ def update(server: InferenceProcess, sender, run_dir: RunDir, step: int):
     thread.start()
     receiver = CollectiveReceiver(run_dir)
     assert asyncio.run(receiver.wait(step, step, 60)) == step
-    request = receiver.server_request(receiver.load_request(step), 0, 1)
+    request = receiver.server_requests(receiver.load_request(step), 1)[0]
     answer = server.admin_post(UPDATE_WEIGHTS_ROUTE, request, timeout_s=120)
     thread.join(timeout=120)
     return answer, errors
@@ -120,7 +120,7 @@ def test_update_serves_the_sent_weights_and_group_persists(
 def test_sender_gone_mid_update_is_an_error_not_a_hang(collective_server, tiny_model_dir):
     """A new trainer (new group) that never sends: the server's receive fails within the
     group's timeout, answers an error and refuses every later update."""
-    from orchestrator.weights import CollectiveReceiver
+    from orchestrator.collective import CollectiveReceiver
     from rlcore import collective
 
     server, run_dir = collective_server
@@ -128,7 +128,7 @@ def test_sender_gone_mid_update_is_an_error_not_a_hang(collective_server, tiny_m
     info = {"names": ["model.norm.weight"], "dtype_names": ["float32"], "shapes": [[64]]}
     collective.write_offer(run_dir.transfer, 3, group, info)
     receiver = CollectiveReceiver(run_dir)
-    request = receiver.server_request(receiver.load_request(3), 0, 1)
+    request = receiver.server_requests(receiver.load_request(3), 1)[0]
     status, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, request, timeout_s=60)
     assert status in (500, 504), body
     assert "joining the trainer's group" in body["detail"] or "failed" in body["detail"], body

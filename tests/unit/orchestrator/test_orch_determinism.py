@@ -6,10 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import ckpt, loop
+from orchestrator import ckpt
 from orchestrator.config import OrchestratorConfig
+from orchestrator.policy import Policy
 from orchestrator.pooled_client import PooledClient
 from orchestrator.seeds import SEED_BITS, rollout_seeds, turn_seed
+from orchestrator.servers import ServerPool
 from rlcore.protocol import Batch, Sample, read_batch
 from rlcore.rundir import RunDir
 
@@ -39,9 +41,7 @@ def test_the_client_mixes_the_turn_into_a_seeded_request():
     client = PooledClient.__new__(PooledClient)
     client.semaphore = asyncio.Semaphore(1)
     client.budget = SimpleNamespace(cap=cap)
-    client.pool = SimpleNamespace(
-        pick=lambda tried: 0, servers=[SimpleNamespace(in_flight=0, served=0)]
-    )
+    client.pool = ServerPool(["http://a/v1"])
     client.subs = [SimpleNamespace(get_native_response=fake_response)]
     for turns in (0, 2):
         state = {"trajectory": [None] * turns}
@@ -87,25 +87,24 @@ class FakeReceiver:
         self.waited.append((oldest, newest))
         return newest
 
+    async def swap(self, step, servers):
+        servers.append(step)
+        return {"status": "ok"}
+
 
 @pytest.mark.parametrize("async_level", [0, 1, 2])
-def test_a_deterministic_run_serves_exactly_step_minus_async_level(async_level, monkeypatch):
+def test_a_deterministic_run_serves_exactly_step_minus_async_level(async_level):
     served = []
-
-    async def serve(config, policy, step):
-        served.append(step)
-        policy.step = step
-
-    monkeypatch.setattr(loop, "serve", serve)
     config = OrchestratorConfig(deterministic=True, async_level=async_level)
-    policy = loop.Policy(step=0, receiver=FakeReceiver(offered=5))
+    policy = Policy(config, FakeReceiver(offered=5), served, step=0)
     for step in range(5):
-        asyncio.run(loop.ensure_policy(config, None, policy, step))
+        asyncio.run(policy.ensure(step))
         assert policy.step == max(0, step - async_level)
+    assert served == sorted(set(served))  # each policy swapped in once
     if async_level:  # the default mode takes the newest offered policy instead
-        default = loop.Policy(step=0, receiver=FakeReceiver(offered=5))
         config = OrchestratorConfig(async_level=async_level)
-        asyncio.run(loop.ensure_policy(config, None, default, 1))
+        default = Policy(config, FakeReceiver(offered=5), [], step=0)
+        asyncio.run(default.ensure(1))
         assert default.step == 5
 
 

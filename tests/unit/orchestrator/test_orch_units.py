@@ -8,11 +8,12 @@ import pytest
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
-from orchestrator.client import OrchestratorError, server_root, wait_for_server
+from orchestrator.client import OrchestratorError, server_root
 from orchestrator.config import AdvantageConfig
 from orchestrator.envs import Rollout, Turn
 from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler, SamplerState
+from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.config import FilesystemTransferConfig
@@ -122,7 +123,7 @@ def test_checkpoint_round_trip(tmp_path):
 def test_unreachable_server_times_out_naming_the_url():
     start = time.monotonic()
     with pytest.raises(OrchestratorError, match=r"http://127\.0\.0\.1:9/v1|127\.0\.0\.1:9"):
-        asyncio.run(wait_for_server("http://127.0.0.1:9/v1", "m", 1.5))
+        asyncio.run(ServerPool(["http://127.0.0.1:9/v1"]).wait_ready("m", 1.5))
     assert time.monotonic() - start < 5
     assert server_root("http://h:1/v1/") == "http://h:1"
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from orchestrator.weights import CollectiveReceiver, FilesystemReceiver
+from orchestrator.collective import CollectiveReceiver
+from orchestrator.weights import FilesystemReceiver
 from rlcore import collective
 from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, stamp
 from rlcore.rundir import RunDir

@@ -1,0 +1,72 @@
+"""The weight-transport seam as `rl` sees it: each transport's config class holds its launch
+checks, derived settings, disk estimate and vLLM arguments (rlcore.config.TransportConfig), and
+the launcher, inference and the orchestrator only call those methods."""
+
+import pytest
+
+from inference.config import InferenceConfig
+from inference.vllm_args import owned_argv
+from launcher.plan import make_plan
+from launcher.preflight import estimate_run_bytes
+from launcher.rl_config import RLConfig
+from rlcore.config import CollectiveTransferConfig, FilesystemTransferConfig
+from rlcore.errors import ConfigError
+from rlcore.weight_transfer import Deployment
+
+COLLECTIVE = {"weight_transfer": {"type": "collective"}}
+
+
+def plan_for(**sections):
+    return make_plan(RLConfig.model_validate(sections), [], dry_run=False, submitting=False)
+
+
+def test_collective_settings_are_derived_once_for_all_three_processes():
+    plan = plan_for(**COLLECTIVE, inference={"replicas": 2})
+    config = plan.config
+    transfer = config.trainer.weight_transfer
+    assert transfer.inference_workers == 2  # one worker per CPU server
+    assert transfer.backend == "gloo" and transfer.port is not None
+    assert config.orchestrator.weight_transfer == transfer == config.inference.weight_transfer
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"trainer": {"lora": {"rank": 8}}}, "sends whole models, not LoRA adapters"),
+        ({"slurm": {"nodes": 2}}, "slurm.nodes = 2: the collective transport runs on one machine"),
+    ],
+)
+def test_collective_refuses_what_it_cannot_carry(sections, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_for(**COLLECTIVE, **sections)
+
+
+def test_the_filesystem_transport_derives_nothing_and_refuses_nothing():
+    deployment = Deployment(4, 2, True, 3, lora=True)
+    transfer = FilesystemTransferConfig()
+    transfer.check_launch(deployment)
+    transfer.derive(deployment)
+    assert transfer == FilesystemTransferConfig()
+    assert plan_for(trainer={"lora": {"rank": 8}}).config.inference.weight_transfer == transfer
+
+
+def test_gpu_deployments_derive_nccl_and_every_worker():
+    transfer = CollectiveTransferConfig(port=1234)
+    transfer.derive(Deployment(2, 4, True, 1, lora=False))
+    assert (transfer.backend, transfer.inference_workers, transfer.port) == ("nccl", 8, 1234)
+
+
+def test_the_disk_estimate_counts_the_transports_policy_folders():
+    filesystem, collective = plan_for(async_level=2), plan_for(**COLLECTIVE, async_level=2)
+    assert filesystem.config.trainer.weight_transfer.num_policy_folders(2) == 4
+    assert collective.config.trainer.weight_transfer.num_policy_folders(2) == 0
+    assert estimate_run_bytes(filesystem, 10) - estimate_run_bytes(collective, 10) == 4 * 10
+
+
+def test_inference_adds_what_the_transport_asks_of_vllm():
+    for on_cpu, backend in ((True, "gloo"), (False, "nccl")):
+        plain = owned_argv(InferenceConfig(), "/m", on_cpu=on_cpu)
+        assert "--weight-transfer-config" not in plain
+        config = InferenceConfig(weight_transfer={"type": "collective"})
+        argv = owned_argv(config, "/m", on_cpu=on_cpu)
+        assert argv[len(plain) :] == ["--weight-transfer-config", f'{{"backend": "{backend}"}}']
