@@ -142,7 +142,11 @@ def test_every_shipped_config_parses(path):
     if name == "rl":
         parse(RLConfig, ["@", path])
         return
-    model = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig}[name]
+    from orchestrator.evals.config import EvalsConfig
+    from trainer.sft.config import SFTConfig
+
+    model = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig,
+             "sft": SFTConfig, "eval": EvalsConfig}[name]  # fmt: skip
     parse(model, ["@", path])
 
 
