@@ -27,6 +27,9 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     host = server.setdefault("host", "127.0.0.1")
     server.setdefault("port", free_port(host))
     settings["model"].setdefault("max_model_len", seq_len)
+    # A request's logits independent of its batch: the same policy and seed give the same
+    # results, whatever else is in flight (README: Reproducible runs).
+    settings.setdefault("deterministic", True)
     settings["output_dir"] = str(out / "server")
     config_file = out / "inference.toml"
     write_config(settings, config_file)
