@@ -142,8 +142,11 @@ def test_every_shipped_config_parses(path):
     if name == "rl":
         parse(RLConfig, ["@", path])
         return
-    model = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig}[name]
-    parse(model, ["@", path])
+    from trainer.sft.config import SFTConfig
+
+    models = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig,
+              "sft": SFTConfig}  # fmt: skip
+    parse(models[name], ["@", path])
 
 
 # -- user errors -------------------------------------------------------------------------------

@@ -59,10 +59,10 @@ def test_rl_fills_port_workers_and_backend_everywhere():
     ids=["cpu", "gpus"],
 )  # fmt: skip
 def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
-    from launcher.plan import derive_collective
+    from launcher.plan import derive_transport
 
     config = rl_config(inference={"replicas": 2, "parallel": {"dp": 2}})
-    derive_collective(config, gpu_map)
+    derive_transport(config, gpu_map)
     transfer = config.trainer.weight_transfer
     assert (transfer.backend, transfer.inference_workers) == (backend, workers)
     assert config.inference.weight_transfer == transfer
