@@ -54,6 +54,7 @@ def test_port_in_use(tmp_path, tiny_model_dir):
     assert_user_error(result, "server.port", str(PORT), "in use")
 
 
+@pytest.mark.slow  # two inference processes that import vLLM
 def test_vllm_arg_typo_and_bad_value(tmp_path, tiny_model_dir):
     # One process checks both: the typo is found first, so fix it and look at the value.
     common = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 1)]
