@@ -171,7 +171,7 @@ def has_wandb(sft: SFT) -> bool:
 
 def rank_rows(sft: SFT, examples: list[Example]) -> list[PackedRow]:
     """This rank's passes over `examples` (every rank the same number, padded with empty ones)."""
-    rows = pack(examples, sft.config.tokens_per_pass())
+    rows = pack(examples, sft.config.tokens_per_pass(sft.world.device.type == "cpu"))
     world = sft.world
     mine = rows[world.rank :: world.world_size]
     per_rank = -(-len(rows) // world.world_size)

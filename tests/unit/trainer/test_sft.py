@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from rlcore.errors import ConfigError
+from trainer.dist import World
+from trainer.model import load_model
 from trainer.sft.config import SFTConfig
 from trainer.sft.data import (
     Example,
@@ -17,6 +19,7 @@ from trainer.sft.data import (
     text_tokens,
     tokenize_rows,
 )
+from trainer.sft.train import SFT, backward  # imports trainer.train: ldconfig runs at import
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +134,9 @@ def test_sources_files_folders_and_their_errors(tmp_path):
 
 def test_config_reads_prime_rl_names_and_checks_the_pass_size():
     config = SFTConfig.model_validate({"data": {"name": "d.jsonl", "seq_len": 512}})
-    assert config.seq_len == 512 and config.tokens_per_pass() == 512
+    assert config.seq_len == 512 and config.tokens_per_pass(on_cpu=False) == 512
+    short = SFTConfig.model_validate({"data": {"name": "d"}, "seq_len": 64})
+    assert short.tokens_per_pass(on_cpu=True) == 512 and short.tokens_per_pass(on_cpu=False) == 64
     with pytest.raises(ValueError, match="micro_batch_tokens = 100 is below seq_len = 512"):
         SFTConfig.model_validate({"seq_len": 512, "data": {"name": "d", "micro_batch_tokens": 100}})
 
@@ -139,10 +144,6 @@ def test_config_reads_prime_rl_names_and_checks_the_pass_size():
 def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tmp_path):
     """backward()'s loss against a hand computation: each example alone through the model,
     -log p(target) summed over completion tokens only, divided by their count."""
-    from trainer.dist import World
-    from trainer.model import load_model
-    from trainer.sft.train import SFT, backward
-
     rows = [{"prompt": "What is 2+3?", "completion": " 5"},
             {"messages": [{"role": "user", "content": "Say hi"},
                           {"role": "assistant", "content": "hi there"}]},
