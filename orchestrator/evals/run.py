@@ -17,6 +17,7 @@ from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, table, write_results
 from orchestrator.seeds import eval_seeds
 from rlcore.errors import ConfigError
+from rlcore.ownership import claim
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
@@ -24,7 +25,7 @@ logger = logging.getLogger("orchestrator")
 
 def run(config: EvalsConfig) -> dict[str, dict]:
     out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
+    claim(out)  # a new or empty folder, or one this tool made: never a user's folder
     write_config(config, out / "eval.toml")
     model = policy_folder(config, out) if config.run is not None else config.model.name
     started = time.monotonic()

@@ -84,3 +84,12 @@ def test_bad_input_exits_2_naming_the_key(tiny_model_dir, tmp_path, args, words)
     done = rl_eval("@", str(eval_toml(tmp_path, tiny_model_dir, tmp_path / "out")), *args)
     assert done.returncode == 2, done.stderr
     assert words in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_users_folder_is_never_written_into(tiny_model_dir, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    done = rl_eval("@", str(eval_toml(tmp_path, tiny_model_dir, mine)))
+    assert done.returncode == 2 and "is not empty and is not a run" in done.stderr, done.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
