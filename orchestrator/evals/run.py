@@ -40,14 +40,21 @@ def run(config: EvalsConfig) -> dict[str, dict]:
         urls = urls if isinstance(urls, list) else [urls]
         rows = asyncio.run(evaluate(config, urls, model))
     summary = {}
-    for env_config in config.eval.env:
-        env_rows = [r for r in rows if r["env"] == env_config.id]
-        summary[env_config.id] = env_summary(env_rows, env_config.rollouts_per_example,
-                                             config.eval.pass_threshold)  # fmt: skip
+    for label, env_config in zip(env_labels(config), config.eval.env, strict=True):
+        env_rows = [r for r in rows if r["env"] == label]
+        summary[label] = env_summary(env_rows, env_config.rollouts_per_example,
+                                     config.eval.pass_threshold)  # fmt: skip
     write_results(out, rows, summary)
     print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
     print(table(summary), flush=True)
     return summary
+
+
+def env_labels(config: EvalsConfig) -> list[str]:
+    """Each [[eval.env]]'s name in results and summary: its id, or `id#i` when one id is
+    evaluated twice (say with other args)."""
+    ids = [e.id for e in config.eval.env]
+    return [i if ids.count(i) == 1 else f"{i}#{n}" for n, i in enumerate(ids)]
 
 
 def policy_folder(config: EvalsConfig, out: Path) -> str:
@@ -87,10 +94,12 @@ async def evaluate(config: EvalsConfig, base_urls: list[str], model: str) -> lis
             **config.sampling.model_dump(), top_k=0, min_p=0.0, repetition_penalty=1.0
         ))  # fmt: skip
         rows = []
+        labels = env_labels(config)
         for e, env_config in enumerate(config.eval.env):
             env = load_env(env_config)
             try:
-                rows += await env_rows(config, e, env, env_config, client, model, sampling)
+                found = await env_rows(config, e, env, env_config, client, model, sampling)
+                rows += [{**row, "env": labels[e]} for row in found]
             finally:
                 await env.close()
         return rows
