@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=None, help="fewer than the 25 steps")
     parser.add_argument("--work", default=None, help="keep the runs' folders and logs here")
     parser.add_argument("--keep-runs", action="store_true", help="keep the checkpoints too")
+    parser.add_argument("--save-as", default="determinism", help="benchmarks/results/NAME.json")
     args, extra = parser.parse_known_args()
     steps_note = f"{args.max_steps} steps" if args.max_steps else "25 steps (as shipped)"
     print(f"the quick start, {steps_note}, {args.runs} deterministic runs with seed {args.seed}")
@@ -147,7 +148,7 @@ def report(args, det: list[dict], other: list[dict], default: list[dict], steps_
               f"{d_same}/{num_steps}")  # fmt: skip
         results["ratio"] = det_wall / def_wall
     print(f"deterministic last-5 reward: {[round(r['last5_reward'], 3) for r in det]}")
-    save("determinism", results)
+    save(args.save_as, results)
 
 
 if __name__ == "__main__":
