@@ -18,7 +18,7 @@ SAMPLES_FILE = "samples.jsonl"
 
 class Monitor:
     """metrics.jsonl always; the run's one W&B run when `wandb.project` is set, into which it
-    also relays the trainer's records (rlcore.wandb_run)."""
+    also relays the trainer's records and those of `evals --watch` (rlcore.wandb_run)."""
 
     def __init__(self, config: OrchestratorConfig, run_dir: RunDir, wandb_run_id: str | None):
         self.run_dir = run_dir
@@ -27,12 +27,14 @@ class Monitor:
         )
         self.wandb_run_id = self.wandb.id if self.wandb else wandb_run_id
         self.trainer = Relay(run_dir, "trainer")
+        self.evals = Relay(run_dir, "evals")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         self.run_dir.append_metrics(COMPONENT, step, metrics)
         if self.wandb is not None:
             self.wandb.log(COMPONENT, step, metrics)
             self.trainer.forward(self.wandb)
+            self.evals.forward(self.wandb)
 
     def close(self, final_trainer_step: int | None = None, timeout_s: float = 0.0) -> None:
         """Relay the trainer's records up to `final_trainer_step` (waiting up to `timeout_s`
@@ -49,6 +51,7 @@ class Monitor:
                 logger.warning(f"W&B: the trainer's records after step {last} were not relayed")
                 break
             time.sleep(1.0)
+        self.evals.forward(self.wandb)
         self.wandb.finish()
 
 

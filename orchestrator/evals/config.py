@@ -60,6 +60,16 @@ class EvalsConfig(BaseConfig):
     step: int = -1
     """With `run`: the step whose weights or checkpoint to evaluate; -1 is the newest."""
 
+    watch: str | None = None
+    """Follow a run (its folder, or its name under outputs/) while it trains: evaluate each new
+    policy (published weights or checkpoint) as it appears with one server of its own that
+    swaps to it, write `step_<n>/` results here, and log each step's figures into the run's
+    metrics.jsonl (component `evals`) and W&B run. Ends when the run has ended and every step
+    it left is evaluated."""
+
+    watch_interval_s: Annotated[float, Field(gt=0)] = 10.0
+    """With `watch`: seconds between looks at the run for a new policy."""
+
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
     """Every rollout samples with a seed derived from (seed, env, example, rollout): the same
     policy and seed give the same results from a folder, a server or a checkpoint."""
@@ -84,6 +94,16 @@ class EvalsConfig(BaseConfig):
             raise ValueError(f"step = {self.step} needs `run` (--run RUN): the run to take it from")
         if self.step < -1:
             raise ValueError(f"step = {self.step}: give a step number or -1 for the newest")
+        if self.watch is not None and self.run is not None:
+            raise ValueError(
+                f"watch = {self.watch!r} and run = {self.run!r}: give one (--watch follows a "
+                "run and evaluates every new step; --run --step evaluates one step)"
+            )
+        if self.watch is not None and self.client.base_url:
+            raise ValueError(
+                f"watch = {self.watch!r} with client.base_url = {self.client.base_url!r}: "
+                "--watch swaps each new policy into a server of its own; drop --client.base-url"
+            )
         return self
 
 

@@ -8,7 +8,10 @@ from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.logs import setup_logging
 
-USAGE = "evals @ eval.toml [--KEY.PATH VALUE ...]  (--run RUN --step N: a run's policy)"
+USAGE = (
+    "evals @ eval.toml [--KEY.PATH VALUE ...]  (--run RUN --step N: a run's policy; --watch RUN: "
+    "each new policy of a live run)"
+)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,7 @@ import logging
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,26 +27,43 @@ def run(config: EvalsConfig) -> dict[str, dict]:
     out = config.output_dir
     claim(out)  # a new or empty folder, or one this tool made: never a user's folder
     write_config(config, out / "eval.toml")
+    if config.watch is not None:
+        from orchestrator.evals.watch import watch
+
+        watch(config)
+        return {}
     model = policy_folder(config, out) if config.run is not None else config.model.name
     started = time.monotonic()
-    base_urls = config.client.base_urls if config.client.base_url else None
-    serving = (
-        nullcontext(base_urls)
-        if base_urls
-        else own_server(model, config.inference, out, config.seq_len,
-                        config.client.health_timeout_s)
-    )  # fmt: skip
-    with serving as urls:
-        urls = urls if isinstance(urls, list) else [urls]
+    with serving(config, model) as urls:
         rows = asyncio.run(evaluate(config, urls, model))
+    summary = summarize(config, rows)
+    write_results(out, rows, summary)
+    print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
+    print(table(summary), flush=True)
+    return summary
+
+
+def serving(config: EvalsConfig, model: str):
+    """A context that yields the servers' base URLs: the given ones, or its own server's."""
+    if config.client.base_url:
+        return nullcontext(config.client.base_urls)
+    own = own_server(model, config.inference, config.output_dir, config.seq_len,
+                     config.client.health_timeout_s)  # fmt: skip
+    return wrap_list(own)
+
+
+@contextmanager
+def wrap_list(context):
+    with context as url:
+        yield [url]
+
+
+def summarize(config: EvalsConfig, rows: list[dict]) -> dict[str, dict]:
     summary = {}
     for label, env_config in zip(env_labels(config), config.eval.env, strict=True):
         env_rows = [r for r in rows if r["env"] == label]
         summary[label] = env_summary(env_rows, env_config.rollouts_per_example,
                                      config.eval.pass_threshold)  # fmt: skip
-    write_results(out, rows, summary)
-    print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
-    print(table(summary), flush=True)
     return summary
 
 
@@ -60,20 +77,26 @@ def env_labels(config: EvalsConfig) -> list[str]:
 def policy_folder(config: EvalsConfig, out: Path) -> str:
     """The run's policy at `step` as a full HF folder (`rl export`: its weights or checkpoint,
     a LoRA adapter merged)."""
-    run = run_path(config.run)
     folder = out / "policy"
     if folder.exists():
         import shutil
 
         shutil.rmtree(folder)  # this evaluation's own earlier export
-    command = [sys.executable, "-m", "launcher.rl", "export", str(run), "--out", str(folder)]
-    command += ["--step", str(config.step)] if config.step != -1 else []
+    export_policy(config.run, config.step, folder)
+    return str(folder)
+
+
+def export_policy(run: str, step: int, folder: Path) -> None:
+    """`rl export RUN --step STEP --out FOLDER` (-1: the newest step); a ConfigError with its
+    message when it fails."""
+    command = [sys.executable, "-m", "launcher.rl", "export", str(run_path(run)), "--out",
+               str(folder)]  # fmt: skip
+    command += ["--step", str(step)] if step != -1 else []
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise ConfigError(f"--run {config.run} --step {config.step}: " +
+        raise ConfigError(f"--run {run} --step {step}: " +
                           done.stderr.strip().removeprefix("rl export: error: "))  # fmt: skip
     logger.info(done.stdout.strip().splitlines()[0])
-    return str(folder)
 
 
 async def evaluate(config: EvalsConfig, base_urls: list[str], model: str) -> list[dict]:

@@ -2,15 +2,18 @@
 server), from a running server (`client.base_url`) and from a run's checkpoint (`--run`) gives
 the same results and summary for the same seed; bad input exits 2 naming the key."""
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from rlcore.ownership import RUN_MARKER
 from tests.inference_process import InferenceProcess
-from tests.integration.helpers import REPO, free_port
+from tests.integration.helpers import REPO, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -72,12 +75,66 @@ def test_folder_server_and_run_checkpoint_agree(tiny_model_dir, tmp_path):
         assert results(tmp_path / other) == (own_rows, own_summary), other
 
 
+@pytest.mark.slow
+def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path):
+    """A run holding its folder (here this test, as a component started alone would) with
+    step 1 ready: the watch evaluates it on a server of its own; step 2 appears (its checkpoint
+    and weights moved in): the same server swaps to it and evaluates it; the run ends: the
+    watch ends. Each step's figures land in the run's metrics.jsonl."""
+    run = tmp_path / "sft"
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
+                            for i in range(8)))  # fmt: skip
+    sft = [sys.executable, "-m", "launcher.rl", "sft", "--model.name", str(tiny_model_dir),
+           "--model.dtype", "float32", "--data.name", str(data), "--max-steps", "2",
+           "--seq-len", "64", "--ckpt.interval", "1", "--output-dir", str(run)]  # fmt: skip
+    done = subprocess.run(sft, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for part in ("checkpoints", "weights"):
+        (run / part / "step_2").rename(hidden / part)
+
+    out = tmp_path / "watch"
+    lock = os.open(run / RUN_MARKER, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_SH)  # the run is live
+    config = eval_toml(tmp_path, tiny_model_dir, out)
+    cmd = [sys.executable, "-m", "launcher.rl", "eval", "@", str(config), "--watch", str(run),
+           "--watch-interval-s", "1"]  # fmt: skip
+    log = tmp_path / "watch.log"
+    with log.open("w") as sink:
+        watcher = subprocess.Popen(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: (out / "step_1" / "summary.json").is_file(), 600, "step 1",
+                 proc=watcher, log=log)  # fmt: skip
+        for part in ("checkpoints", "weights"):
+            (hidden / part).rename(run / part / "step_2")
+        wait_for(lambda: (out / "step_2" / "summary.json").is_file(), 600, "step 2",
+                 proc=watcher, log=log)  # fmt: skip
+        os.close(lock)  # the run ends
+        assert watcher.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        watcher.kill()
+    server_log = (out / "inference.log").read_text()
+    assert server_log.count("now serving") == 1 and "step_2" in server_log
+    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+             if r["component"] == "evals"]  # fmt: skip
+    assert [r["step"] for r in evals] == [1, 2]
+    for record in evals:
+        summary = json.loads((out / f"step_{record['step']}" / "summary.json").read_text())
+        assert record["rl-add-digits/pass@1"] == summary["rl-add-digits"]["pass@1"]
+        assert record["rl-add-digits/num_rollouts"] == 12
+    assert "has ended; evaluated steps [1, 2]" in log.read_text()
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--step", "3"], "step = 3 needs `run`"),
         (["--run", "no-such-run"], "--run no-such-run --step -1:"),
         (["--eval.env", "[]"], "eval.env is empty"),
+        (["--watch", "a", "--run", "b"], "give one (--watch follows a run"),
+        (["--watch", "no-such-run"], "is not a run folder"),
     ],
 )
 def test_bad_input_exits_2_naming_the_key(tiny_model_dir, tmp_path, args, words):

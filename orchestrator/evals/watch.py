@@ -1,0 +1,180 @@
+"""`evals --watch RUN`: follow a run while it trains and evaluate each new policy.
+
+Each round looks at the run for policies not evaluated yet (complete checkpoints and published
+weights, as `rl export` finds them) and evaluates the newest one, saying which older ones it
+skipped to keep up. The first policy starts the evaluation's own server; every later one is
+exported into that server's own `weights/` folder and swapped in through its admin route, so
+the server starts once. Each step's rows and summary go to `<output_dir>/step_<n>/`, and its
+figures into the run's metrics.jsonl (component `evals`), which the run's orchestrator relays
+to its W&B run; once the run has ended, the watcher continues that W&B run itself. The watch
+ends when the run has ended (no process holds its folder) and every policy is evaluated; a
+watch started again in the same output_dir skips the steps it already evaluated.
+"""
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from orchestrator.evals.config import EvalsConfig, run_path
+from orchestrator.evals.server import own_server
+from orchestrator.evals.summary import table, write_results
+from rlcore.admin_token import read_token
+from rlcore.errors import ConfigError
+from rlcore.ownership import read_run_id
+from rlcore.rundir import RunDir, step_name, steps_in
+from rlcore.runlock import lock_holders
+
+logger = logging.getLogger("orchestrator")
+COMPONENT = "evals"
+
+
+def watch(config: EvalsConfig) -> None:
+    from orchestrator.evals.run import evaluate, export_policy, summarize
+
+    run = RunDir(run_path(config.watch))
+    if read_run_id(run.root) is None:
+        raise ConfigError(f"watch = {config.watch!r}: {run.root} is not a run folder (no "
+                          "marker): give a run's folder or its name under outputs/")  # fmt: skip
+    out = config.output_dir
+    done = evaluated_steps(out)
+    server = Server(config, out)
+    wandb = RunWandb(run)
+    print(f"evals: watching {run.root} (evaluated already: {sorted(done) or 'none'})", flush=True)
+    with ExitStack() as stack:
+        while True:
+            live = is_live(run)  # before looking: a run that ends now leaves its last step
+            new = [s for s in policy_steps(run) if s > max(done, default=-1)]
+            if not new:
+                if not live:
+                    break
+                time.sleep(config.watch_interval_s)
+                continue
+            step = new[-1]
+            if len(new) > 1:
+                logger.info(f"evaluating step {step}; skipped steps {new[:-1]} to keep up")
+            folder = out / "policy" if server.url is None else server.weights / step_name(step)
+            shutil.rmtree(folder, ignore_errors=True)  # this watch's own unfinished export
+            try:
+                export_policy(str(run.root), step, folder)
+            except ConfigError as err:  # pruned by the run meanwhile: the next one will do
+                logger.warning(f"step {step} could not be exported ({err}); going on")
+                done.add(step)
+                continue
+            server.serve(stack, folder, step)
+            rows = asyncio.run(evaluate(config, [server.url], server.model))
+            summary = summarize(config, rows)
+            write_results(out / step_name(step), rows, summary)
+            record(run, step, summary, wandb, live)
+            print(f"step {step} of {run.root}:\n{table(summary)}", flush=True)
+            done.add(step)
+    wandb.finish()
+    print(f"evals: {run.root} has ended; evaluated steps {sorted(done)} -> {out}", flush=True)
+
+
+class Server:
+    """The watch's one inference server: started on the first policy, then swapped."""
+
+    def __init__(self, config: EvalsConfig, out: Path):
+        self.config, self.out = config, out
+        self.url: str | None = None
+        self.model = str(out / "policy")
+        self.weights = RunDir(out / "server").weights
+        self.current: Path | None = None
+
+    def serve(self, stack: ExitStack, folder: Path, step: int) -> None:
+        config = self.config
+        if self.url is None:
+            self.url = stack.enter_context(own_server(
+                self.model, config.inference, self.out, config.seq_len,
+                config.client.health_timeout_s,
+            ))  # fmt: skip
+            return
+        asyncio.run(self.swap(folder))
+        logger.info(f"the server now serves step {step}")
+        if self.current is not None:
+            shutil.rmtree(self.current, ignore_errors=True)  # the export this watch made
+        self.current = folder
+
+    async def swap(self, folder: Path) -> None:
+        from orchestrator.servers import ServerPool
+
+        server_dir = RunDir(self.out / "server")
+        pool = ServerPool([self.url], self.config.client.timeout_s, lambda: read_token(server_dir))
+        try:
+            await pool.update_weights([{"weight_dir": str(folder)}])
+        finally:
+            await pool.close()
+
+
+def policy_steps(run: RunDir) -> list[int]:
+    """Steps with a complete trainer checkpoint or published weights, ascending."""
+    checkpoints = {s for s in run.complete_checkpoints() if run.part_done(s, "trainer")}
+    weights = {s for s in steps_in(run.weights) if run.weights_stable(s)}
+    return sorted(checkpoints | weights)
+
+
+def evaluated_steps(out: Path) -> set[int]:
+    return {s for s in steps_in(out) if (out / step_name(s) / "summary.json").is_file()}
+
+
+def is_live(run: RunDir) -> bool:
+    """Whether a launcher or a component started alone holds the run's folder."""
+    return bool(lock_holders(run.root))
+
+
+def flat(summary: dict[str, dict]) -> dict[str, float]:
+    """`<env>/<figure>` for every environment's summary figure."""
+    return {f"{env}/{key}": value for env, s in summary.items() for key, value in s.items()}
+
+
+def record(run: RunDir, step: int, summary: dict, wandb: "RunWandb", live: bool) -> None:
+    """One metrics.jsonl record of the step; into W&B directly once the run has ended (while
+    it runs, its orchestrator relays the record)."""
+    run.append_metrics(COMPONENT, step, flat(summary))
+    if not live:
+        wandb.log(step, flat(summary))
+
+
+class RunWandb:
+    """The run's W&B run, continued by id (from its newest orchestrator checkpoint) when its
+    orchestrator config names a project; opened on first use."""
+
+    def __init__(self, run: RunDir):
+        self.run_dir = run
+        self.run = None
+
+    def log(self, step: int, metrics: dict) -> None:
+        if self.run is None:
+            self.run = self.open()
+        if self.run:
+            self.run.log(COMPONENT, step, metrics)
+
+    def open(self):
+        from rlcore.config import WandbConfig
+        from rlcore.toml_io import load_toml
+        from rlcore.wandb_run import start_wandb
+
+        path = self.run_dir.config_file("orchestrator")
+        settings = load_toml(path).get("wandb", {}) if path.is_file() else {}
+        run_id = wandb_run_id(self.run_dir)
+        if not settings.get("project") or run_id is None:
+            return False
+        return start_wandb(WandbConfig.model_validate(settings), self.run_dir, run_id, {})
+
+    def finish(self) -> None:
+        if self.run:
+            self.run.finish()
+
+
+def wandb_run_id(run: RunDir) -> str | None:
+    for step in reversed(run.complete_checkpoints()):
+        try:
+            state = json.loads((run.part_dir(step, "orchestrator") / "state.json").read_text())
+        except (OSError, ValueError):
+            continue
+        return state.get("wandb_run_id")
+    return None
