@@ -1,6 +1,6 @@
 """`rl plot RUN`: a PNG of a run's curves from metrics.jsonl, no W&B account needed: reward,
 loss, entropy, mismatch_kl and throughput against step (an SFT run: its loss, held-out loss,
-gradient norm, learning rate and throughput)."""
+gradient norm, learning rate and throughput). `evals --watch` rewards join the reward panel."""
 
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,12 @@ def series(records: list[dict[str, Any]], component: str, key: str) -> tuple[lis
     return steps, [by_step[s] for s in steps]
 
 
+def watched_rewards(records: list[dict[str, Any]]) -> dict[str, tuple[list, list]]:
+    """`evals --watch` rewards per environment: 'eval <env>' -> (steps, values)."""
+    keys = {k for r in records if r.get("component") == "evals" for k in r if k.endswith("/reward")}
+    return {f"eval {key[: -len('/reward')]}": series(records, "evals", key) for key in sorted(keys)}
+
+
 def plot_run(run: RunDir, out: Path | None = None) -> Path:
     """Write the run's curves to `out` (default: plot.png in the run directory)."""
     import matplotlib
@@ -56,8 +62,13 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
     for ax, (title, component, key) in zip(axes.flat, panels, strict=True):
         steps, values = series(records, component, key)
         if steps:
-            ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5)
-        else:
+            ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5, label="training")
+        evals = watched_rewards(records) if title == "reward" else {}
+        for name, (eval_steps, eval_values) in evals.items():
+            ax.plot(eval_steps, eval_values, marker="s", markersize=4, linewidth=1.5, label=name)
+        if evals:
+            ax.legend(fontsize=9)
+        if not steps and not evals:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(title, fontsize=13)
         ax.set_xlabel("step")

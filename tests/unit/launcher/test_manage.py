@@ -138,3 +138,18 @@ def test_the_wait_is_read_off_the_main_threads_stack():
     )
     assert innermost_project_frame(dump) == "trainer/data.py:31 in wait_for_batch"
     assert innermost_project_frame("nothing here") is None
+
+
+def test_plot_takes_the_watched_eval_rewards_per_environment():
+    from launcher.plot import watched_rewards
+
+    records = [
+        {"component": "orchestrator", "step": 1, "reward": 0.1},
+        {"component": "evals", "step": 2, "a/reward": 0.5, "a/pass@1": 0.5, "b#1/reward": 0.2},
+        {"component": "evals", "step": 4, "a/reward": 0.7, "b#1/reward": 0.3},
+        {"component": "evals", "step": 4, "a/reward": 0.8, "b#1/reward": 0.4},  # resumed: wins
+    ]
+    assert watched_rewards(records) == {
+        "eval a": ([2, 4], [0.5, 0.8]),
+        "eval b#1": ([2, 4], [0.2, 0.4]),
+    }
