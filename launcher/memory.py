@@ -170,10 +170,10 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
         have, where = gpu_memory(gpus), f"GPU {gpus[0]}"
         parts.pop("process")  # host memory, not the GPU's
     else:
-        transfer = trainer.weight_transfer
         parts["background copies"] = background_copies(
-            shape, trainable, trainer.ckpt.background, getattr(transfer, "background", False)
-        )
+            shape, trainable, trainer.ckpt.background,
+            trainer.weight_transfer.copies_in_background(),
+        )  # fmt: skip
         ram = available_ram()
         inference = 0.0
         if not gpu_map.get("inference"):

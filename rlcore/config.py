@@ -187,6 +187,16 @@ class TransportConfig(BaseConfig):
         """What the inference server adds to vLLM's arguments for this transport."""
         return []
 
+    def copies_in_background(self) -> bool:
+        """Whether the trainer keeps a host copy of each policy while a thread writes it out
+        (`rl`'s memory estimate)."""
+        return False
+
+    def weights_root(self) -> Path | None:
+        """Where the trainer keeps the run's policy folders instead of `<output_dir>/weights`
+        (it links them there); None: in the run folder, or none at all."""
+        return None
+
 
 class FilesystemTransferConfig(TransportConfig):
     """Each policy is an HF safetensors folder `weights/step_<n>/`, marked STABLE when complete;
@@ -210,6 +220,12 @@ class FilesystemTransferConfig(TransportConfig):
     def num_policy_folders(self, async_level: int) -> int:
         # the trainer keeps async_level + 1; one more while the newest is written
         return async_level + 2
+
+    def copies_in_background(self) -> bool:
+        return self.background
+
+    def weights_root(self) -> Path | None:
+        return self.dir
 
 
 class CollectiveTransferConfig(TransportConfig):

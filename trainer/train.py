@@ -118,7 +118,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
         run_dir.claim()
         join_run(run_dir.root)  # alone: never beside a running rl (rlcore.runlock)
         waits.setup(run_dir.root, "trainer")  # what it waits for, for rl to read
-        place_weights(run_dir, getattr(config.weight_transfer, "dir", None))
+        place_weights(run_dir, config.weight_transfer.weights_root())
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
     world.barrier()
     return run_dir, resume_step

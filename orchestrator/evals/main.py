@@ -18,7 +18,11 @@ def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
     setup_logging("orchestrator", config.log.level)
     from orchestrator.client import OrchestratorError
-    from orchestrator.evals.run import run
+
+    if config.watch is not None:
+        from orchestrator.evals.watch import watch as run
+    else:
+        from orchestrator.evals.run import run
 
     try:
         run(config)

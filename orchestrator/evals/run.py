@@ -27,11 +27,6 @@ def run(config: EvalsConfig) -> dict[str, dict]:
     out = config.output_dir
     claim(out)  # a new or empty folder, or one this tool made: never a user's folder
     write_config(config, out / "eval.toml")
-    if config.watch is not None:
-        from orchestrator.evals.watch import watch
-
-        watch(config)
-        return {}
     model = policy_folder(config, out) if config.run is not None else config.model.name
     started = time.monotonic()
     with serving(config, model) as urls:

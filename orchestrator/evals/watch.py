@@ -20,26 +20,28 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from orchestrator.evals.config import EvalsConfig, run_path
+from orchestrator.evals.run import evaluate, export_policy, summarize
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import table, write_results
 from rlcore.admin_token import read_token
 from rlcore.errors import ConfigError
-from rlcore.ownership import read_run_id
+from rlcore.ownership import claim, read_run_id
 from rlcore.rundir import RunDir, step_name, steps_in
 from rlcore.runlock import lock_holders
+from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "evals"
 
 
 def watch(config: EvalsConfig) -> None:
-    from orchestrator.evals.run import evaluate, export_policy, summarize
-
     run = RunDir(run_path(config.watch))
     if read_run_id(run.root) is None:
         raise ConfigError(f"watch = {config.watch!r}: {run.root} is not a run folder (no "
                           "marker): give a run's folder or its name under outputs/")  # fmt: skip
     out = config.output_dir
+    claim(out)  # a new or empty folder, or one this tool made: never a user's folder
+    write_config(config, out / "eval.toml")
     done = evaluated_steps(out)
     server = Server(config, out)
     wandb = RunWandb(run)

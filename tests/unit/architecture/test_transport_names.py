@@ -35,3 +35,32 @@ def test_only_the_registries_name_a_transport():
             if found and where not in REGISTRIES:
                 naming[where] = found
     assert naming == {}
+
+
+def test_no_module_probes_a_transport_for_fields_of_one_kind():
+    """`getattr(transfer, "dir", None)` is a hidden branch on the transport: ask a method."""
+    probing = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            where = str(path.relative_to(REPO))
+            for node in ast.walk(ast.parse(path.read_text())):
+                is_probe = (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr")
+                    and "transfer" in ast.unparse(node.args[0])
+                )
+                if is_probe and where not in REGISTRIES:
+                    probing.setdefault(where, []).append(ast.unparse(node))
+    assert probing == {}
+
+
+def test_the_trainer_asks_the_transport_where_and_how_it_writes_policies(tmp_path):
+    from rlcore.config import CollectiveTransferConfig, FilesystemTransferConfig
+
+    assert FilesystemTransferConfig(dir=tmp_path).weights_root() == tmp_path
+    assert FilesystemTransferConfig().weights_root() is None
+    assert FilesystemTransferConfig(background=False).copies_in_background() is False
+    assert FilesystemTransferConfig().copies_in_background() is True
+    collective = CollectiveTransferConfig()
+    assert collective.weights_root() is None and collective.copies_in_background() is False
