@@ -44,10 +44,47 @@ def family_config(family: str, vocab_size: int, **ids):
         return tf.PhiConfig(**common, partial_rotary_factor=0.5)
     if family == "cohere":
         return tf.CohereConfig(**common, logit_scale=0.25, tie_word_embeddings=True)
+    return other_family_config(family, common)
+
+
+def other_family_config(family: str, common: dict):
+    """The architectures in HEAD_TRANSFORMS that share a head transform with one above: checked
+    against their HF forward in the unit tier only (tests/unit/trainer/test_families.py)."""
+    import transformers as tf
+
+    with_head_dim = {**common, "head_dim": HEAD_DIM}
+    if family == "mistral":
+        return tf.MistralConfig(**with_head_dim, sliding_window=None)
+    if family == "qwen2":
+        return tf.Qwen2Config(**common, tie_word_embeddings=True)
+    if family == "gemma":
+        return tf.GemmaConfig(**with_head_dim)
+    if family == "gemma3":
+        return tf.Gemma3TextConfig(
+            **with_head_dim, query_pre_attn_scalar=HEAD_DIM, sliding_window=8,
+            final_logit_softcapping=4.0,
+        )  # fmt: skip
+    if family == "cohere2":
+        return tf.Cohere2Config(**with_head_dim, logit_scale=0.25, tie_word_embeddings=True,
+                                sliding_window=8)  # fmt: skip
+    if family == "phi3":
+        return tf.Phi3Config(**common)
+    if family == "olmo2":
+        return tf.Olmo2Config(**common)
+    if family == "stablelm":
+        return tf.StableLmConfig(**common, partial_rotary_factor=0.5)
+    if family == "starcoder2":
+        return tf.Starcoder2Config(**common, sliding_window=None)
     raise ValueError(f"unknown family {family}")
 
 
 FAMILIES = ["qwen3", "llama", "gemma2", "granite", "phi", "cohere"]
+"""Families with every test: trainer, shared prompts, and vLLM serving them (integration)."""
+HEAD_FAMILIES = [
+    *FAMILIES, "mistral", "qwen2", "gemma", "gemma3", "cohere2", "phi3", "olmo2", "stablelm",
+    "starcoder2",
+]  # fmt: skip
+"""One tiny model per architecture in trainer.logprob_head.HEAD_TRANSFORMS."""
 
 
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from families import FAMILIES  # noqa: E402
+from families import HEAD_FAMILIES  # noqa: E402
 from test_trainer_data import packed_row  # noqa: E402
 
 from rlcore.protocol import Sample  # noqa: E402
@@ -64,8 +64,18 @@ def load(model_dir: Path, world, chunk: int | None, lora: LoraConfig | None = No
     return load_model(config, str(model_dir), world, lora)
 
 
+def test_every_listed_head_has_a_tiny_model(family_dirs):
+    """HEAD_TRANSFORMS claims each architecture's head equals its HF forward: each has a tiny
+    model in tests/families.py that the test below checks."""
+    import json
+
+    built = {json.loads((d / "config.json").read_text())["architectures"][0]
+             for d in family_dirs.values()}  # fmt: skip
+    assert built == set(HEAD_TRANSFORMS)
+
+
 @pytest.mark.parametrize("chunk", [7, None], ids=["chunked", "full_logits"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", HEAD_FAMILIES)
 def test_trainer_logprobs_equal_the_hf_forward(family_dirs, cpu_world, family, chunk):
     from transformers import AutoModelForCausalLM
 
@@ -93,7 +103,7 @@ def naive_logprobs(model, batch: list[Sample]) -> torch.Tensor:
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("family", ["gemma2", "granite", "phi", "cohere"])
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "granite", "phi", "cohere", "cohere2"])
 def test_the_tiny_models_make_the_head_transform_show(family_dirs, family):
     """Guards the test above: on these models, dropping the head's transform is far off."""
     from transformers import AutoModelForCausalLM
