@@ -46,9 +46,16 @@ def job_script(plan, rl_toml: Path) -> str:
             text = slurm.template.read_text()
         except OSError as err:
             raise ConfigError(f"slurm.template {slurm.template}: {err}") from None
-        return text.format(
-            job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
-        )
+        try:
+            return text.format(
+                job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
+            )
+        except (KeyError, IndexError, ValueError) as err:
+            raise ConfigError(
+                f"slurm.template {slurm.template}: cannot fill it in ({type(err).__name__}: "
+                f"{err}): only {{job_name}}, {{nodes}}, {{log}}, {{workdir}} and {{command}} "
+                "are filled in; write any other brace doubled, e.g. ${{HOME}}"
+            ) from None
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={name}",
