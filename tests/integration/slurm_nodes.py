@@ -45,6 +45,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def unavailable() -> str | None:
+    """Why a cluster of namespaces cannot start here, found cheaply (nothing installed or
+    started: one probe namespace made and deleted); None when it can."""
+    if os.geteuid() != 0:
+        return "a cluster of network namespaces needs root"
+    for tool in ("ip", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if shutil.which("slurmd") is None and shutil.which("apt-get") is None:
+        return "SLURM is not installed and there is no apt-get to install it"
+    probe = f"rlprobe{secrets.token_hex(3)}"
+    made = run(["ip", "netns", "add", probe])
+    run(["ip", "netns", "del", probe])
+    if made.returncode != 0:
+        return f"network namespaces are not allowed here ({made.stderr.strip()})"
+    return None
+
+
 class MultiNodeCluster:
     """`num_nodes` SLURM nodes (node1, node2, ...) on this machine; `env` is what a client
     (`sbatch`, `rl`) needs to talk to it."""
