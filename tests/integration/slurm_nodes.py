@@ -65,9 +65,11 @@ def unavailable() -> str | None:
 
 class MultiNodeCluster:
     """`num_nodes` SLURM nodes (node1, node2, ...) on this machine; `env` is what a client
-    (`sbatch`, `rl`) needs to talk to it."""
+    (`sbatch`, `rl`) needs to talk to it. `private_names`: more names of a node that only that
+    node resolves (as a name missing from the other nodes' DNS on a real cluster)."""
 
-    def __init__(self, state: Path, num_nodes: int = 3):
+    def __init__(self, state: Path, num_nodes: int = 3, private_names: dict | None = None):
+        self.private_names = private_names or {}
         self.state = state
         self.tag = secrets.token_hex(2)
         self.nodes = [f"node{i + 1}" for i in range(num_nodes)]
@@ -134,10 +136,13 @@ class MultiNodeCluster:
             ):
                 if (done := run(step)).returncode != 0:
                     return f"{' '.join(step)}: {done.stderr.strip()}"
-        (self.state / "hosts").write_text(
-            f"127.0.0.1 localhost\n{self.bridge_address} {self.host}\n"
-            + "".join(f"{address} {node}\n" for node, address in self.addresses.items())
+        common = f"127.0.0.1 localhost\n{self.bridge_address} {self.host}\n" + "".join(
+            f"{address} {node}\n" for node, address in self.addresses.items()
         )
+        for node, address in self.addresses.items():
+            private = " ".join(self.private_names.get(node, []))
+            extra = f"{address} {private}\n" if private else ""
+            (self.state / f"hosts-{node}").write_text(common + extra)
         return None
 
     def munge(self) -> str | None:
@@ -198,9 +203,9 @@ MinJobAge=3600
         (self.state / "ctld").mkdir()
         self.conf.write_text(self.slurm_conf())
         self.spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], self.state / "slurmctld.out")
-        hosts = self.state / "hosts"
         for node in self.nodes:
             (self.state / node).mkdir()
+            hosts = self.state / f"hosts-{node}"
             inner = f"mount --bind {hosts} /etc/hosts && hostname {node} && exec slurmd -D -N {node} -f {self.conf}"  # noqa: E501
             cmd = ["nsenter", f"--net=/run/netns/{self.namespaces[node]}", "unshare", "--uts",
                    "--mount", "sh", "-c", inner]  # fmt: skip

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm_nodes")
-    nodes = MultiNodeCluster(state, num_nodes=3)
+    nodes = MultiNodeCluster(state, num_nodes=3, private_names={"node2": ["trainer-only"]})
     started = time.monotonic()
     reason = nodes.start()
     if reason is not None:
@@ -174,3 +174,32 @@ def test_three_real_nodes(cluster, tiny_model_dir, tmp_path, transport):
     assert json.loads((out / "run.json").read_text())["status"] == "stopped"
     wait_for(lambda: not run_processes(out), 120, "every process of the job to exit")
     print(f"{transport}: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()))
+
+
+@pytest.mark.timeout(1200)
+def test_a_node_that_cannot_reach_the_group_is_named_with_the_fix(cluster, tiny_model_dir,
+                                                                   tmp_path):  # fmt: skip
+    """weight_transfer.host set to a name only the trainer's node resolves (the cluster's
+    `private_names`; a name missing from the other nodes' DNS): inference on node1
+    cannot resolve it, and the job fails at the first swap naming node1, the address and the
+    fix, well before the group's timeout (no traceback in the job's summary, no hang)."""
+    out = tmp_path / "run"
+    config = tmp_path / "rl.toml"
+    config.write_text(
+        tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=3)
+        + '[weight_transfer]\ntype = "collective"\nhost = "trainer-only"\n'
+        + "min_timeout_s = 600\n"
+        + '[slurm]\nnodes = 3\ntrainer_nodes = 2\ngpus_per_node = 0\ntime = "00:20:00"\n'
+    )
+    started = time.monotonic()
+    job_id = submit(config, out)
+    state = wait_for_job(job_id, timeout_s=900)
+    log = job_log(out, job_id)
+    assert state == "FAILED", log
+    orchestrator_log = (out / "logs" / "orchestrator.log").read_text()
+    for words in ("node node1 cannot resolve weight_transfer.host 'trainer-only'",
+                  "--weight-transfer.host"):  # fmt: skip
+        assert words in orchestrator_log, orchestrator_log[-3000:]
+    assert "rl: error: orchestrator" in log, log
+    assert time.monotonic() - started < 600  # the group's timeout (600 s) was not waited out
+    wait_for(lambda: not run_processes(out), 120, "every process of the job to exit")
