@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.plan import derive_transport
 from launcher.slurm_config import INSIDE_ENV
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
@@ -242,8 +243,6 @@ def place_in_job(plan) -> None:
     plan.urls = dict(zip(names, urls, strict=True))
     plan.gpu_map = {"orchestrator": [], "trainer": node_gpus, **dict.fromkeys(names, node_gpus)}
     plan.extra_env["trainer"] = {"MASTER_ADDR": trainer_hosts[0], "MASTER_PORT": str(MASTER_PORT)}
-    from launcher.plan import derive_transport
-
     derive_transport(config, plan.gpu_map, trainer_hosts[0], listen_port_on(trainer_hosts[0]))
     plan.wrappers = {name: srun_wrapper(plan, name) for name in plan.placement}
 
