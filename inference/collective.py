@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from inference.weight_dirs import WeightDirError
-from rlcore.collective import worker_init_info
+from rlcore.collective import reach_group, worker_init_info
 from rlcore.rundir import RunDir
 from rlcore.weight_transfer import WeightLoader
 
@@ -98,6 +98,10 @@ class CollectiveLoader(WeightLoader):
         if self.group_id is not None:
             await self.engine.collective_rpc("shutdown_weight_transfer_engine")
             self.group_id = None
+        try:
+            await asyncio.to_thread(reach_group, group["host"], group["port"], timeout_s)
+        except ConnectionError as err:
+            raise WeightDirError(502, str(err)) from None
         info = worker_init_info(group, rank_offset)
         logger.info(f"joining the trainer's {group['backend']} group {group['id']} at "
                     f"{group['host']}:{group['port']} from rank {rank_offset}")  # fmt: skip

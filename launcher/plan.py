@@ -4,6 +4,7 @@ and the supervisor read it, and it imports none of them (launcher/prepare.py bui
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher.rl_config import RLConfig
@@ -13,7 +14,7 @@ from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
-from rlcore.weight_transfer import Deployment
+from rlcore.weight_transfer import LOOPBACK, Deployment, listen_port_here
 
 
 @dataclass
@@ -164,18 +165,26 @@ def derive(config: RLConfig) -> RLConfig:
     return config
 
 
-def derive_transport(config: RLConfig, gpu_map: dict[str, list[int]]) -> None:
+def derive_transport(
+    config: RLConfig, gpu_map: dict[str, list[int]], trainer_host: str | None,
+    listen_port: Callable[[int | None], int | None] = listen_port_here,
+) -> None:  # fmt: skip
     """The weight transport's own checks and derived settings for this deployment
-    (rlcore.config.TransportConfig), then the same transport in all three processes."""
+    (rlcore.config.TransportConfig), then the same transport in all three processes. A
+    multi-node job is derived once placed on its nodes (launcher.slurm.place_in_job gives
+    `trainer_host` and `listen_port` there); before, only checked."""
     transfer = config.trainer.weight_transfer
     parallel = config.inference.parallel
     on_gpus = bool(gpu_map.get("inference"))
+    num_nodes = (config.slurm.nodes or 1) if config.slurm is not None else 1
     deployment = Deployment(
         num_servers=config.inference.replicas,
         workers_per_server=parallel.tp * (parallel.dp or 1) if on_gpus else 1,
         inference_on_gpus=on_gpus,
-        num_nodes=(config.slurm.nodes or 1) if config.slurm is not None else 1,
+        num_nodes=num_nodes,
         lora=config.trainer.lora is not None,
+        trainer_host=trainer_host,
+        listen_port=listen_port,
     )
     transfer.check_launch(deployment)
     transfer.derive(deployment)
@@ -226,7 +235,8 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
     GPUs are on its nodes, so missing ids only warn, as in a dry run)."""
     config = derive(config)
     gpu_map, warnings = assign_gpus(config, available, dry_run or submitting)
-    derive_transport(config, gpu_map)
+    multi_node = config.slurm is not None and (config.slurm.nodes or 1) > 1
+    derive_transport(config, gpu_map, None if multi_node else LOOPBACK)
     names = inference_names(config.inference.replicas)
     all_inference = [g for name in names for g in gpu_map[name]]
     if all_inference and not config.inference_gpu_ids:

@@ -18,8 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.plan import derive_transport
 from launcher.slurm_config import INSIDE_ENV
 from rlcore.admin_token import ADMIN_TOKEN_ENV
+from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.rundir import record_state
 from rlcore.runlock import hold_run
@@ -45,9 +47,16 @@ def job_script(plan, rl_toml: Path) -> str:
             text = slurm.template.read_text()
         except OSError as err:
             raise ConfigError(f"slurm.template {slurm.template}: {err}") from None
-        return text.format(
-            job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
-        )
+        try:
+            return text.format(
+                job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
+            )
+        except (KeyError, IndexError, ValueError) as err:
+            raise ConfigError(
+                f"slurm.template {slurm.template}: cannot fill it in ({type(err).__name__}: "
+                f"{err}): only {{job_name}}, {{nodes}}, {{log}}, {{workdir}} and {{command}} "
+                "are filled in; write any other brace doubled, e.g. ${{HOME}}"
+            ) from None
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={name}",
@@ -177,7 +186,10 @@ def job_hosts() -> list[str]:
 
 
 def srun_prefix(hosts: list[str], overlap: bool) -> list[str]:
-    cmd = ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}"]
+    """One task on each of `hosts`. `--ntasks` is explicit: the job's own SLURM_NTASKS (one
+    per node of the whole job), inherited by srun, would ask a one-node step for every task."""
+    cmd = ["srun", f"--nodes={len(hosts)}", f"--ntasks={len(hosts)}", "--ntasks-per-node=1"]
+    cmd += [f"--nodelist={','.join(hosts)}"]
     cmd += ["--kill-on-bad-exit=1", "--export=ALL"]
     return cmd + (["--overlap"] if overlap else [])
 
@@ -231,14 +243,48 @@ def place_in_job(plan) -> None:
     plan.urls = dict(zip(names, urls, strict=True))
     plan.gpu_map = {"orchestrator": [], "trainer": node_gpus, **dict.fromkeys(names, node_gpus)}
     plan.extra_env["trainer"] = {"MASTER_ADDR": trainer_hosts[0], "MASTER_PORT": str(MASTER_PORT)}
+    derive_transport(config, plan.gpu_map, trainer_hosts[0], listen_port_on(trainer_hosts[0]))
     plan.wrappers = {name: srun_wrapper(plan, name) for name in plan.placement}
+
+
+PORT_TAKEN = 3
+PORT_PROBE = f"""import socket, sys
+with socket.socket() as sock:
+    try:
+        sock.bind(("", int(sys.argv[1])))
+    except OSError:
+        sys.exit({PORT_TAKEN})
+    print(sock.getsockname()[1])
+"""
+
+
+def listen_port_on(host: str):
+    """`Deployment.listen_port` on the job's node `host`: a one-task step there binds the port
+    (or one the OS picks) on all of the node's addresses and says which it got."""
+
+    def listen_port(port: int | None) -> int | None:
+        cmd = [*srun_prefix([host], overlap=True), sys.executable, "-c", PORT_PROBE, str(port or 0)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"checking a TCP port on node {host} took over 300 s") from None
+        if done.returncode == PORT_TAKEN:
+            return None
+        words = done.stdout.split()
+        if done.returncode != 0 or not words or not words[-1].isdigit():
+            raise ConfigError(f"cannot check a TCP port on node {host}: {done.stderr.strip()}")
+        return int(words[-1])
+
+    return listen_port
 
 
 def srun_wrapper(plan, component: str) -> list[str]:
     """What starts a component's command on its nodes, with its environment set there. Secrets
     (the admin token, literal config secrets) travel in srun's exported environment, never on
-    a command line that `ps` shows."""
+    a command line that `ps` shows; so does the attempt id, new at every (re)start after this
+    wrapper is made."""
     env = {**plan.env(component), **plan.extra_env.get(component, {})}
-    env = {k: v for k, v in env.items() if k != ADMIN_TOKEN_ENV and k not in plan.secret_env}
+    unset = {ADMIN_TOKEN_ENV, ATTEMPT_ENV, *plan.secret_env}
+    env = {k: v for k, v in env.items() if k not in unset}
     hosts = plan.placement[component]
     return [*srun_prefix(hosts, overlap=True), "env", *(f"{k}={v}" for k, v in env.items())]

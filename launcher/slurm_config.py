@@ -3,10 +3,11 @@ SLURM that the config, the plan and the subcommands need (the job script, its su
 the placement of components on the job's nodes are launcher/slurm.py)."""
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlcore.config import BaseConfig
 
@@ -16,6 +17,16 @@ NodeCount = Annotated[int, Field(gt=0, le=MAX_NODES)]
 
 INSIDE_ENV = "RL_SLURM_JOB"
 """Set by the job script: `rl` runs the supervisor here instead of submitting again."""
+
+TIME_LIMIT = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
+"""sbatch's `--time` forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+OWN_OPTIONS = {"--nodes": "nodes", "-N": "nodes", "--time": "time", "-t": "time",
+               "--partition": "partition", "-p": "partition", "--account": "account",
+               "-A": "account", "--job-name": "job_name", "-J": "job_name",
+               "--gpus-per-node": "gpus_per_node", "--output": None, "-o": None,
+               "--ntasks-per-node": None}  # fmt: skip
+"""sbatch options the built-in script writes itself, and the field that sets each (None:
+fixed: the job's output goes to `<run>/logs/slurm-<id>.log`, one task per node)."""
 
 
 class SlurmConfig(BaseConfig):
@@ -36,9 +47,14 @@ class SlurmConfig(BaseConfig):
     has more, and the job lists them one by one)."""
 
     partition: str | None = None
+    """SLURM partition (queue) to run in (`--partition`); None: the cluster's default."""
+
     account: str | None = None
+    """Account the job is charged to (`--account`); None: your default account."""
+
     time: str = "24:00:00"
-    """Wall-clock limit (`--time`)."""
+    """Wall-clock limit (`--time`): minutes, HH:MM:SS or D-HH:MM:SS; SLURM stops the job
+    then (resume it with `--ckpt.resume-step -1`)."""
 
     job_name: str | None = None
     """None uses the run directory's name."""
@@ -53,6 +69,45 @@ class SlurmConfig(BaseConfig):
     template: Path | None = None
     """Your own sbatch template instead of the built-in one; `{job_name}`, `{nodes}`,
     `{log}`, `{workdir}` and `{command}` are filled in."""
+
+    @field_validator("time")
+    @classmethod
+    def validate_time(cls, value: str) -> str:
+        if not TIME_LIMIT.fullmatch(value):
+            raise ValueError(
+                f"slurm.time = {value!r} is not a SLURM time limit: use minutes, HH:MM:SS or "
+                "D-HH:MM:SS, e.g. '24:00:00' or '2-00:00:00'"
+            )
+        return value
+
+    @field_validator("partition", "account", "job_name")
+    @classmethod
+    def validate_one_word(cls, value: str | None, info) -> str | None:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError(
+                f"slurm.{info.field_name} = {value!r} must be one word without spaces or "
+                f"line breaks (it becomes `#SBATCH --{info.field_name.replace('_', '-')}=...`)"
+            )
+        return value
+
+    @field_validator("sbatch_lines")
+    @classmethod
+    def validate_sbatch_lines(cls, lines: list[str]) -> list[str]:
+        for i, line in enumerate(lines):
+            option = line.strip().split("=")[0].split()[0] if line.strip() else ""
+            if not option.startswith("-") or "\n" in line or "\r" in line:
+                raise ValueError(
+                    f"slurm.sbatch_lines[{i}] = {line!r} is not one sbatch option: write it as "
+                    "on sbatch's command line, e.g. '--qos=high' (one option per entry)"
+                )
+            if option in OWN_OPTIONS:
+                field = OWN_OPTIONS[option]
+                fix = f"set slurm.{field} instead" if field else "rl sets it itself; drop it"
+                raise ValueError(
+                    f"slurm.sbatch_lines[{i}] = {line!r}: the job script already writes "
+                    f"{option}: {fix}"
+                )
+        return lines
 
     @model_validator(mode="after")
     def check_nodes(self) -> "SlurmConfig":

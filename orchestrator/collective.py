@@ -66,9 +66,11 @@ class CollectiveReceiver(WeightReceiver):
         return {key: offer[key] for key in ("step", "group", "update_info")}
 
     async def swap(self, step: int, servers: PolicyServers) -> dict[str, Any] | None:
-        """Asks the trainer for `step` and has every server receive it."""
+        """Asks the trainer for `step` and has every server receive it, waiting for their
+        answers as long as the group's timeout (which grows with the policy) lets them take."""
+        request = self.load_request(step)
         return await servers.update_weights(
-            self.server_requests(self.load_request(step), len(servers))
+            self.server_requests(request, len(servers)), collective.answer_timeout_s(request)
         )
 
     def server_requests(self, request: dict[str, Any], count: int) -> list[dict[str, Any]]:

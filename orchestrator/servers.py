@@ -154,15 +154,21 @@ class ServerPool:
             server.tokenized += 1
             return int(answer.json()["count"])
 
-    async def update_weights(self, requests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    async def update_weights(
+        self, requests: list[dict[str, Any]], timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
         """Send server i `requests[i]` (POST /update_weights), all at once; returns when every
         server answered. A server that refused or failed ends the run naming it; the answer
-        they all gave (None: they have no swap route, as a plain vLLM server)."""
+        they all gave (None: they have no swap route, as a plain vLLM server). `timeout_s`:
+        for each answer (None: client.timeout_s)."""
         assert len(requests) == len(self.servers)
         if self.token is None:
             self.token = self.read_token()
         answers = await asyncio.gather(
-            *(self._update_one(s, r) for s, r in zip(self.servers, requests, strict=True)),
+            *(
+                self._update_one(s, r, timeout_s or self.timeout_s)
+                for s, r in zip(self.servers, requests, strict=True)
+            ),  # fmt: skip
             return_exceptions=True,
         )
         for answer in answers:  # in server order: the first failed server is named
@@ -170,17 +176,17 @@ class ServerPool:
                 raise answer
         return self.common_answer(answers)
 
-    async def _update_one(self, server: Server, request: dict[str, Any]) -> dict[str, Any] | None:
+    async def _update_one(
+        self, server: Server, request: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any] | None:
         token = self.token
         try:
-            return await update_weights(self.http, server.base_url, request, self.timeout_s, token)
+            return await update_weights(self.http, server.base_url, request, timeout_s, token)
         except AdminTokenError:
             self.token = self.read_token()
             if self.token == token:
                 raise
-            return await update_weights(
-                self.http, server.base_url, request, self.timeout_s, self.token
-            )
+            return await update_weights(self.http, server.base_url, request, timeout_s, self.token)
 
     def common_answer(self, answers: list[Any]) -> dict[str, Any] | None:
         """The servers' one answer: all swapped and serve the policy under one name, or none

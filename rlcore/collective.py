@@ -30,6 +30,8 @@ Light module: the standard library only; torch is imported inside the functions 
 
 import json
 import math
+import socket
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -59,6 +61,46 @@ def new_group(
         "timeout_s": timeout_s,
         "bucket_bytes": bucket_bytes,
     }
+
+
+def reach_group(host: str, port: int, timeout_s: float) -> None:
+    """Return once the trainer's group answers at host:port (TCP; a refused connection is
+    tried again: the trainer opens the port when first asked for a policy); a ConnectionError
+    naming this node, the address and the fix when `host` does not resolve here, or nothing
+    answers within `timeout_s` (instead of waiting out the group's timeout inside gloo)."""
+    node = socket.gethostname()
+    fix = (
+        "every inference node must reach trainer rank 0 there: under SLURM leave "
+        "weight_transfer.host unset (rl takes the first trainer node's address), else set "
+        f"--weight-transfer.host to an address of the trainer's machine that every node "
+        f"reaches, and let TCP port {port} through between the nodes"
+    )
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise ConnectionError(
+            f"node {node} cannot resolve weight_transfer.host {host!r} ({err}): {fix}"
+        ) from None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(10.0, left))):
+                return
+        except OSError as err:
+            if left <= 0:
+                raise ConnectionError(
+                    f"node {node} cannot reach the trainer's weight-transfer group at "
+                    f"{host}:{port} within {timeout_s:g} s ({err}): {fix}"
+                ) from None
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def answer_timeout_s(request: dict[str, Any]) -> float:
+    """How long an inference server may take to answer one update: joining the group,
+    receiving and finishing, each up to the group's timeout, and a pause for the requests in
+    flight."""
+    return 3 * float(request["group"]["timeout_s"]) + 120.0
 
 
 def worker_init_info(group: dict[str, Any], rank_offset: int) -> dict[str, Any]:

@@ -242,12 +242,14 @@ class CollectiveTransferConfig(TransportConfig):
     """Collective library: `gloo` (CPU tensors, works everywhere), `nccl` (GPU to GPU, vLLM's
     own engine); `auto` picks nccl when inference runs on GPUs, else gloo."""
 
-    host: str = "127.0.0.1"
-    """Address of the trainer's rank 0 that inference workers connect to."""
+    host: str | None = None
+    """Address of the trainer's rank 0 that every inference worker connects to; None: `rl`
+    derives it (127.0.0.1 on one machine, the first trainer node in a multi-node SLURM job),
+    a trainer started alone takes 127.0.0.1."""
 
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
-    """TCP port of the group's rendezvous on `host`; None: `rl` picks a free one (recorded in
-    the run's configs), a trainer started alone picks its own."""
+    """TCP port of the group's rendezvous on `host`; None: `rl` picks one free there (on the
+    trainer's node; recorded in the run's configs), a trainer started alone picks its own."""
 
     inference_workers: Annotated[int, Field(gt=0, le=1024)] | None = None
     """Inference worker processes that receive, all servers together (tp × dp each); None:
@@ -295,22 +297,33 @@ class CollectiveTransferConfig(TransportConfig):
                 "sends whole models, not LoRA adapters yet; use --weight-transfer.type "
                 "filesystem for LoRA runs, or drop trainer.lora"
             )
-        if deployment.num_nodes != 1:
+        if deployment.num_nodes > 1 and self.host in ("127.0.0.1", "localhost", "::1"):
             raise ConfigError(
-                f"weight_transfer.type = 'collective' with slurm.nodes = {deployment.num_nodes}: "
-                "the collective transport runs on one machine only so far; use "
-                "--weight-transfer.type filesystem for multi-node jobs, or --slurm.nodes 1"
+                f"weight_transfer.host = {self.host!r} with slurm.nodes = "
+                f"{deployment.num_nodes}: inference on the other nodes cannot reach a loopback "
+                "address; leave weight_transfer.host unset (rl takes the first trainer node's "
+                "address in the job) or set an address of that node every node reaches"
             )
 
     def derive(self, deployment: Deployment) -> None:
-        """The group's size (every inference worker), its port (a free one, kept in the run's
-        configs) and the backend (`auto`: nccl when inference has GPUs)."""
-        from rlcore.health import free_port  # a socket: only when `rl` plans a run
-
+        """The group's size (every inference worker), its address (where trainer rank 0 runs),
+        its port (checked free there, or a free one; kept in the run's configs) and the
+        backend (`auto`: nccl when inference has GPUs). Nothing before the processes' nodes
+        are known (`deployment.trainer_host` None: `rl` derives it again inside the job)."""
+        if deployment.trainer_host is None:
+            return
         if self.inference_workers is None:
             self.inference_workers = deployment.workers_per_server * deployment.num_servers
-        if self.port is None:
-            self.port = free_port(self.host)
+        if self.host is None:
+            self.host = deployment.trainer_host
+        port = deployment.listen_port(self.port)
+        if port is None:
+            raise ConfigError(
+                f"weight_transfer.port = {self.port} is in use on {deployment.trainer_host} "
+                "(where trainer rank 0 listens for the collective group): choose a free port, "
+                "or leave weight_transfer.port unset and rl picks one free there"
+            )
+        self.port = port
         if self.backend == "auto":
             self.backend = "nccl" if deployment.inference_on_gpus else "gloo"
 

@@ -21,8 +21,24 @@ Light module: pydantic and the standard library only.
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+LOOPBACK = "127.0.0.1"
+
+
+def listen_port_here(port: int | None) -> int | None:
+    """A TCP port free on this machine's loopback: `port` when nothing listens on it (else
+    None), the OS's pick when `port` is None."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port or 0))
+        except OSError:
+            return None
+        return sock.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,14 @@ class Deployment:
     """Machines the run spans (a SLURM job's nodes; 1 outside SLURM)."""
     lora: bool
     """The trainer trains LoRA adapters (`trainer.lora`)."""
+    trainer_host: str | None = LOOPBACK
+    """The address every process of the run reaches trainer rank 0 at: loopback on one
+    machine, the first trainer node in a multi-node SLURM job; None while that node is not
+    known (a multi-node job before `rl` runs inside it: then nothing is derived that depends
+    on where the processes run)."""
+    listen_port: Callable[[int | None], int | None] = listen_port_here
+    """A TCP port free where trainer rank 0 runs (on the trainer's first node in a job): the
+    port given when nothing listens on it there (else None), any free one for None."""
 
 
 class WeightSender(ABC):
@@ -68,9 +92,12 @@ class PolicyServers(Protocol):
 
     def __len__(self) -> int: ...
 
-    async def update_weights(self, requests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    async def update_weights(
+        self, requests: list[dict[str, Any]], timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
         """POST /update_weights `requests[i]` to server i; the answer every server gave (None:
-        they have no swap route), or an error naming the server that refused or differed."""
+        they have no swap route), or an error naming the server that refused or differed.
+        `timeout_s`: for each server's answer (None: the client's request timeout)."""
         ...
 
 

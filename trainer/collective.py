@@ -25,7 +25,7 @@ from rlcore.config import CollectiveTransferConfig
 from rlcore.errors import ConfigError
 from rlcore.health import free_port
 from rlcore.rundir import RunDir
-from rlcore.weight_transfer import WeightSender
+from rlcore.weight_transfer import LOOPBACK, WeightSender
 from trainer.dist import World
 from trainer.lora import is_lora
 from trainer.model import cast, drop_tied_copies
@@ -84,8 +84,9 @@ class CollectiveSender(WeightSender):
         group = None
         if self.world.is_main:
             shutil.rmtree(self.run_dir.transfer, ignore_errors=True)  # an earlier start's signals
+            host = config.host or LOOPBACK
             group = collective.new_group(
-                config.host, config.port or free_port(config.host),
+                host, config.port or free_port(host),
                 resolve_backend(config.backend), config.inference_workers or 1,
                 config.update_timeout_s(num_bytes), config.bucket_mb * MIB,
             )  # fmt: skip

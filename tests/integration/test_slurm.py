@@ -1,8 +1,9 @@
-"""`rl` on a real SLURM cluster (one node, set up by tests/integration/slurm_cluster.py): a
+"""`rl` on a real SLURM cluster (one node, set up by tests/integration/slurm_nodes.py): a
 tiny-model job runs to completion, and a job whose trainer is killed fails with nothing left
 running. Skipped, saying why, where SLURM cannot be installed."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,18 +14,27 @@ import pytest
 
 from launcher.slurm import ACTIVE_STATES, job_state
 from tests.integration.helpers import REPO, free_port, tiny_rl_toml, wait_for
-from tests.integration.slurm_cluster import start_cluster, stop_cluster
+from tests.integration.slurm_nodes import MultiNodeCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    reason = start_cluster(tmp_path_factory.mktemp("slurm"))
+    nodes = MultiNodeCluster(tmp_path_factory.mktemp("slurm"), num_nodes=1)
+    reason = nodes.start()
     if reason is not None:
         pytest.skip(f"no SLURM here: {reason}")
-    yield
-    stop_cluster()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(nodes.conf)  # squeue/scontrol here and in `rl`
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        nodes.stop()
 
 
 def submit(tmp_path: Path, model: Path, max_steps: int) -> tuple[Path, str]:

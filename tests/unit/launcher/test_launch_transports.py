@@ -33,12 +33,58 @@ def test_collective_settings_are_derived_once_for_all_three_processes():
     ("sections", "message"),
     [
         ({"trainer": {"lora": {"rank": 8}}}, "sends whole models, not LoRA adapters"),
-        ({"slurm": {"nodes": 2}}, "slurm.nodes = 2: the collective transport runs on one machine"),
+        ({"weight_transfer": {"type": "collective", "host": "127.0.0.1"}, "slurm": {"nodes": 2}},
+         "weight_transfer.host = '127.0.0.1' with slurm.nodes = 2: inference on the other "
+         "nodes cannot reach a loopback address"),
     ],
-)
+)  # fmt: skip
 def test_collective_refuses_what_it_cannot_carry(sections, message):
     with pytest.raises(ConfigError, match=message):
-        plan_for(**COLLECTIVE, **sections)
+        plan_for(**{**COLLECTIVE, **sections})
+
+
+def test_a_multi_node_job_is_checked_before_and_derived_inside_the_job():
+    sections = {"slurm": {"nodes": 3, "trainer_nodes": 2, "gpus_per_node": 0}}
+    transfer = plan_for(**COLLECTIVE, **sections).config.trainer.weight_transfer
+    # submitting: the nodes are not known yet, so neither the address nor a port there
+    assert (transfer.host, transfer.port, transfer.inference_workers) == (None, None, None)
+    asked = []
+
+    def on_trainer_node(port):
+        asked.append(port)
+        return 4321
+
+    transfer.derive(Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
+                               listen_port=on_trainer_node))  # fmt: skip
+    assert (transfer.host, transfer.port, transfer.backend) == ("node2", 4321, "gloo")
+    assert asked == [None]  # the port was picked where trainer rank 0 listens
+
+
+def test_a_port_in_use_on_the_trainer_node_is_refused_naming_both():
+    transfer = CollectiveTransferConfig(port=5555)
+    deployment = Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
+                            listen_port=lambda port: None)  # fmt: skip
+    with pytest.raises(ConfigError, match="weight_transfer.port = 5555 is in use on node2"):
+        transfer.derive(deployment)
+    kept = CollectiveTransferConfig(port=5555, host="10.0.0.2")
+    kept.derive(Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
+                           listen_port=lambda port: port))  # fmt: skip
+    assert (kept.host, kept.port) == ("10.0.0.2", 5555)  # the user's address is kept
+
+
+def test_placing_a_collective_job_derives_the_trainer_nodes_address(monkeypatch):
+    from launcher import slurm
+
+    monkeypatch.setattr(slurm, "job_hosts", lambda: ["n1", "n2", "n3"])
+    monkeypatch.setattr(slurm, "check_shared", lambda root, hosts: None)
+    monkeypatch.setattr(slurm, "listen_port_on", lambda host: lambda port: 2345)
+    sections = {"slurm": {"nodes": 3, "trainer_nodes": 2, "gpus_per_node": 0}}
+    plan = plan_for(**COLLECTIVE, **sections)
+    slurm.place_in_job(plan)
+    config = plan.config
+    transfer = config.trainer.weight_transfer
+    assert (transfer.host, transfer.port, transfer.inference_workers) == ("n2", 2345, 1)
+    assert config.orchestrator.weight_transfer == transfer == config.inference.weight_transfer
 
 
 def test_the_filesystem_transport_derives_nothing_and_refuses_nothing():

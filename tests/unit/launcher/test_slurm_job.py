@@ -41,12 +41,16 @@ def test_components_are_placed_on_their_nodes(monkeypatch):
     assert plan.config.orchestrator.client.base_url == ["http://n1:8000/v1", "http://n2:8001/v1"]
     assert plan.config.inference.parallel.dp == 8 and plan.config.trainer.nodes == 2
     inference_1 = plan.command("inference-1")
-    assert inference_1[:4] == ["srun", "--nodes=1", "--ntasks-per-node=1", "--nodelist=n2"]
+    assert inference_1[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+                               "--nodelist=n2"]  # fmt: skip
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in inference_1
     trainer = plan.command("trainer")
     assert "--nodes=2" in trainer and "--nodelist=n3,n4" in trainer
     assert "MASTER_ADDR=n3" in trainer and trainer[-3:-1] == ["trainer.main", "@"]
     assert plan.command("orchestrator")[0] != "srun"  # beside the supervisor
+    # each (re)start's attempt id reaches the nodes through srun's exported environment: a
+    # value fixed in the wrapper at placement would be every later attempt's stale one
+    assert not any(arg.startswith("RL_ATTEMPT_ID=") for arg in trainer)
     assert plan.admin_token  # servers bound beyond loopback share one admin token
 
 

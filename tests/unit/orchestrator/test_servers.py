@@ -159,18 +159,20 @@ def test_a_collective_swap_gives_each_server_its_first_rank(tmp_path):
 
     run_dir = RunDir(tmp_path)
     run_dir.transfer.mkdir(parents=True)
-    group = {"id": "g", "world_size": 5}
+    group = {"id": "g", "world_size": 5, "timeout_s": 1000.0}
     collective.write_offer(run_dir.transfer, 3, group, {"names": []})
-    sent = []
+    sent, waits = [], []
 
     class Servers(list):
-        async def update_weights(self, requests):
+        async def update_weights(self, requests, timeout_s=None):
             sent.extend(requests)
+            waits.append(timeout_s)
             return {"status": "ok"}
 
     receiver = CollectiveReceiver(run_dir)
     assert asyncio.run(receiver.swap(3, Servers([0, 1]))) == {"status": "ok"}
     assert [r["rank_offset"] for r in sent] == [1, 3]  # 4 workers: 2 per server
+    assert waits == [3 * 1000.0 + 120]  # the answer's wait grows with the group's timeout
     assert collective.read_request(run_dir.transfer, "g") == 3
     with pytest.raises(OrchestratorError, match="cannot be split evenly over 3"):
         asyncio.run(receiver.swap(3, Servers([0, 1, 2])))

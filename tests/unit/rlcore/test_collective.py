@@ -62,7 +62,7 @@ def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
     from launcher.plan import derive_transport
 
     config = rl_config(inference={"replicas": 2, "parallel": {"dp": 2}})
-    derive_transport(config, gpu_map)
+    derive_transport(config, gpu_map, "127.0.0.1")
     transfer = config.trainer.weight_transfer
     assert (transfer.backend, transfer.inference_workers) == (backend, workers)
     assert config.inference.weight_transfer == transfer
@@ -72,9 +72,10 @@ def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
     ("extra", "words"),
     [
         ({"trainer": {"lora": {"rank": 8}}}, "trainer.lora"),
-        ({"slurm": {"nodes": 2}}, "slurm.nodes = 2"),
+        ({"slurm": {"nodes": 2}, "weight_transfer": {"type": "collective", "host": "localhost"}},
+         "inference on the other nodes cannot reach a loopback address"),
     ],
-)
+)  # fmt: skip
 def test_rl_refuses_what_collective_cannot_do(extra, words):
     with pytest.raises(ConfigError, match=words):
         build_plan(rl_config(**extra), dry_run=True)
@@ -124,3 +125,22 @@ def test_request_and_done_signals(tmp_path):
     collective.write_request(tmp_path, 3, "g1")
     assert collective.read_request(tmp_path, "g1") == 3
     assert collective.read_request(tmp_path, "other-start") is None  # a new trainer's group
+
+
+def test_an_unreachable_group_address_names_the_node_the_address_and_the_fix():
+    import socket
+
+    with pytest.raises(
+        ConnectionError, match="cannot resolve weight_transfer.host 'no-such.invalid'"
+    ):
+        collective.reach_group("no-such.invalid", 1234, timeout_s=5)
+    port = free_port("127.0.0.1")  # nothing listens there
+    with pytest.raises(ConnectionError) as refused:
+        collective.reach_group("127.0.0.1", port, timeout_s=0.3)
+    message = str(refused.value)
+    assert f"node {socket.gethostname()} cannot reach" in message
+    assert f"127.0.0.1:{port} within 0.3 s" in message and "--weight-transfer.host" in message
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        collective.reach_group("127.0.0.1", listening.getsockname()[1], timeout_s=5)
