@@ -103,6 +103,26 @@ def answer_timeout_s(request: dict[str, Any]) -> float:
     return 3 * float(request["group"]["timeout_s"]) + 120.0
 
 
+LINK_FILE = "collective_link.json"
+"""In the run's `state/`: the link speed the trainer measured on its last send (bytes/s)."""
+
+
+def record_link_speed(run_root: Path, num_bytes: int, seconds: float) -> float:
+    """Keep the speed of a send of `num_bytes` that took `seconds`; returns it (bytes/s)."""
+    speed = num_bytes / max(seconds, 1e-6)
+    path = run_root / "state" / LINK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"bytes_per_s": speed, "bytes": num_bytes}) + "\n")
+    return speed
+
+
+def read_link_speed(run_root: Path) -> float | None:
+    """The link speed an earlier send of this run measured (bytes/s), if any."""
+    found = read_json(run_root / "state" / LINK_FILE)
+    speed = found.get("bytes_per_s") if isinstance(found, dict) else None
+    return float(speed) if isinstance(speed, int | float) and speed > 0 else None
+
+
 def worker_init_info(group: dict[str, Any], rank_offset: int) -> dict[str, Any]:
     """What vLLM's `init_weight_transfer_engine` takes on a server whose first worker is group
     rank `rank_offset`: our gloo engine's fields, or vLLM's nccl engine's (packed buckets)."""

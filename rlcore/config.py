@@ -228,6 +228,10 @@ class FilesystemTransferConfig(TransportConfig):
         return self.dir
 
 
+LINK_MARGIN = 10.0
+"""A collective wait may take this many times a whole send at the measured link speed."""
+
+
 class CollectiveTransferConfig(TransportConfig):
     """Each policy is broadcast from trainer rank 0 straight into the inference workers'
     memory over one torch.distributed group (trainer + every inference worker), made once
@@ -261,7 +265,9 @@ class CollectiveTransferConfig(TransportConfig):
 
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     """Seconds each collective wait may take (joining the group, one whole update); None:
-    `timeout_s_per_gb` × the policy's size in GB, at least `min_timeout_s`."""
+    `timeout_s_per_gb` × the policy's size in GB, at least `min_timeout_s`, and at least 10x a
+    send at the link speed measured by an earlier send of the run (a resumed or restarted
+    attempt on a slow link gets the time it needs)."""
 
     timeout_s_per_gb: Annotated[float, Field(gt=0)] = 60.0
     """Seconds per GB of policy for the default `timeout_s`."""
@@ -281,11 +287,16 @@ class CollectiveTransferConfig(TransportConfig):
                 )
         return data
 
-    def update_timeout_s(self, num_bytes: int) -> float:
-        """The timeout of one collective wait for a policy of `num_bytes`."""
+    def update_timeout_s(self, num_bytes: int, link_bytes_per_s: float | None = None) -> float:
+        """The timeout of one collective wait for a policy of `num_bytes`: `timeout_s` when
+        set; else the size rule, or LINK_MARGIN times the send time at the link speed an
+        earlier send of this run measured (`link_bytes_per_s`) when that is longer."""
         if self.timeout_s is not None:
             return self.timeout_s
-        return max(self.min_timeout_s, self.timeout_s_per_gb * num_bytes / 1e9)
+        by_size = max(self.min_timeout_s, self.timeout_s_per_gb * num_bytes / 1e9)
+        if not link_bytes_per_s:
+            return by_size
+        return max(by_size, LINK_MARGIN * num_bytes / link_bytes_per_s)
 
     # Each policy is sent once, when the orchestrator asks for it: none is kept to go back to.
     serves_older_policies: ClassVar[bool] = False

@@ -70,6 +70,8 @@ class CollectiveSender(WeightSender):
     link: Any = None
     """Rank 0's end of the group once made: (store, gloo group) or vLLM's NCCL communicator."""
     timings: dict[str, float] = field(default_factory=dict)
+    num_bytes: int = 0
+    """One policy's bytes on the wire."""
     attempts: AttemptFilter = field(default_factory=AttemptFilter)
 
     def __post_init__(self) -> None:
@@ -79,21 +81,23 @@ class CollectiveSender(WeightSender):
                 "is set): use weight_transfer.type = 'filesystem' or drop trainer.lora"
             )
         self.update_info = describe(self.model, policy_tensors(self.model))
-        num_bytes = sum(collective.update_sizes(self.update_info))
+        self.num_bytes = num_bytes = sum(collective.update_sizes(self.update_info))
         config = self.config
         group = None
         if self.world.is_main:
             shutil.rmtree(self.run_dir.transfer, ignore_errors=True)  # an earlier start's signals
             host = config.host or LOOPBACK
+            speed = collective.read_link_speed(self.run_dir.root)  # an earlier attempt's sends
             group = collective.new_group(
                 host, config.port or free_port(host),
                 resolve_backend(config.backend), config.inference_workers or 1,
-                config.update_timeout_s(num_bytes), config.bucket_mb * MIB,
+                config.update_timeout_s(num_bytes, speed), config.bucket_mb * MIB,
             )  # fmt: skip
+            link = f", link {speed / 1e6:.0f} MB/s measured before" if speed else ""
+            logger.info(f"collective weight transfer: {num_bytes / 1e9:.2f} GB per policy over "
+                        f"{group['backend']} at {group['host']}:{group['port']}, timeout "
+                        f"{group['timeout_s']:g} s{link}")  # fmt: skip
         self.group = self.world.broadcast_object(group)
-        logger.info(f"collective weight transfer: {num_bytes / 1e9:.2f} GB per policy over "
-                    f"{self.group['backend']} at {self.group['host']}:{self.group['port']}, "
-                    f"timeout {self.group['timeout_s']:g} s")  # fmt: skip
 
     def publish_initial(self, step: int) -> None:
         if step > 0:  # a fresh start's inference already serves the base model
@@ -131,9 +135,28 @@ class CollectiveSender(WeightSender):
             time.sleep(collective.POLL_S)
 
     def send(self) -> None:
-        """Every rank gathers each tensor in turn; rank 0 broadcasts bucket by bucket."""
+        """Every rank gathers each tensor in turn; rank 0 broadcasts bucket by bucket and
+        records the link's speed."""
         if self.world.is_main and self.link is None:
             self.link = join_group(self.group)
+        started = time.perf_counter()
+        self.broadcast_all()
+        if self.world.is_main:
+            self.check_link(time.perf_counter() - started)
+
+    def check_link(self, seconds: float) -> None:
+        """Keep the link speed of this send for the next attempt's timeout; warn when a send
+        takes more than half of this group's."""
+        speed = collective.record_link_speed(self.run_dir.root, self.num_bytes, seconds)
+        if seconds > self.group["timeout_s"] / 2:
+            logger.warning(
+                f"sending the policy took {seconds:.0f} s ({speed / 1e6:.0f} MB/s), more than "
+                f"half the group's timeout of {self.group['timeout_s']:g} s: a restart or resume "
+                "uses a timeout fitted to this speed; set --weight-transfer.timeout-s to give "
+                "this attempt more"
+            )
+
+    def broadcast_all(self) -> None:
         tensors = policy_tensors(self.model)
         info, dtype = self.update_info, getattr(self.model, "serving_dtype", None)
         pairs = ((n, cast(full(tensors[n]), dtype)) for n in info["names"])

@@ -29,6 +29,20 @@ def test_timeout_scales_with_model_size_with_a_floor():
     assert CollectiveTransferConfig(timeout_s=5).update_timeout_s(10**12) == 5
 
 
+def test_timeout_grows_with_a_slow_measured_link(tmp_path):
+    config = CollectiveTransferConfig()
+    assert collective.read_link_speed(tmp_path) is None  # nothing sent yet: the size rule
+    speed = collective.record_link_speed(tmp_path, 10**9, 100.0)  # 10 MB/s
+    assert collective.read_link_speed(tmp_path) == speed == 10**7
+    assert config.update_timeout_s(10**9, speed) == 1000.0  # 10 x the 100 s send
+    assert config.update_timeout_s(10**9, 10**9) == 120.0  # a fast link: the size rule
+    assert CollectiveTransferConfig(timeout_s=5).update_timeout_s(10**9, speed) == 5
+    (tmp_path / "state" / collective.LINK_FILE).write_text('["torn"')
+    assert collective.read_link_speed(tmp_path) is None
+    (tmp_path / "state" / collective.LINK_FILE).write_text("[1, 2]")
+    assert collective.read_link_speed(tmp_path) is None
+
+
 def test_filesystem_keys_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="weight_transfer.dir belongs to the filesystem"):
         TrainerConfig.model_validate({"weight_transfer": {"type": "collective", "dir": "/x"}})
