@@ -108,7 +108,9 @@ async def update_weights(
     try:
         answer = await http.post(url, json=request, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as err:
-        raise OrchestratorError(f"POST {url} {brief(request)} failed: {err}") from None
+        raise OrchestratorError(
+            f"POST {url} {brief(request)} failed: {type(err).__name__}: {err}"
+        ) from None
     if answer.status_code in (404, 405):
         return None
     if answer.status_code == 401:

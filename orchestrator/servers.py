@@ -35,7 +35,10 @@ logger = logging.getLogger("orchestrator")
 DOWN_S = 30.0
 """How long a server that failed a request is left out before it is tried again."""
 # As many connections as OpenAI's own client allows: the pool's client carries generation.
-LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=2.0)
+"""Idle connections are dropped after 2 s: vLLM's server closes them after 5 s
+(VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and with both at 5 s a request sent on a connection the server
+is closing that moment fails (a weight swap ended a run with `ReadError` that way)."""
 
 
 @dataclass

@@ -80,6 +80,35 @@ def test_a_swap_the_second_server_refuses_is_an_error_naming_it():
     assert "http://a:1" not in str(err.value)
 
 
+def test_a_swap_whose_connection_breaks_names_the_error_even_without_a_message():
+    def reset(request):
+        raise httpx.ReadError("")  # a connection reset says nothing more
+
+    with pytest.raises(OrchestratorError, match=r"update_weights .* failed: ReadError"):
+        asyncio.run(pool_answering(reset).update_weights([{}, {}]))
+
+
+def test_idle_connections_are_dropped_before_vllm_closes_them():
+    """vLLM's server closes an idle connection after VLLM_HTTP_TIMEOUT_KEEP_ALIVE seconds (read
+    from its source, not imported): a pool keeping it as long could send a swap on a connection
+    that is closing that moment."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from orchestrator.servers import LIMITS
+
+    spec = importlib.util.find_spec("vllm")
+    source = Path(spec.origin).with_name("envs.py").read_text()
+    (keep_alive,) = [
+        ast.literal_eval(node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.AnnAssign)
+        and getattr(node.target, "id", "") == "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
+    ]
+    assert LIMITS.keepalive_expiry < keep_alive
+
+
 def test_servers_that_answer_a_swap_differently_are_an_error_naming_one():
     def no_route_on_b(request):
         return httpx.Response(404) if request.url.host == "b" else ok(request)
