@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 
 EXAMPLE = "examples/sft_then_rl"
+REUSE = False
+"""--reuse: steps that finished in an earlier call are not run again."""
 RL_CONFIGS = [
     "--trainer", "@", "configs/quickstart/train.toml",
     "--orchestrator", "@", f"{EXAMPLE}/orch.toml",
@@ -28,7 +30,13 @@ RL_CONFIGS = [
 
 
 def step(name: str, argv: list[str], work: Path) -> float:
-    """Run one command to the end (its output in work/<name>.log); its wall time."""
+    """Run one command to the end (its output in work/<name>.log); its wall time. With
+    --reuse, a step that finished in an earlier call is not run again (work/stages.json)."""
+    stages_file = work / "stages.json"
+    stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
+    if REUSE and name in stages:
+        print(f"{name}: {stages[name]:.0f} s (earlier call)", flush=True)
+        return stages[name]
     log = work / f"{name}.log"
     started = time.perf_counter()
     with log.open("w") as sink:
@@ -37,6 +45,7 @@ def step(name: str, argv: list[str], work: Path) -> float:
     if code != 0:
         raise SystemExit(f"{name} exited with {code}; see {log}")
     print(f"{name}: {wall_s:.0f} s", flush=True)
+    stages_file.write_text(json.dumps({**stages, name: wall_s}) + "\n")
     return wall_s
 
 
@@ -53,7 +62,8 @@ def rl_run(name: str, work: Path, steps: int, *args: str) -> tuple[float, Path]:
                    "--deterministic", "--seed", "0", "--clean", *args)  # fmt: skip
     started = time.time()
     wall_s = step(name, argv, work)
-    (out / "started").write_text(f"{started}\n")
+    if time.time() - started > 1:  # run now, not taken from an earlier call
+        (out / "started").write_text(f"{started}\n")
     return wall_s, out
 
 
@@ -78,7 +88,11 @@ def main() -> None:
     parser.add_argument("--work", default="outputs/sft-then-rl-bench", help="runs and logs here")
     parser.add_argument("--rl-steps", type=int, default=25)
     parser.add_argument("--target", type=float, default=0.6, help="training reward to reach")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the steps an earlier call finished in --work")  # fmt: skip
     args = parser.parse_args()
+    global REUSE
+    REUSE = args.reuse
     work = (REPO / args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, f"{EXAMPLE}/make_data.py"], cwd=REPO, check=True)
