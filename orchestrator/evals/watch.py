@@ -70,7 +70,7 @@ def watch(config: EvalsConfig) -> None:
             rows = asyncio.run(evaluate(config, [server.url], server.model))
             summary = summarize(config, rows)
             write_results(out / step_name(step), rows, summary)
-            record(run, step, summary, wandb, live)
+            record(run, step, summary, wandb, is_live(run))  # ended meanwhile: W&B directly
             print(f"step {step} of {run.root}:\n{table(summary)}", flush=True)
             done.add(step)
     wandb.finish()
