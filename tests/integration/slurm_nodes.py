@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.slurm_cluster import install
@@ -282,3 +283,30 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 20) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def serving(nodes: "MultiNodeCluster"):
+    """SLURM_CONF pointed at the started cluster for the block (squeue/scontrol here and in
+    `rl`), then restored and the cluster stopped."""
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(nodes.conf)
+    try:
+        yield nodes
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        nodes.stop()
+
+
+def wait_for_job(job_id: str, timeout_s: float = 1500) -> str:
+    """The job's final state, once SLURM no longer lists it as pending or running."""
+    from launcher.slurm import ACTIVE_STATES, job_state
+
+    deadline = time.monotonic() + timeout_s
+    while (state := job_state(job_id)) in ACTIVE_STATES:
+        assert time.monotonic() < deadline, f"job {job_id} still {state}"
+        time.sleep(2)
+    return state or "unknown"

@@ -29,6 +29,19 @@ def eval_toml(tmp_path: Path, model: Path, out: Path) -> Path:
     return config
 
 
+def sft_run(tmp_path: Path, model: Path, *flags: str) -> Path:
+    """A finished `rl sft` run of the tiny model on 8 prompt/completion rows."""
+    run, data = tmp_path / "sft", tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
+                            for i in range(8)))  # fmt: skip
+    sft = [sys.executable, "-m", "launcher.rl", "sft", "--model.name", str(model),
+           "--model.dtype", "float32", "--data.name", str(data), "--seq-len", "64",
+           "--output-dir", str(run), *flags]  # fmt: skip
+    done = subprocess.run(sft, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
 def rl_eval(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "launcher.rl", "eval", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -41,15 +54,7 @@ def results(out: Path) -> tuple[list[dict], dict]:
 
 @pytest.mark.slow
 def test_folder_server_and_run_checkpoint_agree(tiny_model_dir, tmp_path):
-    run = tmp_path / "sft"
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
-                            for i in range(8)))  # fmt: skip
-    sft = [sys.executable, "-m", "launcher.rl", "sft", "--model.name", str(tiny_model_dir),
-           "--model.dtype", "float32", "--data.name", str(data), "--max-steps", "1",
-           "--seq-len", "64", "--output-dir", str(run)]  # fmt: skip
-    done = subprocess.run(sft, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run = sft_run(tmp_path, tiny_model_dir, "--max-steps", "1")
     folder = run / "weights" / "step_1"
 
     own = rl_eval("@", str(eval_toml(tmp_path, folder, tmp_path / "own")))
@@ -81,15 +86,7 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
     step 1 ready: the watch evaluates it on a server of its own; step 2 appears (its checkpoint
     and weights moved in): the same server swaps to it and evaluates it; the run ends: the
     watch ends. Each step's figures land in the run's metrics.jsonl."""
-    run = tmp_path / "sft"
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
-                            for i in range(8)))  # fmt: skip
-    sft = [sys.executable, "-m", "launcher.rl", "sft", "--model.name", str(tiny_model_dir),
-           "--model.dtype", "float32", "--data.name", str(data), "--max-steps", "2",
-           "--seq-len", "64", "--ckpt.interval", "1", "--output-dir", str(run)]  # fmt: skip
-    done = subprocess.run(sft, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run = sft_run(tmp_path, tiny_model_dir, "--max-steps", "2", "--ckpt.interval", "1")
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     for part in ("checkpoints", "weights"):

@@ -3,18 +3,15 @@ tiny-model job runs to completion, and a job whose trainer is killed fails with 
 running. Skipped, saying why, where SLURM cannot be installed."""
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from launcher.slurm import ACTIVE_STATES, job_state
 from tests.integration.helpers import REPO, free_port, tiny_rl_toml, wait_for
-from tests.integration.slurm_nodes import MultiNodeCluster
+from tests.integration.slurm_nodes import MultiNodeCluster, serving, wait_for_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,16 +22,8 @@ def cluster(tmp_path_factory):
     reason = nodes.start()
     if reason is not None:
         pytest.skip(f"no SLURM here: {reason}")
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(nodes.conf)  # squeue/scontrol here and in `rl`
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = before
-        nodes.stop()
+    with serving(nodes):
+        yield nodes
 
 
 def submit(tmp_path: Path, model: Path, max_steps: int) -> tuple[Path, str]:
@@ -50,14 +39,6 @@ def submit(tmp_path: Path, model: Path, max_steps: int) -> tuple[Path, str]:
     assert "submitted SLURM job" in done.stdout, done.stdout
     job_id = json.loads((out / "run.json").read_text())["slurm_job_id"]
     return out, job_id
-
-
-def wait_for_job(job_id: str, timeout_s: float = 1200) -> str:
-    deadline = time.monotonic() + timeout_s
-    while (state := job_state(job_id)) in ACTIVE_STATES:
-        assert time.monotonic() < deadline, f"job {job_id} still {state}"
-        time.sleep(2)
-    return state or "unknown"
 
 
 def run_processes(out: Path) -> list[psutil.Process]:

@@ -16,9 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.slurm import ACTIVE_STATES, job_state
 from tests.integration.helpers import REPO, free_port, tiny_rl_toml, wait_for
-from tests.integration.slurm_nodes import MultiNodeCluster
+from tests.integration.slurm_nodes import MultiNodeCluster, serving, wait_for_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,18 +34,10 @@ def cluster(tmp_path_factory):
             "test_two_nodes.py runs this job under the stand-in scheduler instead"
         )
     print(f"real SLURM cluster of {nodes.nodes} idle in {time.monotonic() - started:.1f} s")
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(nodes.conf)  # squeue/scontrol here and in `rl`
-    try:
+    with serving(nodes):
         yield nodes
-    finally:
-        if before is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = before
-        nodes.stop()
-        assert not nodes.leftovers(), f"left behind: {nodes.leftovers()}"
-        assert all(daemon.poll() is not None for daemon in nodes.daemons)
+    assert not nodes.leftovers(), f"left behind: {nodes.leftovers()}"
+    assert all(daemon.poll() is not None for daemon in nodes.daemons)
 
 
 def rl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -63,14 +54,6 @@ def submit(config: Path, out: Path, *flags: str) -> str:
     assert f"submitted SLURM job {job_id}" in done.stdout, done.stdout
     assert f"rl logs {out} -f" in done.stdout, done.stdout
     return job_id
-
-
-def wait_for_job(job_id: str, timeout_s: float = 1500) -> str:
-    deadline = time.monotonic() + timeout_s
-    while (state := job_state(job_id)) in ACTIVE_STATES:
-        assert time.monotonic() < deadline, f"job {job_id} still {state}"
-        time.sleep(2)
-    return state or "unknown"
 
 
 def job_log(out: Path, job_id: str) -> str:
