@@ -1,17 +1,21 @@
 """The one W&B setup. A run has ONE W&B run: the orchestrator owns it and relays the trainer's
 records from metrics.jsonl (each component's metrics under its own prefix and its own step
-axis, `<component>/step`); a trainer running alone on synthetic data owns it instead. Its id is
-stored in the owner's checkpoint, so a resumed run continues the same W&B run.
+axis, `<component>/step`); a trainer running alone on synthetic data, or an SFT run, owns it
+instead. Its id is stored in the owner's checkpoint, so a resumed run continues the same W&B
+run, and with its settings in the run's `state/wandb.json`, where `evals --watch` finds the run
+to continue once its owner has ended.
 
 W&B runs offline when no WANDB_API_KEY is set (unless `wandb.offline` says otherwise). Keys
 come from the environment or `.env` and are never written anywhere. `wandb` is imported only
 when a run starts."""
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from rlcore.config import WandbConfig
+from rlcore.files import atomic_write_text
 from rlcore.metrics import read_records
 from rlcore.rundir import RunDir
 from rlcore.secrets import dotenv, redact
@@ -69,7 +73,25 @@ def start_wandb(
         mode="offline" if offline else "online",
         config=redact(run_config),
     )
+    path = run_dir.root / "state" / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    settings = config.model_dump(mode="json")
+    atomic_write_text(path, json.dumps({"id": run.id, "settings": settings}) + "\n")
     return WandbRun(run)
+
+
+STATE_FILE = "wandb.json"
+"""In the run's `state/`: the id and settings (no key) of the run's W&B run, once started."""
+
+
+def continue_wandb(run_dir: RunDir) -> WandbRun | None:
+    """Continue the run's W&B run from `state/wandb.json`; None when it never had one."""
+    try:
+        found = json.loads((run_dir.root / "state" / STATE_FILE).read_text())
+        config, run_id = WandbConfig.model_validate(found["settings"]), str(found["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return start_wandb(config, run_dir, run_id, {})
 
 
 class Relay:

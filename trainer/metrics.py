@@ -1,12 +1,13 @@
 """Per-step metrics: one console line and one metrics.jsonl record. W&B: the orchestrator owns
 the run's one W&B run and relays these records into it; only a trainer running alone on
-synthetic data (`data.fake`, no orchestrator) logs to W&B itself (rlcore.wandb_run)."""
+synthetic data (`data.fake`, no orchestrator) and an SFT run log to W&B themselves
+(rlcore.wandb_run), and then relay `evals --watch`'s records as the orchestrator would."""
 
 import logging
 
 from rlcore.config import WandbConfig
 from rlcore.rundir import RunDir
-from rlcore.wandb_run import WandbRun, start_wandb
+from rlcore.wandb_run import Relay, WandbRun, start_wandb
 
 COMPONENT = "trainer"
 logger = logging.getLogger("trainer")
@@ -20,6 +21,7 @@ class MetricsLogger:
         self.wandb_run: WandbRun | None = None
         self.wandb_config = wandb_config if owns_wandb else WandbConfig()
         self.config = config
+        self.evals = Relay(run_dir, "evals")
 
     def start_wandb(self, run_id: str | None) -> str | None:
         """Start (or continue, given its id) the W&B run if this process owns it; its id."""
@@ -32,10 +34,12 @@ class MetricsLogger:
         self.run_dir.append_metrics(COMPONENT, step, metrics)
         if self.wandb_run is not None:
             self.wandb_run.log(COMPONENT, step, metrics)
+            self.evals.forward(self.wandb_run)
         logger.info(format_line(step, metrics))
 
     def finish(self) -> None:
         if self.wandb_run is not None:
+            self.evals.forward(self.wandb_run)
             self.wandb_run.finish()
 
 

@@ -12,7 +12,6 @@ watch started again in the same output_dir skips the steps it already evaluated.
 """
 
 import asyncio
-import json
 import logging
 import shutil
 import time
@@ -29,6 +28,7 @@ from rlcore.ownership import claim, read_run_id
 from rlcore.rundir import RunDir, step_name, steps_in
 from rlcore.runlock import lock_holders
 from rlcore.toml_io import write_config
+from rlcore.wandb_run import continue_wandb
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "evals"
@@ -142,8 +142,8 @@ def record(run: RunDir, step: int, summary: dict, wandb: "RunWandb", live: bool)
 
 
 class RunWandb:
-    """The run's W&B run, continued by id (from its newest orchestrator checkpoint) when its
-    orchestrator config names a project; opened on first use."""
+    """The run's W&B run, continued by id (rlcore.wandb_run.continue_wandb) on first use; none
+    when the run never had one."""
 
     def __init__(self, run: RunDir):
         self.run_dir = run
@@ -151,32 +151,10 @@ class RunWandb:
 
     def log(self, step: int, metrics: dict) -> None:
         if self.run is None:
-            self.run = self.open()
+            self.run = continue_wandb(self.run_dir) or False
         if self.run:
             self.run.log(COMPONENT, step, metrics)
-
-    def open(self):
-        from rlcore.config import WandbConfig
-        from rlcore.toml_io import load_toml
-        from rlcore.wandb_run import start_wandb
-
-        path = self.run_dir.config_file("orchestrator")
-        settings = load_toml(path).get("wandb", {}) if path.is_file() else {}
-        run_id = wandb_run_id(self.run_dir)
-        if not settings.get("project") or run_id is None:
-            return False
-        return start_wandb(WandbConfig.model_validate(settings), self.run_dir, run_id, {})
 
     def finish(self) -> None:
         if self.run:
             self.run.finish()
-
-
-def wandb_run_id(run: RunDir) -> str | None:
-    for step in reversed(run.complete_checkpoints()):
-        try:
-            state = json.loads((run.part_dir(step, "orchestrator") / "state.json").read_text())
-        except (OSError, ValueError):
-            continue
-        return state.get("wandb_run_id")
-    return None

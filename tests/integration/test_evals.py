@@ -14,6 +14,7 @@ import pytest
 from rlcore.ownership import RUN_MARKER
 from tests.inference_process import InferenceProcess
 from tests.integration.helpers import REPO, free_port, wait_for
+from tests.wandb_offline import offline_history
 
 pytestmark = pytest.mark.integration
 
@@ -84,9 +85,11 @@ def test_folder_server_and_run_checkpoint_agree(tiny_model_dir, tmp_path):
 def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path):
     """A run holding its folder (here this test, as a component started alone would) with
     step 1 ready: the watch evaluates it on a server of its own; step 2 appears (its checkpoint
-    and weights moved in): the same server swaps to it and evaluates it; the run ends: the
-    watch ends. Each step's figures land in the run's metrics.jsonl."""
-    run = sft_run(tmp_path, tiny_model_dir, "--max-steps", "2", "--ckpt.interval", "1")
+    and weights moved in) as the run ends: the same server swaps to it and evaluates it, and
+    the watch ends. Each step's figures land in the run's metrics.jsonl, and step 2's, written
+    after the run ended, in the run's own (offline) W&B run, which the watch continued."""
+    wandb = ("--wandb.project", "watch-test", "--wandb.offline")
+    run = sft_run(tmp_path, tiny_model_dir, "--max-steps", "2", "--ckpt.interval", "1", *wandb)
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     for part in ("checkpoints", "weights"):
@@ -106,10 +109,8 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
                  proc=watcher, log=log)  # fmt: skip
         for part in ("checkpoints", "weights"):
             (hidden / part).rename(run / part / "step_2")
-        wait_for(lambda: (out / "step_2" / "summary.json").is_file(), 600, "step 2",
-                 proc=watcher, log=log)  # fmt: skip
         os.close(lock)  # the run ends
-        assert watcher.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert watcher.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:
         watcher.kill()
     server_log = (out / "inference.log").read_text()
@@ -122,6 +123,14 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
         assert record["rl-add-digits/pass@1"] == summary["rl-add-digits"]["pass@1"]
         assert record["rl-add-digits/num_rollouts"] == 12
     assert "has ended; evaluated steps [1, 2]" in log.read_text()
+    rows = offline_history(run)
+    sft_ids = {p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")}
+    assert len(sft_ids) == 1, sft_ids  # the watch continued the SFT run's W&B run
+    relayed = [
+        (r["evals/step"], r["evals/rl-add-digits/pass@1"]) for r in rows if "evals/step" in r
+    ]
+    assert relayed == [(2, evals[1]["rl-add-digits/pass@1"])]
+    assert [r["trainer/step"] for r in rows if "trainer/step" in r] == [1, 2]
 
 
 @pytest.mark.parametrize(

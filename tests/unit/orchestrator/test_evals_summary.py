@@ -37,3 +37,69 @@ def test_an_env_evaluated_twice_gets_two_labels():
         {"eval": {"env": [{"id": "a"}, {"id": "b"}, {"id": "a", "args": {"digits": 2}}]}}
     )
     assert env_labels(config) == ["a#0", "b", "a#2"]
+
+
+class Owner:
+    """The process that owns a run's W&B run: an RL run's orchestrator (Monitor), or the
+    trainer of an SFT run or of a trainer alone (MetricsLogger)."""
+
+    def __init__(self, kind: str, run):
+        from rlcore.config import WandbConfig
+
+        wandb = {"project": "p", "entity": "e"}
+        if kind == "orchestrator":
+            from orchestrator.config import OrchestratorConfig
+            from orchestrator.monitor import Monitor
+
+            config = OrchestratorConfig(output_dir=run.root, wandb=wandb)
+            self.sink = Monitor(config, run, wandb_run_id=None)
+            self.finish = self.sink.close
+        else:
+            from trainer.metrics import MetricsLogger
+
+            self.sink = MetricsLogger(run, WandbConfig(**wandb), {}, owns_wandb=True)
+            self.sink.start_wandb(None)
+            self.finish = self.sink.finish
+
+    def log(self, step: int) -> None:
+        self.sink.log(step, {"loss": 0.5})
+
+
+@pytest.mark.parametrize("owner", ["orchestrator", "trainer"])
+def test_watch_records_reach_the_runs_one_wandb_run(tmp_path, fake_wandb, owner):
+    """While the run lives, the owner of its W&B run relays the watch's records; once it has
+    ended, the watch continues that same W&B run itself."""
+    from orchestrator.evals.watch import RunWandb
+    from rlcore.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    live = Owner(owner, run)
+    run.append_metrics("evals", 1, {"add/pass@1": 0.25})
+    live.log(1)
+    run.append_metrics("evals", 2, {"add/pass@1": 0.5})
+    live.finish()  # the run ends: what the watch wrote before is relayed
+    after_end = RunWandb(run)
+    after_end.log(3, {"add/pass@1": 0.75})
+    after_end.finish()
+
+    evals = [(d["evals/step"], d["evals/add/pass@1"]) for _, d in fake_wandb.logged
+             if "evals/step" in d]  # fmt: skip
+    assert evals == [(1, 0.25), (2, 0.5), (3, 0.75)]
+    first, continued = fake_wandb.inits
+    assert continued["id"] == "run-123" and continued["resume"] == "allow"
+    assert (
+        (continued["project"], continued["entity"])
+        == ("p", "e")
+        == (first["project"], first["entity"])
+    )
+
+
+def test_watch_of_a_run_without_wandb_starts_none(tmp_path, fake_wandb):
+    from orchestrator.evals.watch import RunWandb
+    from rlcore.rundir import RunDir
+
+    watched = RunWandb(RunDir(tmp_path))
+    watched.log(1, {"add/pass@1": 0.5})
+    watched.finish()
+    assert fake_wandb.inits == [] and fake_wandb.logged == []
