@@ -27,7 +27,8 @@ USAGE = (
     "       rl run @ config.toml ...  |  rl SUBCOMMAND [RUN] ...  |  rl  (interactive)"
 )
 EXTRA_HELP = """\
-  --trainer @ FILE      load FILE into [trainer] (also --orchestrator @, --inference @)
+  --trainer @ FILE ...  load FILE (and each @ FILE right after it) into [trainer] (also
+                        --orchestrator @, --inference @)
   --dry-run             print the resolved configs, GPU map and commands (with [slurm]: the
                         sbatch script); start and write nothing; reports what a start would
                         refuse, every holder of the run included

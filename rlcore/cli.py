@@ -160,9 +160,10 @@ class ArgParser:
             values: list[str] = [token.split("=", 1)[1]] if "=" in token else []
             i += 1
             if key in self.sections and not values and i < len(argv) and argv[i].startswith("@"):
-                name = argv[i][1:] or (argv[i + 1] if i + 1 < len(argv) else "")
-                i += 1 if argv[i][1:] else 2
-                layers.append((self._load(name, f"--{key} @"), name, (key,)))
+                while i < len(argv) and argv[i].startswith("@"):  # `--trainer @ a @ b`: both
+                    name = argv[i][1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                    i += 1 if argv[i][1:] else 2
+                    layers.append((self._load(name, f"--{key} @"), name, (key,)))
                 continue
             if key in COMMAND_FLAGS and not values:
                 out.flags.add(key)

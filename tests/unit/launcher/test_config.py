@@ -69,6 +69,20 @@ def test_rl_sections_repeat_and_deep_merge(tmp_path):
     assert (config.trainer.optim.lr, config.trainer.optim.warmup_steps) == (5e-5, 3)
 
 
+@pytest.mark.parametrize("form", [["@", "T2"], ["@T2"], ["--trainer", "@", "T2"]])
+def test_rl_section_takes_every_file_that_follows_it(tmp_path, form):
+    """`--trainer @ t1.toml @ t2.toml` layers both into the trainer, as `trainer @ t1 @ t2`
+    does alone; a file after another flag is top-level again."""
+    t1 = write(tmp_path, "t1.toml", "[optim]\nlr = 1e-4\nwarmup_steps = 3\n")
+    t2 = write(tmp_path, "t2.toml", "[optim]\nlr = 5e-5\n")
+    argv = ["--trainer", "@", t1, *(t.replace("T2", str(t2)) for t in form)]
+    config = parse(RLConfig, argv)
+    assert (config.trainer.optim.lr, config.trainer.optim.warmup_steps) == (5e-5, 3)
+    top = write(tmp_path, "top.toml", "max_steps = 4\n")
+    config = parse(RLConfig, [*argv, "--seed", "1", "@", top])
+    assert config.trainer.max_steps == config.orchestrator.max_steps == 4
+
+
 def test_rl_single_file_with_tables_and_shared_keys(tmp_path):
     rl = write(
         tmp_path,
