@@ -9,6 +9,7 @@ where its time went (startup, and each part of a steady step) and memory and wri
     python benchmarks/vs_trl.py [--seeds 0,1] [--skip-trl] [--skip-ours] [--trl-version X]
                                 [--work DIR]
                                 [our side's extra rl flags: --weight-transfer.type filesystem]
+    python benchmarks/vs_trl.py --sweep [--steps 15] [--points 32,64,128,64t,256t,multi]
 
 TRL never enters the project's environment: the script builds its own with uv in the cache
 folder (`trl-env/`: trl plus the torch, transformers, datasets and accelerate versions this
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 from benchmarks.launcher_overhead import QUICKSTART  # noqa: E402
+from benchmarks.matmul_limit import linear_shapes  # noqa: E402
 from rlcore.metrics import read_records  # noqa: E402
 from rlcore.models import cache_dir, default_model_dir  # noqa: E402
 
@@ -166,6 +170,54 @@ def trl_python(trl_version: str | None) -> Path:
     return python
 
 
+@dataclass(frozen=True)
+class Job:
+    """One job both sides do: `prompts` x `group` rollouts per step, `max_tokens` per answer
+    (per turn in a multi-turn environment), `steps` steps, lr 3e-5, on environment `env`."""
+
+    name: str = "quick start"
+    prompts: int = PROMPTS
+    group: int = GROUP
+    max_tokens: int = MAX_TOKENS
+    steps: int = STEPS
+    env: str = "rl-add-digits"
+
+    @property
+    def rollouts(self) -> int:
+        return self.prompts * self.group
+
+    @property
+    def seq_len(self) -> int:
+        """Room for the prompt (under 64 tokens here) and the answer, at least the quick
+        start's 256; a multi-turn rollout's turns add up, so it gets twice that."""
+        need = (64 + self.max_tokens) * (2 if self.env != "rl-add-digits" else 1)
+        return max(256, 1 << (need - 1).bit_length())
+
+    def our_flags(self, work: Path) -> list[str]:
+        """What the quick start's files get on top to do this job (nothing for the quick
+        start itself)."""
+        flags = [] if self.steps == STEPS else ["--max-steps", str(self.steps)]
+        if self.rollouts != PROMPTS * GROUP:
+            flags += ["--orchestrator.batch-size", str(self.rollouts),
+                      "--orchestrator.client.max-concurrent", str(self.rollouts)]  # fmt: skip
+        if self.max_tokens != MAX_TOKENS:
+            flags += ["--orchestrator.sampling.max-tokens", str(self.max_tokens)]
+        if self.seq_len != 256:
+            flags += ["--seq-len", str(self.seq_len),
+                      "--inference.model.max-model-len", str(self.seq_len)]  # fmt: skip
+        kv_gib = 1.5 * self.rollouts * self.seq_len * KV_BYTES_PER_TOKEN / 2**30
+        if kv_gib > 0.6:  # the quick start's infer.toml has 0.5
+            flags += ["--inference.cpu.kvcache-space-gib", f"{kv_gib:.2f}"]
+        if self.env != "rl-add-digits":
+            layer = work / "env.toml"
+            layer.write_text(f'[[env]]\nid = "{self.env}"\n')
+            flags += ["--orchestrator", "@", str(layer)]
+        return flags
+
+
+KV_BYTES_PER_TOKEN = 46_080  # SmolLM2-135M in fp32: 30 layers x 2 x 3 heads x 64 x 4 bytes
+
+
 def write_dataset(path: Path, seed: int) -> None:
     """The quick start's training prompts, in its order of examples (chat messages)."""
     from rl_add_digits import load_environment
@@ -176,24 +228,25 @@ def write_dataset(path: Path, seed: int) -> None:
             out.write(json.dumps({"prompt": row["prompt"], "answer": row["answer"]}) + "\n")
 
 
-def run_trl(seed: int, work: Path, trl_version: str | None) -> dict:
+def run_trl(seed: int, work: Path, trl_version: str | None, job: Job = Job()) -> dict:
     data, result = work / "trl_data.jsonl", work / "trl_result.json"
     write_dataset(data, seed)
     argv = [str(trl_python(trl_version)), str(TRL_SCRIPT), "--model", str(default_model_dir()),
             "--data", str(data), "--out", str(work / "trl_out"), "--result", str(result),
-            "--seed", str(seed), "--steps", str(STEPS), "--prompts", str(PROMPTS),
-            "--group", str(GROUP), "--max-tokens", str(MAX_TOKENS), "--lr", str(LR)]  # fmt: skip
+            "--seed", str(seed), "--steps", str(job.steps), "--prompts", str(job.prompts),
+            "--group", str(job.group), "--max-tokens", str(job.max_tokens),
+            "--lr", str(LR)]  # fmt: skip
     figures = timed(argv, work / "trl.log")
     return figures | (json.loads(result.read_text()) if result.exists() else {})
 
 
-def run_ours(seed: int, work: Path, extra: list[str]) -> dict:
+def run_ours(seed: int, work: Path, extra: list[str], job: Job = Job()) -> dict:
     out = work / "ours"
-    argv = rl_argv(*QUICKSTART, "--seed", str(seed), "--output-dir", str(out), "--clean", *extra)
-    figures = timed(argv, work / "ours.log")
+    argv = rl_argv(*QUICKSTART, "--seed", str(seed), "--output-dir", str(out), "--clean")
+    figures = timed(argv + job.our_flags(work) + extra, work / "ours.log")
     metrics = out / "metrics.jsonl"
     records = read_records(metrics)[0] if metrics.exists() else []
-    rewards = [r["reward"] for r in records if r["component"] == "orchestrator"]
+    rewards = [r["reward"] for r in records if r["component"] == "orchestrator" and "reward" in r]
     # A step is the whole cycle, as TRL's step_time (generate + train): from one update's end
     # to the next one's, which also counts waiting for data and publishing.
     ends = [r["time"] for r in records if r["component"] == "trainer"]
@@ -232,7 +285,22 @@ def breakdown(out: Path, records: list[dict], figures: dict) -> dict[str, dict[s
         f"{name} {key}": statistics.median(r.get(key, 0.0) for r in rows)
         for name, (rows, keys) in steady.items() if rows for key in keys
     }  # fmt: skip
-    return {"startup_s": startup, "steady_step_s": step}
+    flops = [linear_flops(r) for r in trainer[5:] if r.get("forward_s")]
+    rates = {"trainer linear GFLOP/s": statistics.median(flops) / 1e9} if flops else {}
+    return {"startup_s": startup, "steady_step_s": step, "rates": rates}
+
+
+def linear_flops(record: dict) -> float:
+    """FLOP/s of a trainer step's forward and backward on the linear layers (6 x their
+    parameters per token: the FLOPs `benchmarks/matmul_limit.py` times)."""
+    seconds = record["forward_s"] + record["backward_s"]
+    return 6 * linear_params() * record["num_tokens"] / seconds
+
+
+@cache
+def linear_params() -> int:
+    config = json.loads((default_model_dir() / "config.json").read_text())
+    return sum(n_in * n_out * count for _, n_in, n_out, count in linear_shapes(config))
 
 
 def log_seconds(log: Path, pattern: str) -> float | None:
@@ -284,7 +352,14 @@ def main() -> None:
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--trl-version", default=None)
     parser.add_argument("--work", default=None, help="keep both runs' folders and logs here")
+    parser.add_argument("--sweep", action="store_true", help="several job sizes (vs_trl_sweep)")
+    parser.add_argument("--points", default=None, help="--sweep: some points only (32,64t,...)")
+    parser.add_argument("--steps", type=int, default=15, help="--sweep: steps per point")
     args, extra = parser.parse_known_args()
+    if args.sweep:
+        from benchmarks.vs_trl_sweep import sweep
+
+        return sweep(args, extra)
     results = {}
     for seed in map(int, args.seeds.split(",")):
         with tempfile.TemporaryDirectory(prefix="vs_trl_") as tmp:
