@@ -3,10 +3,11 @@ machine: rollouts per step (32, 64, 128 at 16 tokens), answer length (`max_token
 at 32 rollouts) and a multi-turn environment (`rl-guess-number`, two turns of 16 tokens). Per
 point: wall time, steady step, peak memory (PSS over all processes), bytes written and last-5
 reward with the ratios ours / TRL's, our step breakdown, and our trainer's achieved GFLOP/s on
-its linear layers (`benchmarks/matmul_limit.py` measures the limit). TRL's GRPOTrainer runs no
-multi-turn environment on plain HF generate, so at that point it does the closest thing it
-can: the single-turn job with the same token budget per rollout (2 x 16 tokens), and the table
-says so.
+its linear layers (`benchmarks/matmul_limit.py` measures the limit). TRL's GRPOTrainer (1.16)
+continues a rollout only through tool calls (`tools`, `environment_factory`), which need a chat
+template with a tool format; SmolLM2-135M-Instruct's has none. At the multi-turn point TRL so
+does the closest thing it can, the single-turn job with the same token budget per rollout
+(2 x 16 tokens), and the table says so.
 
     python benchmarks/vs_trl.py --sweep [--steps 15] [--points 32,64t] [--work DIR]
 """
@@ -32,8 +33,8 @@ def trl_job(job: Job) -> tuple[Job, str | None]:
     if job.env == "rl-add-digits":
         return job, None
     closest = Job(job.name, job.prompts, job.group, 2 * job.max_tokens, job.steps)
-    return closest, (f"TRL: no multi-turn environment on plain generate; it ran the "
-                     f"single-turn job with {closest.max_tokens} tokens")  # fmt: skip
+    return closest, (f"TRL: multi-turn only through tool calls, which this model's template "
+                     f"lacks; it ran the single-turn job with {closest.max_tokens} tokens")  # fmt: skip
 
 
 def sweep(args, extra: list[str]) -> None:
