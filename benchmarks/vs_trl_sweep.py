@@ -33,8 +33,8 @@ def trl_job(job: Job) -> tuple[Job, str | None]:
     if job.env == "rl-add-digits":
         return job, None
     closest = Job(job.name, job.prompts, job.group, 2 * job.max_tokens, job.steps)
-    return closest, (f"TRL: multi-turn only through tool calls, which this model's template "
-                     f"lacks; it ran the single-turn job with {closest.max_tokens} tokens")  # fmt: skip
+    note = "TRL: multi-turn only through tool calls, which this model's template lacks; "
+    return closest, note + f"it ran the single-turn job with {closest.max_tokens} tokens"
 
 
 def sweep(args, extra: list[str]) -> None:
