@@ -7,6 +7,7 @@ comes makes the update fail within the group's timeout and the server refuse lat
 
 import asyncio
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -118,18 +119,26 @@ def test_update_serves_the_sent_weights_and_group_persists(
 
 
 def test_sender_gone_mid_update_is_an_error_not_a_hang(collective_server, tiny_model_dir):
-    """A new trainer (new group) that never sends: the server's receive fails within the
-    group's timeout, answers an error and refuses every later update."""
+    """A new trainer (new group) that opened its group's port and then never joins or sends:
+    the server reaches the port, its receive fails within the group's timeout, it answers an
+    error and refuses every later update."""
+    import torch.distributed as dist
+
     from orchestrator.collective import CollectiveReceiver
     from rlcore import collective
 
     server, run_dir = collective_server
-    group = collective.new_group("127.0.0.1", free_port(), "gloo", 1, 5.0, 2**20)
+    port = free_port()
+    group = collective.new_group("127.0.0.1", port, "gloo", 1, 5.0, 2**20)
+    # the trainer's half of the rendezvous, and then nothing
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=60))  # fmt: skip
     info = {"names": ["model.norm.weight"], "dtype_names": ["float32"], "shapes": [[64]]}
     collective.write_offer(run_dir.transfer, 3, group, info)
     receiver = CollectiveReceiver(run_dir)
     request = receiver.server_requests(receiver.load_request(3), 1)[0]
     status, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, request, timeout_s=60)
+    del store
     assert status in (500, 504), body
     assert "joining the trainer's group" in body["detail"] or "failed" in body["detail"], body
     status, body = server.admin_post(UPDATE_WEIGHTS_ROUTE, request, timeout_s=60)

@@ -135,7 +135,12 @@ def test_sigkill_component(tmp_path, setup, component, moment):
         assert_stops_cleanly(rl, run, tmp_path / "first.log", said)
     finally:
         kill_sessions(sessions_of(rl.pid, run))
-    assert run.latest_checkpoint() == latest_before
+    # No checkpoint lost, none counted without every part; one whose last part was being
+    # written when the kill came (the orchestrator runs ahead of the trainer) may complete.
+    latest = run.latest_checkpoint()
+    assert (latest or 0) >= (latest_before or 0)
+    if latest is not None:
+        assert all(run.part_done(latest, part) for part in ("trainer", "orchestrator"))
     if moment == "during_checkpoint_save":
         assert not run.checkpoint_complete(2)
     resume_and_finish(tmp_path, setup, latest_before)
