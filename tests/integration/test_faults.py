@@ -143,7 +143,7 @@ def test_sigkill_component(tmp_path, setup, component, moment):
         assert all(run.part_done(latest, part) for part in ("trainer", "orchestrator"))
     if moment == "during_checkpoint_save":
         assert not run.checkpoint_complete(2)
-    resume_and_finish(tmp_path, setup, latest_before)
+    resume_and_finish(tmp_path, setup, latest)
 
 
 SIGNAL_IN_DEFAULT_RUN = None  # all slow; test_rl.py's SIGTERM case is in the default run
