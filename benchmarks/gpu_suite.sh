@@ -8,7 +8,10 @@
 # output in OUT_DIR/<step>.log, and OUT_DIR/summary.json says which steps passed. A step that
 # fails is recorded and the suite goes on; the exit code is the number of failed steps.
 # Python: $PYTHON (default: python). Needs the trainer's packages only (benchmarks/README.md
-# says how to carry pydantic & co. to a machine without a package index).
+# says how to carry pydantic & co. to a machine without a package index): so the gpu tests live
+# in tests/unit/trainer, whose modules import nothing of vLLM, verifiers or the OpenAI client.
+# The tests' tiny model is built with the bundled SmolLM2 tokenizer; where that package is
+# missing, copy a built one (~/.cache/rl-launcher/tiny-qwen3-v1-seed0) under $RL_CACHE_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-benchmarks/results/gpu-$(date +%Y%m%d-%H%M%S)}"
@@ -44,7 +47,7 @@ print(json.dumps({"gpu": p.name, "gpus": torch.cuda.device_count(),
 PYEOF
 
 step pytest-gpu "$PY" -m pytest -m gpu -p no:cacheprovider -q -o addopts="--strict-markers" \
-    --junitxml="$OUT/pytest-gpu.xml" tests/unit
+    --junitxml="$OUT/pytest-gpu.xml" tests/unit/trainer
 step single-16k "$PY" benchmarks/trainer_throughput.py --preset single-16k --steps 5 \
     --peak-tflops 989 --json "$OUT/single-16k.json"
 step packed-8x2k "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \

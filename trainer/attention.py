@@ -9,6 +9,8 @@ CUDA in bf16/fp16. Elsewhere (CPU, fp32) it runs sdpa sample by sample: the same
 which is what lets a CPU test check its packing logic.
 """
 
+import functools
+import inspect
 import logging
 
 import torch
@@ -72,16 +74,45 @@ def varlen_attention_forward(
     cu_seqlens, max_len = segment_bounds(position_ids)
     q, k, v = (flatten(t) for t in (query, key, value))
     window = (-1, 0) if sliding_window is None else (sliding_window - 1, 0)
-    if q.is_cuda and q.dtype in FLASH_DTYPES:
-        from torch.nn.attention.varlen import varlen_attn
-
-        out = varlen_attn(
-            q, k, v, cu_seqlens, cu_seqlens, max_len, max_len,
-            scale=scaling, window_size=window, enable_gqa=k.shape[1] != heads,
-        )  # fmt: skip
+    if q.is_cuda and q.dtype in FLASH_DTYPES and (kernel := varlen_kernel(window)) is not None:
+        out = call_varlen(kernel, q, k, v, cu_seqlens, max_len, scaling)
     else:
         out = per_sample_sdpa(q, k, v, cu_seqlens.tolist(), scaling, window[0])
     return out.reshape(batch, length, heads, dim), None
+
+
+def call_varlen(kernel, q, k, v, cu_seqlens, max_len: int, scaling) -> torch.Tensor:
+    """Run `varlen_kernel`'s choice on flattened [T, H, D] query, key and value; where it takes
+    no `enable_gqa`, each query head gets its own copy of its key/value head."""
+    kernel_fn, options, takes_gqa = kernel
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1 and takes_gqa:
+        options = {**options, "enable_gqa": True}
+    elif groups > 1:
+        k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+    return kernel_fn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scaling, **options)
+
+
+@functools.cache
+def varlen_kernel(window: tuple[int, int]):
+    """torch's varlen_attn, the keywords this torch takes for a causal `window` and whether it
+    takes `enable_gqa`: (function, keywords, takes_gqa); None where this torch cannot apply the
+    window (the per-sample path runs then). torch 2.10 took `is_causal`, 2.11 `window_size`;
+    later ones take `enable_gqa` too."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return varlen_options(varlen_attn, inspect.signature(varlen_attn).parameters, window)
+
+
+def varlen_options(kernel_fn, params, window: tuple[int, int]):
+    """`varlen_kernel`'s choice for a kernel whose keyword parameters are `params`."""
+    if "window_size" in params:
+        options: dict[str, object] = {"window_size": window}
+    elif window == (-1, 0) and "is_causal" in params:
+        options = {"is_causal": True}
+    else:
+        return None
+    return kernel_fn, options, "enable_gqa" in params
 
 
 def flatten(states: torch.Tensor) -> torch.Tensor:

@@ -129,6 +129,7 @@ class Checkpointer:
                 prune_checkpoints(run_dir, self.keep)
             return {}
         waited = self.writer.wait()  # one save in flight
+        self.renew_closed_stager()
         folder = start_save(run_dir, step, scheduler, world, extra)
         model_state, optim_state = train_state(model, optimizer)
         response = dcp.async_save(
@@ -140,6 +141,16 @@ class Checkpointer:
         staged_s, self.staging_wait_s = self.staging_wait_s, 0.0
         return {"ckpt_wait_s": waited, "ckpt_write_s": self.writer.last_write_s,
                 "ckpt_staging_wait_s": staged_s}  # fmt: skip
+
+    def renew_closed_stager(self) -> None:
+        """torch 2.11's stager closes its state-dict copier after each copy, and the next copy
+        through it fails (KeyError: <class 'type'>): give such a stager's successor the save.
+        A torch that keeps it open keeps its pinned buffers from one save to the next."""
+        copier = getattr(self.stager, "_state_dict_stager", None)
+        if getattr(copier, "_deepcopy_dispatch", None):
+            return
+        self.stager.close()  # idle: the last save's copy and write are done
+        self.stager = make_stager(self.world)
 
     def before_update(self) -> None:
         """Called before the optimizer changes the weights: the copy of the last save must be
@@ -174,19 +185,24 @@ def async_resources(world: World):
     """A gloo group of its own for DCP's background collectives (they must not interleave with
     the training thread's), and a stager that copies the state in a thread of its own (to pinned
     memory from a GPU) while the next step's forward and backward run."""
-    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-
     group = None
     if world.distributed:
         import torch.distributed as dist
 
         group = dist.new_group(backend="gloo")
+    return group, make_stager(world)
+
+
+def make_stager(world: World):
+    """DCP's stager: it copies the state in a thread of its own, to pinned memory from a GPU."""
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
     on_gpu = world.device.type == "cuda"
     options = StagingOptions(
         use_pinned_memory=on_gpu, use_shared_memory=False, use_async_staging=True,
         use_non_blocking_copy=on_gpu,
     )  # fmt: skip
-    return group, DefaultStager(options)
+    return DefaultStager(options)
 
 
 def load_checkpoint(

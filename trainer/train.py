@@ -253,7 +253,9 @@ def train_step(trainer: Trainer, batch: BatchTensors) -> dict[str, float]:
             grad_norm = grad_norm.full_tensor()
         applied = apply_update(trainer, total_loss, grad_norm)
         times["optimizer_s"] = time.perf_counter() - optimizer_start
-    except torch.OutOfMemoryError as err:
+    except (torch.OutOfMemoryError, torch.distributed.DistBackendError) as err:
+        if not out_of_memory(err):
+            raise
         raise TrainingError(out_of_memory_message(trainer, batch, err)) from None
     metrics = step_metrics(trainer, batch, total_loss, sums, grad_norm, lr, start)
     release_freed_memory(trainer.world)
@@ -266,6 +268,17 @@ def release_freed_memory(world: World) -> None:
     step after step (measured 3.2 -> 5.9 GiB over 12 quick start steps)."""
     if world.device.type == "cpu" and MALLOC_TRIM is not None:
         MALLOC_TRIM(0)
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """torch's own out-of-memory error, or NCCL's when a collective cannot allocate its buffers
+    (its message: 'Failed to CUDA calloc async 608 bytes')."""
+    text = str(err)
+    return (
+        isinstance(err, torch.OutOfMemoryError)
+        or "Failed to CUDA" in text
+        or "out of memory" in text
+    )
 
 
 def out_of_memory_message(trainer: Trainer, batch: BatchTensors, err: BaseException) -> str:
@@ -284,8 +297,14 @@ def out_of_memory_message(trainer: Trainer, batch: BatchTensors, err: BaseExcept
         f"{model.activation_checkpointing}, every {model.activation_checkpointing_freq} "
         f"layer(s)), keep model.logprob_chunk_tokens set (now {model.logprob_chunk_tokens}), or "
         f"give the trainer more GPUs (--trainer-gpu-ids); `rl --dry-run` estimates the peak. "
-        f"({str(err).splitlines()[0][:200]})"
+        f"({memory_line(err)[:200]})"
     )
+
+
+def memory_line(err: BaseException) -> str:
+    """The line of the error that says what did not fit (NCCL says it last), else its first."""
+    lines = str(err).splitlines() or [type(err).__name__]
+    return next((line for line in lines if "Failed to CUDA" in line), lines[0])
 
 
 def forward_backward(

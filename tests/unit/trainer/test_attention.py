@@ -1,6 +1,7 @@
 """Packed rows: every attention implementation attends within each sample only, and `auto`
 picks the kernel the machine has."""
 
+import inspect
 import logging
 
 import pytest
@@ -74,3 +75,44 @@ def test_flash_attention_without_the_package_names_the_fix(monkeypatch):
     monkeypatch.setattr(attention, "flash_attn_version", lambda: None)
     with pytest.raises(ConfigError, match="needs the flash-attn package.*or use auto"):
         choose_attention("flash_attention_2", torch.device("cuda"), torch.bfloat16)
+
+
+def torch_2_10_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+                      is_causal=False):  # fmt: skip
+    assert is_causal and k.shape[1] == q.shape[1], "torch 2.10's kernel: causal, no GQA"
+    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, -1)
+
+
+def torch_2_11_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+                      window_size=(-1, -1)):  # fmt: skip
+    assert k.shape[1] == q.shape[1], "torch 2.11's kernel has no enable_gqa"
+    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, window_size[0])
+
+
+def torch_2_13_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+                      window_size=(-1, -1), enable_gqa=False):  # fmt: skip
+    assert enable_gqa == (k.shape[1] != q.shape[1])
+    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, window_size[0])
+
+
+@pytest.mark.parametrize("kernel", [torch_2_10_kernel, torch_2_11_kernel, torch_2_13_kernel])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_each_torchs_varlen_signature_gets_the_same_grouped_attention(kernel, kv_heads):
+    """The keywords differ between torch releases (the GPU machine's torch 2.11 has no
+    enable_gqa): every one gets causal attention within each sample, query heads sharing
+    their group's key/value head as sdpa's enable_gqa shares them."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(9, 4, 8), torch.randn(9, kv_heads, 8), torch.randn(9, kv_heads, 8)
+    cu_seqlens = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
+    choice = attention.varlen_options(kernel, inspect.signature(kernel).parameters, (-1, 0))
+    out = attention.call_varlen(choice, q, k, v, cu_seqlens, 4, 0.5)
+    expected = attention.per_sample_sdpa(q, k, v, cu_seqlens.tolist(), 0.5, -1)
+    torch.testing.assert_close(out, expected)
+
+
+def test_a_sliding_window_on_torch_2_10_takes_the_per_sample_path():
+    def options(kernel):
+        return attention.varlen_options(kernel, inspect.signature(kernel).parameters, (127, 0))
+
+    assert options(torch_2_10_kernel) is None
+    assert options(torch_2_11_kernel)[1] == {"window_size": (127, 0)}

@@ -72,3 +72,28 @@ def test_foreground_saves_still_work(tiny_model_dir, tmp_path, fake_config):
     ckpt_config = {"interval": 1, "background": False}
     run(fake_config(tiny_model_dir, tmp_path, max_steps=2, ckpt=ckpt_config))
     assert RunDir(tmp_path).complete_checkpoints() == [1, 2]
+
+
+def test_background_saves_go_on_where_torch_closes_the_stager_after_each_copy(
+    tiny_model_dir, tmp_path, fake_config, cpu_world, monkeypatch
+):
+    """torch 2.11's DefaultStager closes its state-dict copier after every copy, and the next
+    save through it failed (KeyError: <class 'type'>; seen on an H100): here torch is made to
+    do so, and every checkpoint of the run still lands, each holding its own step."""
+    from torch.distributed.checkpoint.staging import DefaultStager
+
+    stage_once = DefaultStager._stage
+
+    def as_in_torch_2_11(self, state_dict, **kwargs):
+        staged = stage_once(self, state_dict, **kwargs)
+        self._state_dict_stager.close()
+        return staged
+
+    monkeypatch.setattr(DefaultStager, "_stage", as_in_torch_2_11)
+    run(fake_config(tiny_model_dir, tmp_path, max_steps=4, ckpt={"interval": 1}))
+    run_dir = RunDir(tmp_path)
+    assert run_dir.complete_checkpoints() == [1, 2, 3, 4]
+    fresh = setup_trainer(fake_config(tiny_model_dir, tmp_path / "fresh"), cpu_world)
+    for step in (2, 3):  # staged by a renewed stager, and whole
+        args = (fresh.model, fresh.optimizer, fresh.scheduler, cpu_world)
+        assert ckpt.load_checkpoint(run_dir, step, *args)["step"] == step

@@ -60,12 +60,14 @@ def test_resume_is_bit_exact(tiny_model_dir, tmp_path, fake_config):
 
 
 def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, gpu_world):
-    free, _ = torch.cuda.mem_get_info()
-    hog = torch.empty(free - 256 * 2**20, dtype=torch.uint8, device="cuda")  # 256 MiB left
     cfg = bf16_config(fake_config, tiny_model_dir, tmp_path, seq_len=65536,
                       data={"fake": {"batch_size": 4}}, ckpt={"enabled": False})  # fmt: skip
+    # Set up first: NCCL makes its communicator (and its buffers) at the first collective, and
+    # a communicator that cannot allocate fails with its own error, not the step's.
+    trainer = setup_trainer(cfg, gpu_world)
+    free, _ = torch.cuda.mem_get_info()
+    hog = torch.empty(free - 256 * 2**20, dtype=torch.uint8, device="cuda")  # 256 MiB left
     try:
-        trainer = setup_trainer(cfg, gpu_world)
         batch = fake_batch(cfg.data.fake, cfg.seq_len, trainer.model.config.vocab_size, 0, 0)
         with pytest.raises(TrainingError, match=r"out of memory .*micro_batch_tokens.*seq_len"):
             train_step(trainer, batch)

@@ -52,14 +52,24 @@ def test_compiled_layers_give_the_same_gradients(tiny_model_dir, tmp_path, fake_
         torch.testing.assert_close(compiled[name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cpu_world):
+OUT_OF_MEMORY = [  # what a GPU raises when an allocation does not fit: torch's, NCCL's
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.27 GiB"),
+    torch.distributed.DistBackendError(
+        "NCCL error in: NCCLUtils.cpp:93, unhandled cuda error\nncclUnhandledCudaError: Call to "
+        "CUDA function failed.\nLast error:\nFailed to CUDA calloc async 9.27 GiB"
+    ),
+]
+
+
+@pytest.mark.parametrize("error", OUT_OF_MEMORY, ids=["torch", "nccl"])
+def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cpu_world, error):
     from trainer.train import TrainingError
 
     config = fake_config(tiny_model_dir, tmp_path, ckpt={"enabled": False})
     trainer = setup_trainer(config, cpu_world)
 
-    def no_memory(*args, **kwargs):  # what a GPU raises when an allocation does not fit
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.27 GiB")
+    def no_memory(*args, **kwargs):
+        raise error
 
     trainer.model.forward = no_memory
     batch = fake_batch(config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
@@ -70,3 +80,19 @@ def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cp
              "model.activation_checkpointing = true", "--trainer-gpu-ids")  # fmt: skip
     for knob in knobs:
         assert knob in message, message
+
+
+def test_a_collective_failing_for_another_reason_is_not_called_out_of_memory(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    config = fake_config(tiny_model_dir, tmp_path, ckpt={"enabled": False})
+    trainer = setup_trainer(config, cpu_world)
+    lost = torch.distributed.DistBackendError("NCCL error: remote process exited or network error")
+
+    def peer_gone(*args, **kwargs):
+        raise lost
+
+    trainer.model.forward = peer_gone
+    batch = fake_batch(config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
+    with pytest.raises(torch.distributed.DistBackendError, match="remote process exited"):
+        train_step(trainer, batch)
