@@ -137,6 +137,7 @@ def bench(args: argparse.Namespace, dtype: str) -> dict:
         for step in range(1, args.steps + 2):
             batch = fake_batch(trainer.config.data.fake, args.seq_len, vocab_size, step - 1, 0)
             rows.append(timed_step(trainer, batch, step, args.ckpt_interval))
+            print_row(step, rows[-1], args.batch_size * args.seq_len)
         trainer.sender.close()
         trainer.checkpointer.close()
         ckpt_write_s = trainer.checkpointer.writer.last_write_s
@@ -146,6 +147,17 @@ def bench(args: argparse.Namespace, dtype: str) -> dict:
     teardown_world(world)
     return {"rows": rows[1:], "peak": float(peak), "model": trainer.model,
             "ckpt_write_s": ckpt_write_s}  # fmt: skip
+
+
+def print_row(step: int, row: dict, tokens: int) -> None:
+    """One step's figures as it ends: a run that fails later still leaves them in its log."""
+    print(
+        f"  step {step}{' (warm-up)' if step == 1 else ''}: {row['total_s']:.3f} s, "
+        f"{tokens / row['total_s']:,.0f} tokens/s (train {row['train_s']:.3f}, publish "
+        f"{row['publish_s']:.3f}, checkpoint {row['ckpt_s']:.3f}), peak "
+        f"{row.get('peak_memory_gib', 0.0):.2f} GiB",
+        flush=True,
+    )
 
 
 def timed_step(trainer, batch, step: int, ckpt_interval: int) -> dict:
