@@ -34,3 +34,26 @@ def test_foundation_imports_no_heavy_library_and_no_role():
     code += "assert not heavy and not roles, (heavy, roles)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("quick_start", [True, False], ids=["quick-start", "mcp-tasks"])
+def test_rl_checks_a_run_without_the_environments_libraries(tmp_path, quick_start):
+    """`rl` stays up for the whole run: its checks (a dry run does them all) import neither
+    torch nor verifiers, datasets or the OpenAI client, also where the run's tasks file is
+    checked through rl_tasks (that import cost the launcher ~5 s and 0.15 GiB)."""
+    argv = ["--trainer", "@", "configs/quickstart/train.toml", "--orchestrator", "@",
+            "configs/quickstart/orch.toml", "--inference", "@", "configs/quickstart/infer.toml",
+            "--output-dir", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
+    if not quick_start:
+        tasks = tmp_path / "tasks.json"
+        tasks.write_text('[{"id": "t", "prompt": "say hi", "mcp_config": {"s": {"url": '
+                         '"http://127.0.0.1:9/mcp"}}, "setup_tool": null, '
+                         '"evaluate_tool": {"name": "check", "arguments": {}}}]')  # fmt: skip
+        argv += ["--orchestrator.env", f'[{{id = "rl-tasks", args = {{tasks = "{tasks}"}}}}]']
+    code = f"import sys\nfrom launcher.rl import main\ntry: main({argv!r})\nexcept SystemExit as e:"
+    code += " assert not e.code, e.code\n"
+    code += "heavy = {'torch', 'verifiers', 'datasets', 'openai'} & set(sys.modules)\n"
+    code += "assert not heavy, heavy\n"
+    code += "assert 'rl_tasks.taskfile' in sys.modules or " + str(quick_start)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
