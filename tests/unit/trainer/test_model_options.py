@@ -96,3 +96,60 @@ def test_a_collective_failing_for_another_reason_is_not_called_out_of_memory(
     batch = fake_batch(config.data.fake, 32, trainer.model.config.vocab_size, 0, 0)
     with pytest.raises(torch.distributed.DistBackendError, match="remote process exited"):
         train_step(trainer, batch)
+
+
+def test_backward_casts_weights_again_instead_of_keeping_copies(tiny_model_dir, monkeypatch):
+    """On CPU the forward autocasts to bf16 and autograd would keep a bf16 copy of every weight
+    until backward (0.2 GiB for SmolLM2-135M, at each micro-batch's peak): the trainer keeps the
+    parameter and casts it again, and the gradients come out bit for bit the same."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer import model as trainer_model
+    from trainer.dist import World
+    from trainer.model import RecastWeight, compute_context, recast_weights
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model.compute_dtype = torch.bfloat16
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0)
+    )
+    world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+
+    def gradients(context) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        with context:
+            loss = model(input_ids=ids).logits.float().logsumexp(-1).mean()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    recast_in_backward = []
+
+    def counting(dtype):
+        pack, unpack = recast_weights(dtype)
+        return pack, lambda p: recast_in_backward.append(isinstance(p, RecastWeight)) or unpack(p)
+
+    monkeypatch.setattr(trainer_model, "recast_weights", counting)
+    kept = gradients(torch.autocast("cpu", dtype=torch.bfloat16))
+    recast = gradients(compute_context(model, world))
+    assert sum(recast_in_backward) >= 3 * model.config.num_hidden_layers, "the trainer recasts"
+    assert kept.keys() == recast.keys() and kept
+    for name, grad in kept.items():
+        assert torch.equal(grad, recast[name]), name
+
+    pack, unpack = recast_weights(torch.bfloat16)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(pack(t)) or t, unpack):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids)
+    linears = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    recast_params = {id(p.param) for p in packed if isinstance(p, RecastWeight)}
+    assert linears <= recast_params, "every linear layer's weight is cast again, not kept"
+    assert not [
+        t
+        for t in packed
+        if isinstance(t, torch.Tensor)
+        and t.dtype == torch.bfloat16
+        and t.dim() == 2
+        and t.grad_fn is not None
+        and "Copy" in t.grad_fn.name()
+    ]
