@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the tiny model, and W&B's network boundary."""
+"""Shared pytest fixtures: the tiny model, W&B's network boundary, and the in-process
+trainer's world, configs and tiny models of every architecture family."""
 
 import sys
 from pathlib import Path
@@ -44,3 +45,48 @@ def fake_wandb(monkeypatch) -> FakeWandb:
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
     return fake
+
+
+@pytest.fixture
+def cpu_world():
+    """A single CPU process, no process group (trainer.dist.World)."""
+    import torch
+
+    from trainer.dist import World
+
+    return World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+
+
+@pytest.fixture
+def fake_config():
+    """`fake_config(model_dir, out, **overrides)`: a 2-step fp32 config on synthetic batches."""
+
+    from trainer.config import TrainerConfig
+
+    def make(model_dir: Path, out: Path, **overrides) -> TrainerConfig:
+        data = {
+            "model": {"name": str(model_dir), "dtype": "float32"},
+            "output_dir": str(out),
+            "max_steps": 2,
+            "seq_len": 32,
+            "data": {"fake": {"batch_size": 2}},
+            "optim": {"lr": 1e-3},
+        }
+        return TrainerConfig.model_validate(data | overrides)
+
+    return make
+
+
+FAMILY_VOCAB = 512
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random models of every architecture family (tests/families.py), vocabulary 512."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from families import HEAD_FAMILIES, build_family_model
+
+    root = tmp_path_factory.mktemp("families")
+    for family in HEAD_FAMILIES:
+        build_family_model(family, FAMILY_VOCAB).save_pretrained(root / family)
+    return {family: root / family for family in HEAD_FAMILIES}

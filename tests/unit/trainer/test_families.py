@@ -140,12 +140,10 @@ def test_gemma2_attention_softcap_needs_eager_on_cpu(family_dirs, cpu_world, cap
     assert (trainer_logprobs(sdpa, cpu_world, batch, 1.0) - reference).abs().max() > 0.1
 
 
-@pytest.mark.parametrize(
-    "kernel", ["eager", pytest.param("flex_attention", marks=pytest.mark.slow)]
-)
-def test_gemma2_packed_rows_with_the_kernels_that_softcap(family_dirs, cpu_world, kernel):
+def test_gemma2_packed_rows_with_the_kernels_that_softcap(family_dirs, cpu_world, kernel="eager"):
     """Kernels that honour the softcap and the sliding window give the HF forward's logprobs on
-    packed rows; flex compiles its kernel on CPU too (about a minute: slow tier)."""
+    packed rows (flex_attention, which compiles its kernel: tests/integration/
+    test_compiled_kernels.py)."""
     from transformers import AutoModelForCausalLM
 
     batch = samples(1)
