@@ -5,25 +5,15 @@ import torch
 
 from launcher.commands import run_command
 from rlcore.rundir import RunDir
-from trainer.config import TrainerConfig
 from trainer.train import run
 
 IDS = torch.tensor([[1, 5, 9, 42, 7, 3, 11]])
 
 
-def train(model_dir, out, lora: bool) -> RunDir:
-    data = {
-        "model": {"name": str(model_dir), "dtype": "float32"},
-        "output_dir": str(out),
-        "max_steps": 2,
-        "seq_len": 32,
-        "data": {"fake": {"batch_size": 2}},
-        "optim": {"lr": 1e-2},
-        "ckpt": {"interval": 1},
-    }
-    if lora:
-        data["lora"] = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "down_proj"]}
-    run(TrainerConfig.model_validate(data))
+def train(fake_config, model_dir, out) -> RunDir:
+    """Two steps with LoRA, a checkpoint after each."""
+    lora = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "down_proj"]}
+    run(fake_config(model_dir, out, optim={"lr": 1e-2}, ckpt={"interval": 1}, lora=lora))
     return RunDir(out)
 
 
@@ -48,8 +38,8 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
     return model(IDS).logits.detach()
 
 
-def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys):
-    rd = train(tiny_model_dir, tmp_path / "run", lora=True)
+def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys, fake_config):
+    rd = train(fake_config, tiny_model_dir, tmp_path / "run")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     cases = [
