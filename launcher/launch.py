@@ -3,6 +3,7 @@
 import signal
 import sys
 import time
+from pathlib import Path
 
 from launcher.literal_secrets import externalize
 from launcher.plan import Plan, describe, replica_config
@@ -103,6 +104,7 @@ def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
 
 
 def supervise(plan: Plan, supervisor: Supervisor) -> int:
+    oom_kills_before = oom_kills()
     # All at once: the trainer loads its model and the orchestrator its environments while
     # inference starts (the orchestrator waits for /health itself).
     for name in (*plan.inference_names, "orchestrator", "trainer"):
@@ -133,17 +135,52 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         return 0
     if code == STALLED:
         return fail(supervisor, name, 1, supervisor.stall_message)
-    return fail(supervisor, name, code, exit_message(name, code))
+    message = exit_message(name, code, (oom_kills_before, oom_kills()))
+    return fail(supervisor, name, code, message)
 
 
-def exit_message(name: str, code: int) -> str:
-    """Why a component ended the run, with its real exit code (or the signal that killed it)."""
+OOM_KNOBS = (
+    "lower --trainer.data.micro-batch-tokens, turn on --trainer.model.activation-checkpointing, "
+    "lower --seq-len, or give inference less KV cache (--inference.cpu.kvcache-space-gib)"
+)
+OOM_COUNTERS = (  # processes of this cgroup killed by any OOM killer: cgroup v2, then v1
+    ("/sys/fs/cgroup/memory.events", "oom_kill"),
+    ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+)
+
+
+def oom_kills() -> int | None:
+    """How many processes of this cgroup the kernel has killed for memory, where Linux says."""
+    for path, key in OOM_COUNTERS:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            field, _, value = line.partition(" ")
+            if field == key and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def exit_message(name: str, code: int, oom: tuple[int | None, int | None] = (None, None)) -> str:
+    """Why a component ended the run, with its real exit code (or the signal that killed it);
+    `oom` is the cgroup's OOM-kill count at the start and now, where known."""
     if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        before, now = oom
+        if before is None or now is None:
+            return (
+                f"{name} was killed (SIGKILL), most likely by the kernel for running out of "
+                f"memory: {OOM_KNOBS}"
+            )
+        if now > before:
+            return (
+                f"{name} was killed (SIGKILL) by the kernel for running out of memory (this "
+                f"cgroup's oom_kill count went from {before} to {now}): {OOM_KNOBS}"
+            )
         return (
-            f"{name} was killed (SIGKILL), most likely by the kernel for running out of memory: "
-            "lower --trainer.data.micro-batch-tokens, turn on "
-            "--trainer.model.activation-checkpointing, lower --seq-len, or give inference less "
-            "KV cache (--inference.cpu.kvcache-space-gib)"
+            f"{name} was killed (SIGKILL) by another process or a user, not for memory (this "
+            f"cgroup's oom_kill count stayed at {now})"
         )
     if code < 0:
         return f"{name} was killed by {signal.Signals(-code).name}"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.launch import oom_kills
 from rlcore import faults
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
@@ -256,6 +257,8 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
     # The run may have checkpointed again between the read and the kill (tiny steps are fast).
     resumed = re.search(r"resuming from step (\d+)", text)
     assert f"rl: error: {component} was killed (SIGKILL)" in text, text
+    if oom_kills() is not None:  # the test killed it, and the cgroup's OOM count says so
+        assert f"{component} was killed (SIGKILL) by another process or a user" in text, text
     assert "(restart 1 of 1)" in text and resumed and int(resumed[1]) >= killed_after, text
     assert_finished_every_step(run, transport)
 

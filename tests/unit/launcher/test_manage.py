@@ -117,6 +117,12 @@ def test_exit_messages_name_the_real_code_and_oom_kills():
     assert "most likely" in exit_message("trainer", -9) and "micro-batch-tokens" in exit_message(
         "trainer", 137
     )
+    oom = exit_message("trainer", -9, (2, 3))
+    assert "by the kernel for running out of memory" in oom and "from 2 to 3" in oom
+    assert "micro-batch-tokens" in oom and "most likely" not in oom
+    other = exit_message("inference", 137, (4, 4))
+    assert "by another process or a user, not for memory" in other and "stayed at 4" in other
+    assert "micro-batch-tokens" not in other
     assert exit_message("inference", 0) == (
         "inference stopped unexpectedly with code 0 while the run was going on"
     )
@@ -153,3 +159,15 @@ def test_plot_takes_the_watched_eval_rewards_per_environment():
         "eval a": ([2, 4], [0.5, 0.8]),
         "eval b#1": ([2, 4], [0.2, 0.4]),
     }
+
+
+def test_the_oom_kill_count_is_read_from_the_cgroup(tmp_path, monkeypatch):
+    from launcher import launch
+
+    v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
+    monkeypatch.setattr(launch, "OOM_COUNTERS", ((str(v2), "oom_kill"), (str(v1), "oom_kill")))
+    assert launch.oom_kills() is None  # neither file: the message keeps "most likely"
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    assert launch.oom_kills() == 7
+    v2.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n")
+    assert launch.oom_kills() == 2
