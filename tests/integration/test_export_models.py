@@ -13,8 +13,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.slow
-def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
-    rd = train(tiny_model_dir, tmp_path / "run", lora=True)
+def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys, fake_config):
+    rd = train(fake_config, tiny_model_dir, tmp_path / "run", lora=True)
     out = tmp_path / "merged"
     assert run_command("export", [str(rd.root), "--out", str(out)]) == 0
     said = capsys.readouterr().out
@@ -36,10 +36,10 @@ def test_lora_export_merges_the_adapter(tiny_model_dir, tmp_path, capsys):
     torch.testing.assert_close(logits(out2), expected, rtol=0.05, atol=0.05)
 
 
-def test_full_run_export_is_the_trained_model(tiny_model_dir, tmp_path):
+def test_full_run_export_is_the_trained_model(tiny_model_dir, tmp_path, fake_config):
     from safetensors.torch import load_file
 
-    rd = train(tiny_model_dir, tmp_path / "run", lora=False)
+    rd = train(fake_config, tiny_model_dir, tmp_path / "run", lora=False)
     out = tmp_path / "model"
     assert run_command("export", [str(rd.root), "--step", "1", "--out", str(out)]) == 0
     exported = load_file(str(out / "model.safetensors"))

@@ -10,10 +10,11 @@ from trainer.train import run
 IDS = torch.tensor([[1, 5, 9, 42, 7, 3, 11]])
 
 
-def train(fake_config, model_dir, out) -> RunDir:
-    """Two steps with LoRA, a checkpoint after each."""
-    lora = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "down_proj"]}
-    run(fake_config(model_dir, out, optim={"lr": 1e-2}, ckpt={"interval": 1}, lora=lora))
+def train(fake_config, model_dir, out, lora: bool) -> RunDir:
+    """Two steps (LoRA or full weights), a checkpoint after each."""
+    extra = {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "down_proj"]}}
+    options = {"optim": {"lr": 1e-2}, "ckpt": {"interval": 1}, **(extra if lora else {})}
+    run(fake_config(model_dir, out, **options))
     return RunDir(out)
 
 
@@ -39,7 +40,7 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
 
 
 def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys, fake_config):
-    rd = train(fake_config, tiny_model_dir, tmp_path / "run")
+    rd = train(fake_config, tiny_model_dir, tmp_path / "run", lora=True)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     cases = [
