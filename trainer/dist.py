@@ -109,9 +109,12 @@ def setup_world() -> World:
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     else:
-        # One GPU: a world of one without ports, so FSDP2 and DCP run the same code path.
+        # One GPU: a world of one without ports, so FSDP2 and DCP run the same code path. The
+        # device makes NCCL build its communicator now, not at the first collective, where
+        # a full GPU made it fail with an error of its own.
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        store, device = dist.HashStore(), torch.device("cuda", 0)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=device)
     rank = dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device())
     return World(rank=rank, world_size=dist.get_world_size(), device=device, distributed=True)

@@ -78,14 +78,17 @@ def test_background_saves_go_on_where_torch_closes_the_stager_after_each_copy(
     tiny_model_dir, tmp_path, fake_config, cpu_world, monkeypatch
 ):
     """torch 2.11's DefaultStager closes its state-dict copier after every copy, and the next
-    save through it failed (KeyError: <class 'type'>; seen on an H100): here torch is made to
-    do so, and every checkpoint of the run still lands, each holding its own step."""
+    save through it failed (KeyError: <class 'type'>; seen on an H100), or, given a new stager,
+    copied into freshly allocated (on a GPU: pinned) memory each time: here torch is made to
+    close it, and every checkpoint of the run still lands, each holding its own step, each
+    staged into the same host copies."""
     from torch.distributed.checkpoint.staging import DefaultStager
 
-    stage_once = DefaultStager._stage
+    stage_once, copies = DefaultStager._stage, []
 
     def as_in_torch_2_11(self, state_dict, **kwargs):
         staged = stage_once(self, state_dict, **kwargs)
+        copies.append({t.data_ptr() for t in staged["model"].values()})
         self._state_dict_stager.close()
         return staged
 
@@ -93,7 +96,8 @@ def test_background_saves_go_on_where_torch_closes_the_stager_after_each_copy(
     run(fake_config(tiny_model_dir, tmp_path, max_steps=4, ckpt={"interval": 1}))
     run_dir = RunDir(tmp_path)
     assert run_dir.complete_checkpoints() == [1, 2, 3, 4]
+    assert len(copies) == 3 and copies[0] == copies[1] == copies[2], "host copies are reused"
     fresh = setup_trainer(fake_config(tiny_model_dir, tmp_path / "fresh"), cpu_world)
-    for step in (2, 3):  # staged by a renewed stager, and whole
+    for step in (2, 3):  # staged after torch closed the copier, and whole
         args = (fresh.model, fresh.optimizer, fresh.scheduler, cpu_world)
         assert ckpt.load_checkpoint(run_dir, step, *args)["step"] == step

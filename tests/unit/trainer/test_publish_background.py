@@ -70,7 +70,9 @@ def test_never_more_than_one_write_in_flight(
         trainer.sender.publish(step)
     trainer.sender.close()
     assert most[0] == 1
-    assert all(RunDir(tmp_path).weights_stable(s) for s in (1, 2, 3))
+    run_dir = RunDir(tmp_path)  # async_level 1: the writer kept the newest two, pruned step 1
+    assert run_dir.weights_stable(2) and run_dir.weights_stable(3)
+    assert not run_dir.weight_dir(1).exists()
     assert trainer.sender.metrics()["publish_wait_s"] > 0.1  # step 3 waited for step 2's write
 
 
