@@ -121,9 +121,9 @@ class ChunkedLogprobs(torch.autograd.Function):
         for start in range(0, len(hidden), chunk):
             end = start + chunk
             z = head_logits(hidden[start:end], w, bias, dtype)
-            logits = transform.apply(z) / temperature
+            logits = scaled(z, transform, temperature)
             lse[start:end] = torch.logsumexp(logits, dim=-1)
-            probs = torch.exp(logits - lse[start:end, None])
+            probs = (logits - lse[start:end, None]).exp_()
             logprobs[start:end] = logits.gather(1, targets[start:end, None])[:, 0] - lse[start:end]
             entropy[start:end] = lse[start:end] - (probs * logits).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
@@ -137,27 +137,39 @@ class ChunkedLogprobs(torch.autograd.Function):
         dtype, temperature, transform = ctx.dtype, ctx.temperature, ctx.transform
         w = weight.to(dtype)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_weight = None  # fp32, the first chunk's product cast (no zeros to add it to)
         grad_bias = None if bias is None else torch.zeros(bias.shape, device=bias.device)
         for start in range(0, len(hidden), ctx.chunk):
             end = start + ctx.chunk
             h = hidden[start:end].to(dtype)
             z = head_logits(h, w, bias, dtype)
-            logits = transform.apply(z) / temperature
+            derivative = transform.derivative(z)  # before `scaled` overwrites z
+            logits = scaled(z, transform, temperature)
             g = grad_logprobs[start:end].float()
             # d logprob(target) / d logits = onehot(target) - softmax; then through the
-            # temperature and the head's transform back to z = h @ W.T + b.
-            dlogits = -torch.exp(logits - lse[start:end, None]) * g[:, None]
-            dlogits.scatter_add_(1, targets[start:end, None], g[:, None])
-            dz = dlogits * (transform.derivative(z) / temperature)
+            # temperature and the head's transform back to z = h @ W.T + b. In place: each
+            # [chunk x vocab] fp32 temporary is the size of the whole chunk's logits.
+            dz = logits.sub_(lse[start:end, None]).exp_().mul_(-g[:, None])
+            dz.scatter_add_(1, targets[start:end, None], g[:, None])
+            dz.mul_(derivative / temperature)
             if grad_bias is not None:
                 grad_bias += dz.sum(0)
             dz = dz.to(dtype)
             grad_hidden[start:end] = (dz @ w).to(hidden.dtype)
-            grad_weight += (dz.T @ h).float()
+            product = dz.T @ h
+            grad_weight = product.float() if grad_weight is None else grad_weight.add_(product)
+        if grad_weight is None:  # no position to take a gradient from
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
         return grad_hidden, grad_weight.to(weight.dtype), grad_bias, None, None, None, None, None
+
+
+def scaled(z: torch.Tensor, transform: HeadTransform, temperature: float) -> torch.Tensor:
+    """The logits over the temperature: in place on z when the transform returns z itself (a
+    [chunk x vocab] fp32 copy fewer)."""
+    logits = transform.apply(z)
+    return logits.div_(temperature) if logits is z else logits / temperature
 
 
 def head_logits(h: torch.Tensor, w: torch.Tensor, bias, dtype: torch.dtype) -> torch.Tensor:

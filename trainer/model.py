@@ -111,7 +111,9 @@ def compute_context(model: nn.Module, world: World) -> contextlib.AbstractContex
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
     stack.enter_context(torch.autograd.graph.saved_tensors_hooks(*recast_weights(dtype)))
-    stack.enter_context(torch.autocast(device_type=world.device.type, dtype=dtype))
+    stack.enter_context(
+        torch.autocast(device_type=world.device.type, dtype=dtype, cache_enabled=False)
+    )
     return stack
 
 
