@@ -9,6 +9,11 @@ Spawn gave one thing for free: the worker's OpenMP read GOMP_CPU_AFFINITY (set b
 each worker) when it loaded, and pinned its threads one per core. A forked worker inherits an
 OpenMP that loaded long before that variable was set, so the worker pins its threads itself,
 the same way (unpinned, generation was 35% slower).
+
+With one worker (no tensor, pipeline or data parallelism) it also runs inside the engine
+core's process (vLLM's `uni` executor; `cpu.separate_worker = true` keeps vLLM's own layout):
+nothing then passes each step's inputs and outputs between two processes, nor waits for them
+by polling, which on two cores took CPU time from generation and from a trainer beside it.
 """
 
 import ctypes
@@ -24,8 +29,9 @@ PR_SET_PDEATHSIG = 1
 ACTIVE = False  # set once start_by_fork has patched vLLM
 
 
-def start_by_fork() -> bool:
-    """Make vLLM fork its CPU processes; False (spawn stays) when this vLLM lacks the hooks."""
+def start_by_fork(separate_worker: bool = False) -> bool:
+    """Make vLLM fork its CPU processes, with one worker inside the engine core's process
+    unless `separate_worker`; False (spawn stays) when this vLLM lacks the hooks."""
     try:
         from vllm.platforms.cpu import CpuPlatform
         from vllm.v1.worker.cpu_worker import CPUWorker
@@ -38,10 +44,12 @@ def start_by_fork() -> bool:
     def check_and_fork(cls, vllm_config) -> None:
         check_config(cls, vllm_config)
         os.environ[FORK_ENV] = "fork"  # the platform has just set spawn
+        if not separate_worker:
+            worker_in_engine_core(vllm_config.parallel_config)
         gc.freeze()  # children share the imported modules' pages until a collection writes them
 
     def pin_then_init(self) -> None:
-        pin_openmp_threads()
+        pin_openmp_threads(engine_core_cpus(self.vllm_config))
         init_device(self)
 
     CpuPlatform.check_and_update_config = classmethod(check_and_fork)
@@ -82,12 +90,31 @@ def die_with_parent() -> None:
         pass
 
 
-def pin_openmp_threads() -> None:
+def worker_in_engine_core(parallel) -> None:
+    """One worker (no tensor, pipeline or data parallelism): run it in the engine core's
+    process (vLLM's `uni` executor), where the CPU platform would start a process of its own
+    for it."""
+    if parallel.world_size == 1 and parallel.data_parallel_size == 1:
+        parallel.distributed_executor_backend = "uni"
+
+
+def engine_core_cpus(vllm_config) -> list[int]:
+    """The CPUs vLLM binds its first worker's OpenMP threads to: GOMP_CPU_AFFINITY when vLLM
+    started the worker (its `mp` executor sets it), else what vLLM would have set."""
+    given = os.environ.get("GOMP_CPU_AFFINITY", "")
+    if given or vllm_config.parallel_config.distributed_executor_backend != "uni":
+        return [int(cpu) for cpu in given.split()]
+    from vllm.utils.ompmultiprocessing import OMPProcessManager
+
+    lists = OMPProcessManager(vllm_config).cpu_lists
+    return list(lists[0]) if lists else []
+
+
+def pin_openmp_threads(cpus: list[int]) -> None:
     """Pin this worker's OpenMP threads as OpenMP does when GOMP_CPU_AFFINITY (vLLM's CPUs for
     this worker, e.g. "0 1") is set before it loads: the calling thread to the first CPU, the
     pool's helpers to the others. Threads start with their creator's affinity, so the helpers
     OpenMP starts on the first parallel region are started while this thread holds the rest."""
-    cpus = [int(cpu) for cpu in os.environ.get("GOMP_CPU_AFFINITY", "").split()]
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return
     import torch

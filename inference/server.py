@@ -137,7 +137,7 @@ def setup_device_env(config: InferenceConfig) -> bool:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if config.cpu.start_method == "fork":
-        cpu_fork.start_by_fork()
+        cpu_fork.start_by_fork(config.cpu.separate_worker)
     return True
 
 
@@ -160,6 +160,7 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     signal.signal(signal.SIGTERM, stop_during_startup)
     signal.signal(signal.SIGINT, stop_during_startup)
     _, sock = setup_server(args, reuse_port=False)
+    logging.getLogger("vllm.v1.engine.async_llm").addFilter(quiet_requested_stop)
     if cpu_fork.ACTIVE:  # vLLM's CPU processes are forked from here
         cpu_fork.child_forgets(sock, STOPPING)
     try:
@@ -238,6 +239,12 @@ def request_stop(signum: int, app, engine) -> None:
         app.state.server.should_exit = True
 
     asyncio.get_running_loop().create_task(stop())
+
+
+def quiet_requested_stop(record: logging.LogRecord) -> bool:
+    """Drop vLLM's "output_handler failed" error (an EngineDeadError traceback) once this
+    server has asked the engine to stop: the engine core exits because it was told to."""
+    return not (STOP_REQUESTED.is_set() and "output_handler failed" in record.getMessage())
 
 
 def stop_during_startup(signum: int, _frame) -> None:

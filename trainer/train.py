@@ -246,6 +246,7 @@ def train_step(trainer: Trainer, batch: BatchTensors) -> dict[str, float]:
     lr = trainer.scheduler.get_last_lr()[0]
     try:
         total_loss, sums, times = forward_backward(trainer, batch)
+        release_freed_memory(trainer.world)  # the passes' activations, before the optimizer
         optimizer_start = time.perf_counter()
         max_norm = trainer.config.optim.max_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), max_norm)

@@ -67,6 +67,8 @@ def shared_server(tiny_model_dir, tmp_path_factory):
         engine = [child for child in psutil.Process(process.proc.pid).children(recursive=True)
                   if "resource_tracker" not in " ".join(child.cmdline())]  # fmt: skip
         assert engine, "vLLM's engine core should run in a child process"
+        # the model worker runs inside the engine core (inference.cpu.separate_worker = false)
+        assert len(engine) == 1 and "EngineCore" in engine[0].name(), engine
         yield SharedServer(process, run, process.url)
         process.proc.send_signal(signal.SIGTERM)
         code = process.proc.wait(timeout=120)
@@ -76,6 +78,7 @@ def shared_server(tiny_model_dir, tmp_path_factory):
         process.stop(grace_s=60)
     log = process.log_path.read_text()
     assert SHARED_SERVER_TOKEN not in log
+    assert "Traceback" not in log, process.log_tail()  # the engine's requested exit is quiet
     assert "inference: ready" in log and "inference: stopped" in log, process.log_tail()
     assert code == 0, f"exit code {code} after SIGTERM:\n{process.log_tail()}"
     assert not strays, f"{strays} outlived the server:\n{process.log_tail()}"

@@ -17,8 +17,7 @@ PROBE = textwrap.dedent(
     import json, os, torch
     from inference.cpu_fork import pin_openmp_threads
 
-    os.environ["GOMP_CPU_AFFINITY"] = "0 1"  # set after OpenMP loaded, as in a forked worker
-    pin_openmp_threads()
+    pin_openmp_threads([0, 1])  # after OpenMP loaded, as in a forked worker
     others = [sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")
               if int(t) != os.getpid()]
     print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "others": others,
