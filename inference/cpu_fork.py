@@ -104,8 +104,10 @@ def engine_core_cpus(vllm_config) -> list[int]:
     given = os.environ.get("GOMP_CPU_AFFINITY", "")
     if given or vllm_config.parallel_config.distributed_executor_backend != "uni":
         return [int(cpu) for cpu in given.split()]
-    from vllm.utils.ompmultiprocessing import OMPProcessManager
-
+    try:
+        from vllm.utils.ompmultiprocessing import OMPProcessManager
+    except ImportError:  # a vLLM without it: the CPUs this process may run on
+        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     lists = OMPProcessManager(vllm_config).cpu_lists
     return list(lists[0]) if lists else []
 

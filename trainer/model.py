@@ -105,7 +105,8 @@ def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
 
 def compute_context(model: nn.Module, world: World) -> contextlib.AbstractContextManager:
     """Where the forward pass runs in the compute dtype: FSDP2 casts by itself; a single CPU
-    process autocasts (fp32 compute needs nothing)."""
+    process autocasts (fp32 compute needs nothing), without autocast's cache of weight casts,
+    which would keep every weight's copy alive to the end of the forward (the head's peak)."""
     dtype = model.compute_dtype
     if world.distributed or dtype == torch.float32:
         return contextlib.nullcontext()
