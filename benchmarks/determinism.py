@@ -1,5 +1,6 @@
 """Reproducible runs: the quick start N times with `--deterministic --seed S`, compared step by
-step (reward, loss, mismatch_kl in metrics.jsonl, bit for bit) and by the hash of the final
+step (reward, the batch's token and logprob digests, loss and mismatch_kl in metrics.jsonl, bit
+for bit) and by the hash of the final
 checkpoint's model and optimizer state; one run with another seed must differ; optionally M
 runs of the default mode beside them for the cost (wall time) and the spread of the last-5
 reward. Runs one after another on this machine; extra arguments go to every `rl` call.
@@ -24,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 from benchmarks.launcher_overhead import QUICKSTART  # noqa: E402
 
-COMPARED = {"orchestrator": ("reward",), "trainer": ("loss", "mismatch_kl")}
+COMPARED = {
+    "orchestrator": ("reward", "tokens_digest", "logprobs_digest"),
+    "trainer": ("loss", "mismatch_kl"),
+}
 
 
 def run_once(work: Path, name: str, seed: int, deterministic: bool, args, extra) -> dict:
@@ -66,7 +70,7 @@ def per_step(metrics: Path) -> dict[str, dict[str, float]]:
             continue  # an eval record
         batch = record["step"] - (record["component"] == "trainer")
         for key in keys:
-            steps.setdefault(str(batch), {})[key] = record[key]
+            steps.setdefault(str(batch), {})[key] = record.get(key)
     return steps
 
 
@@ -124,7 +128,8 @@ def report(args, det: list[dict], other: list[dict], default: list[dict], steps_
     hashes = {r["state_hash"] for r in det}
     print(f"\n== {len(det)} runs of the quick start ({steps_note}), --deterministic --seed "
           f"{args.seed} ==")  # fmt: skip
-    print(f"steps with bitwise-equal reward, loss and mismatch_kl in every run: {same}/{num_steps}")
+    print(f"steps with bitwise-equal reward, batch digests, loss and mismatch_kl in every run: "
+          f"{same}/{num_steps}")  # fmt: skip
     print(*diffs, sep="\n") if diffs else None
     print(f"final model+optimizer state: {len(hashes)} distinct hash(es) {sorted(hashes)}")
     if other:

@@ -26,7 +26,7 @@ from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.policy import Policy
 from orchestrator.pooled_client import PooledClient
-from orchestrator.rollouts import Stats, assign_groups, rollout_samples
+from orchestrator.rollouts import Stats, assign_groups, batch_digests, rollout_samples
 from orchestrator.sampler import ExampleSampler
 from orchestrator.seeds import eval_seeds, rollout_seeds
 from orchestrator.servers import ServerPool
@@ -204,6 +204,8 @@ class Orchestrator:
             **first_error(rollouts),
             "mixed_reward_groups": num_mixed / len(groups),
         }
+        if config.deterministic:
+            metrics |= batch_digests(batch.samples)
         return metrics
 
     def log_step(self, step: int, step_s: float, batch: Batch, metrics: dict) -> None:

@@ -11,6 +11,8 @@ The samples of one group of rollouts (one example) that start from the same prom
 prompt once for all of them without comparing tokens.
 """
 
+import hashlib
+import struct
 from dataclasses import dataclass
 
 from orchestrator.envs import Rollout, Turn
@@ -101,3 +103,19 @@ def assign_groups(samples: list[Sample], first_id: int) -> int:
     for sample in samples:
         sample.group_id = ids.setdefault(tuple(sample.prompt_ids), first_id + len(ids))
     return first_id + len(ids)
+
+
+def batch_digests(samples: list[Sample]) -> dict[str, str]:
+    """Short digests of what a batch gives the trainer, for a deterministic run's metrics.jsonl:
+    the token ids (prompts, completions, masks) and, apart, the engine's logprobs of them. When
+    two runs with one seed part, these say which side parted first: a different sampled token,
+    the same tokens with other logprobs (the inference engine), or neither (the trainer)."""
+    tokens, logprobs = hashlib.sha256(), hashlib.sha256()
+    for sample in samples:
+        ids = (len(sample.prompt_ids), *sample.prompt_ids, *sample.completion_ids)
+        tokens.update(struct.pack(f"<{len(ids)}q", *ids))
+        tokens.update(bytes(sample.completion_mask))
+        logprobs.update(
+            struct.pack(f"<{len(sample.completion_logprobs)}d", *sample.completion_logprobs)
+        )
+    return {"tokens_digest": tokens.hexdigest()[:16], "logprobs_digest": logprobs.hexdigest()[:16]}

@@ -32,7 +32,14 @@ pytestmark = pytest.mark.integration
 ENVS = Path(__file__).parent / "envs"
 COMPARED = {
     "trainer": ("loss", "entropy", "mismatch_kl", "grad_norm", "num_tokens"),
-    "orchestrator": ("reward", "num_tokens", "completion_len", "policy_step"),
+    "orchestrator": (
+        "reward",
+        "num_tokens",
+        "completion_len",
+        "policy_step",
+        "tokens_digest",
+        "logprobs_digest",
+    ),  # fmt: skip
 }
 
 
@@ -94,6 +101,7 @@ def test_two_runs_and_a_resumed_one_give_the_same_numbers(tiny_model_dir, tmp_pa
     assert step >= 2 and len(first) == 8 and first == second
     rewards = {first[("orchestrator", step)]["reward"] for step in range(4)}
     assert len(rewards) > 1 and all(first[("trainer", s)]["grad_norm"] > 0 for s in range(1, 5))
+    assert all(first[("orchestrator", s)]["logprobs_digest"] for s in range(4))
     assert state_hash(whole, 4) == state_hash(cut, 4)
 
 

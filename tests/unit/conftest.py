@@ -6,7 +6,11 @@ forkserver methods through `_posixsubprocess.fork_exec`; its fork method and `os
 through `os.fork`. A replacement raises, and the test fails even if the code under test caught
 the error. A C library that forks by itself would pass unseen (none used in tests/unit does).
 A unit test imports no vLLM either (it starts helper processes, and takes a minute on 2 cores).
-A test that needs a real process or vLLM belongs in tests/integration."""
+A test that needs a real process or vLLM belongs in tests/integration.
+
+torch is imported here, before any guard: importing it the first time runs `ldconfig` (through
+`ctypes.util.find_library`, looking for CUDA's libraries), which is torch's start-up, not the
+code under test; otherwise whichever test imported torch first failed when run alone."""
 
 import _posixsubprocess
 import os
@@ -14,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+import torch  # noqa: F401  (see above)
 
 GUARDED = (
     (subprocess.Popen, "_execute_child"),

@@ -2,14 +2,18 @@
 checkpoints that carry the batches generated before them."""
 
 import asyncio
+import math
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orchestrator import ckpt
 from orchestrator.config import OrchestratorConfig
 from orchestrator.policy import Policy
 from orchestrator.pooled_client import PooledClient
+from orchestrator.rollouts import batch_digests
 from orchestrator.seeds import SEED_BITS, rollout_seeds, turn_seed
 from orchestrator.servers import ServerPool
 from rlcore.protocol import Batch, Sample, read_batch
@@ -134,3 +138,51 @@ def test_every_rollout_state_carries_its_own_seeded_rng():
     assert draws({"seed": 11}) == draws({"seed": 11})
     assert draws({"seed": 11}) != draws({"seed": 12})
     assert draws({}) != draws({})  # no seed: a fresh stream every rollout
+
+
+samples_strategy = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, 2**17), min_size=1, max_size=6),
+        st.lists(
+            st.tuples(st.integers(0, 2**17), st.booleans(), st.floats(-30, 0)),
+            min_size=1,
+            max_size=6,
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def as_samples(drawn) -> list[Sample]:
+    return [
+        Sample(prompt, [t for t, _, _ in done], [int(m) for _, m, _ in done],
+               [lp if m else 0.0 for _, m, lp in done], advantage=0.0)
+        for prompt, done in drawn
+    ]  # fmt: skip
+
+
+@given(samples_strategy, st.data())
+def test_batch_digests_tell_a_changed_token_from_a_changed_logprob(drawn, data):
+    """The digests a deterministic run logs: a pure function of the batch; one logprob moved by
+    one ulp changes only the logprobs digest; one token, or where the prompt ends, only the
+    tokens digest."""
+    digests = batch_digests(as_samples(drawn))
+    assert digests == batch_digests(as_samples(drawn))
+    i = data.draw(st.integers(0, len(drawn) - 1))
+    samples = as_samples(drawn)
+    samples[i].completion_logprobs[0] = math.nextafter(samples[i].completion_logprobs[0], 1.0)
+    changed = batch_digests(samples)
+    assert changed["tokens_digest"] == digests["tokens_digest"]
+    assert changed["logprobs_digest"] != digests["logprobs_digest"]
+    samples = as_samples(drawn)
+    samples[i].completion_ids[0] += 1
+    changed = batch_digests(samples)
+    assert changed["tokens_digest"] != digests["tokens_digest"]
+    assert changed["logprobs_digest"] == digests["logprobs_digest"]
+    samples = as_samples(drawn)
+    first, *rest = samples[i].completion_ids
+    samples[i].prompt_ids.append(first)
+    samples[i].completion_ids, samples[i].completion_mask = rest, samples[i].completion_mask[1:]
+    samples[i].completion_logprobs = samples[i].completion_logprobs[1:]
+    assert batch_digests(samples)["tokens_digest"] != digests["tokens_digest"]
