@@ -22,6 +22,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from rlcore import heap
 from rlcore.collective import broadcast, gloo_group, update_buckets, update_sizes
 
 
@@ -80,6 +81,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
 
         finalize_layerwise_reload(self.model, self.model_config)
         retie(self.model, self.tied)
+        heap.trim()  # the old prepacked weights' pages (inference/worker_extension.py)
 
     def update_weights(self, update_info: dict) -> None:
         self.receive_weights(self.parse_update_info(update_info))

@@ -4,7 +4,11 @@
 `reload_weights_retied`: vLLM's in-place reload loads a tied tensor (a tied-embedding model's
 `embed_tokens` / `lm_head`) through its first owner only; on CPU the other owner keeps
 computing with a prepacked copy of the old weights (0.8 nats off on the tiny model). This
-reloads, then processes every other owner of a tied tensor again."""
+reloads, then processes every other owner of a tied tensor again.
+
+After an update (either transport) the heap's free pages go back to the system: on CPU each
+update prepacks every linear layer's weights anew and frees the old copies, which glibc would
+otherwise keep as the engine's high-water mark."""
 
 WORKER_EXTENSION = "inference.worker_extension.TiedReload"
 
@@ -12,8 +16,10 @@ WORKER_EXTENSION = "inference.worker_extension.TiedReload"
 class TiedReload:
     def reload_weights_retied(self, **kwargs) -> None:
         from inference.gloo_engine import retie, tied_groups
+        from rlcore import heap
 
         model = self.model_runner.get_model()
         groups = tied_groups(model)
         self.reload_weights(**kwargs)
         retie(model, groups)
+        heap.trim()

@@ -7,8 +7,6 @@ metrics.jsonl records, configs/trainer.toml.
 Unblocked by: the orchestrator writing the next batch (or data.fake, which needs nobody).
 """
 
-import ctypes
-import ctypes.util
 import logging
 import resource
 import shutil
@@ -20,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcore import faults, waits
+from rlcore import faults, heap, waits
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import BatchTensors
@@ -41,17 +39,6 @@ from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
 from trainer.parity import parity_causes, parity_message
 from trainer.weights import build_sender, place_weights
-
-
-def find_malloc_trim():
-    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
-    try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
-    except OSError:
-        return None
-
-
-MALLOC_TRIM = find_malloc_trim()
 
 logger = logging.getLogger("trainer")
 
@@ -269,8 +256,8 @@ def release_freed_memory(world: World) -> None:
     activations (quick start: 3.5 GiB resident in it, 2.96 when trimmed first), and
     micro-batches of changing shapes grow the trainer's resident memory step after step
     (measured 3.2 -> 5.9 GiB over 12 quick start steps)."""
-    if world.device.type == "cpu" and MALLOC_TRIM is not None:
-        MALLOC_TRIM(0)
+    if world.device.type == "cpu":
+        heap.trim()
 
 
 def out_of_memory(err: BaseException) -> bool:
