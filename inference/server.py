@@ -133,6 +133,7 @@ def setup_device_env(config: InferenceConfig) -> bool:
         return False
     if config.deterministic:  # ours on CPU, in this process and every one vLLM starts
         os.environ[batch_invariant.BATCH_INVARIANT_ENV] = "1"
+        os.environ[batch_invariant.SPLIT_KV_ENV] = "0"
         batch_invariant.install()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
