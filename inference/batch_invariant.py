@@ -13,8 +13,9 @@ on what it is batched with, for the price of a few padded rows in tiny batches.
 Attention has the same trap: vLLM's CPU attention splits a sequence's keys and values over
 threads when the batch has fewer sequences than threads (`VLLM_CPU_ATTN_SPLIT_KV`, on by
 default) and sums the parts, so a request's logprobs changed in the last bit with the number of
-requests it was scheduled with (measured on the tiny test model: 3 of 24 rounds of 8 requests
-with random arrival times differed by 9.5e-7, with the split off 0 of 24). A deterministic run
+requests it was scheduled with (measured on the tiny test model: 3-4 of 24 rounds of 8 requests
+with random arrival times differed by 9.5e-7, with the split off none;
+tests/integration/test_batch_invariant_server.py). A deterministic run
 turns the split off (`SPLIT_KV_ENV`), in the inference server and so in every process it forks.
 
 Installed by the vLLM plugin (inference/vllm_plugin.py) in every vLLM process when
