@@ -1,9 +1,9 @@
 """Reproducible runs: the quick start N times with `--deterministic --seed S`, compared step by
 step (reward, the batch's token and logprob digests, loss and mismatch_kl in metrics.jsonl, bit
-for bit) and by the hash of the final
-checkpoint's model and optimizer state; one run with another seed must differ; optionally M
-runs of the default mode beside them for the cost (wall time) and the spread of the last-5
-reward. Runs one after another on this machine; extra arguments go to every `rl` call.
+for bit) and by the hash of the final checkpoint's model and optimizer state; one run with
+another seed must differ; optionally M runs of the default mode beside them for the cost (wall
+time) and the spread of the last-5 reward. Runs one after another on this machine; extra
+arguments go to every `rl` call.
 
     python -m benchmarks.determinism                              # 5 runs of the quick start
     python -m benchmarks.determinism --runs 3 --max-steps 10 --default-runs 2   # smaller
