@@ -15,9 +15,10 @@ import threading
 import time
 from pathlib import Path
 
-from inference import batch_invariant, cpu_fork
+from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
+from rlcore import heap
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
@@ -135,6 +136,11 @@ def setup_device_env(config: InferenceConfig) -> bool:
         os.environ[batch_invariant.BATCH_INVARIANT_ENV] = "1"
         os.environ[batch_invariant.SPLIT_KV_ENV] = "0"
         batch_invariant.install()
+    if config.cpu.matmul_dtype == cpu_matmul.BF16:  # here and in every process vLLM starts
+        os.environ[cpu_matmul.MATMUL_ENV] = cpu_matmul.BF16
+        cpu_matmul.install()
+    else:
+        os.environ.pop(cpu_matmul.MATMUL_ENV, None)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if config.cpu.start_method == "fork":
@@ -218,6 +224,11 @@ async def announce_ready(app, engine, config: InferenceConfig, start: float) -> 
     while not getattr(getattr(app.state, "server", None), "started", False):
         await asyncio.sleep(0.1)
     READY.set()
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():  # what loading left resident (rlcore/heap.py)
+        heap.trim()
+        heap.page_out_libraries()
     url = f"http://{config.server.host}:{config.server.port}"
     logger.info(f"ready: serving {config.model.name} at {url} ({time.monotonic() - start:.1f} s)")
     loop = asyncio.get_running_loop()

@@ -3,7 +3,8 @@ process it starts (API server, engine core, workers), so the `gloo` weight-trans
 known wherever `--weight-transfer-config '{"backend": "gloo"}'` makes a worker create it.
 Registration is by module path: nothing heavy is imported until a worker creates the engine.
 A deterministic run also gets its batch-invariant CPU linear layers here
-(inference/batch_invariant.py)."""
+(inference/batch_invariant.py), and `cpu.matmul_dtype = bfloat16` its bf16 ones
+(inference/cpu_matmul.py)."""
 
 GLOO_ENGINE = "gloo"
 
@@ -11,10 +12,12 @@ GLOO_ENGINE = "gloo"
 def register() -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
-    from inference import batch_invariant
+    from inference import batch_invariant, cpu_matmul
 
     if batch_invariant.enabled():  # a deterministic run on CPU (inference/batch_invariant.py)
         batch_invariant.install()
+    if cpu_matmul.enabled():  # bf16 linear layers in an fp32 model (inference/cpu_matmul.py)
+        cpu_matmul.install()
 
     try:
         WeightTransferEngineFactory.register_engine(

@@ -156,6 +156,7 @@ def derive(config: RLConfig) -> RLConfig:
     trainer_model = config.trainer.model
     if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
         trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
+    derive_matmul_dtype(config)
     derive_lora(config)
     gpus = config.inference_gpu_ids
     if gpus and config.inference.parallel.dp is None:
@@ -163,6 +164,17 @@ def derive(config: RLConfig) -> RLConfig:
             config.inference.parallel.tp * config.inference.replicas
         )
     return config
+
+
+def derive_matmul_dtype(config: RLConfig) -> None:
+    """`inference.cpu.matmul_dtype = auto`: compute inference's linear layers as the trainer's
+    forward does, bf16 products of an fp32 model when the trainer autocasts to bf16
+    (inference/cpu_matmul.py); otherwise in the served dtype."""
+    cpu = config.inference.cpu
+    if cpu.matmul_dtype != "auto":
+        return
+    mixed = config.trainer.model.dtype == "bfloat16" and config.inference.model.dtype == "float32"
+    cpu.matmul_dtype = "bfloat16" if mixed else "model"
 
 
 def derive_transport(

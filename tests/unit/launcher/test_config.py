@@ -410,3 +410,33 @@ def test_key_of_another_union_member_names_the_type_it_needs(tmp_path, capsys):
     err = user_error(TrainerConfig, ["@", path], capsys)
     assert "t.toml" in err and "weight_transfer.bucket_mb" in err
     assert "'collective' only" in err and "did you mean" not in err
+
+
+# -- inference's CPU linear layers follow the trainer's compute dtype ---------------------------
+@pytest.mark.parametrize(
+    ("trainer_dtype", "served", "given", "derived"),
+    [
+        ("bfloat16", "float32", "auto", "bfloat16"),  # the quick start: autocast's products
+        ("float32", "float32", "auto", "model"),
+        ("bfloat16", "bfloat16", "auto", "model"),
+        ("auto", "float32", "auto", "model"),
+        ("bfloat16", "float32", "model", "model"),  # the user's choice stands
+        ("float32", "float32", "bfloat16", "bfloat16"),
+    ],
+)
+def test_matmul_dtype_is_derived_from_the_trainer(trainer_dtype, served, given, derived):
+    from launcher.plan import derive
+
+    config = parse(RLConfig, [
+        "--trainer.model.dtype", trainer_dtype, "--inference.model.dtype", served,
+        "--inference.cpu.matmul-dtype", given,
+    ])  # fmt: skip
+    assert derive(config).inference.cpu.matmul_dtype == derived
+
+
+def test_bf16_matmuls_of_an_fp16_model_are_refused(capsys):
+    err = user_error(
+        InferenceConfig, ["--model.dtype", "float16", "--cpu.matmul-dtype", "bfloat16"], capsys
+    )
+    assert "cpu.matmul_dtype = bfloat16" in err and "model.dtype = float16" in err
+    assert "Traceback" not in err

@@ -1,0 +1,65 @@
+"""bf16 linear layers for an fp32 model served on CPU (`inference.cpu.matmul_dtype`).
+
+The trainer computes its forward under bf16 autocast from fp32 master weights: every linear
+layer (the tied head included) multiplies bf16-rounded inputs by bf16-rounded weights and
+rounds its output to bf16, while the embedding, the norms and the residual stream stay fp32.
+Served in fp32, vLLM computes those products from unrounded operands, so the policy it samples
+from is not quite the one the trainer scores. With this switch on, each fp32 linear layer keeps
+a oneDNN-packed bf16 copy of its weight instead of an fp32 one and computes
+`bf16(x) @ bf16(W).T (+ bf16(b))`, handing an fp32 copy of the bf16 result to the rest of the
+fp32 model. Measured on SmolLM2-135M's shapes (2 threads): the same bits as the trainer's
+autocast `F.linear` at every shape tried, row for row whatever the batch (M = 1..79 against
+512), 1.3-1.8x faster than the fp32 product (the tied head at 32 rows 5.5 ms against 10.0),
+and the packed weights take half the memory (0.2 GiB instead of 0.4 on SmolLM2-135M).
+
+Installed by the vLLM plugin (inference/vllm_plugin.py) in every vLLM process when MATMUL_ENV
+says so; the inference server sets it when it serves on CPU with `matmul_dtype = bfloat16`.
+vLLM's weight reload runs the same dispatch again, so each new policy is packed the same way."""
+
+import os
+
+MATMUL_ENV = "RL_CPU_MATMUL_DTYPE"
+BF16 = "bfloat16"
+
+
+def enabled() -> bool:
+    return os.environ.get(MATMUL_ENV) == BF16
+
+
+def install() -> None:
+    """Wrap vLLM's CPU linear dispatch: fp32 2-D weights get a bf16 oneDNN kernel."""
+    from vllm.model_executor.layers import utils
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "bf16_matmul", False):
+        return
+
+    def dispatch(layer, remove_weight: bool) -> None:
+        if not pack_bf16(layer, remove_weight):
+            original(layer, remove_weight)
+
+    dispatch.bf16_matmul = True
+    utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
+def pack_bf16(layer, remove_weight: bool) -> bool:
+    """Give `layer` a bf16 oneDNN kernel; False (nothing changed) where it does not apply: a
+    weight that is not a materialized fp32 matrix, or no oneDNN in this vLLM build."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    weight = layer.weight
+    if weight.is_meta or weight.ndim != 2 or weight.dtype != torch.float32:
+        return False
+    if not ops._supports_onednn:
+        return False
+    handler = ops.create_onednn_mm(weight.detach().to(torch.bfloat16).t(), 32)
+
+    def linear(x, _weight, bias):
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        return ops.onednn_mm(handler, x.to(torch.bfloat16), bias).to(x.dtype)
+
+    layer.cpu_linear = linear
+    if remove_weight:
+        layer.weight = torch.nn.Parameter(torch.empty(0, dtype=weight.dtype), requires_grad=False)
+    return True
