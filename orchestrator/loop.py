@@ -31,7 +31,7 @@ from orchestrator.sampler import ExampleSampler
 from orchestrator.seeds import eval_seeds, rollout_seeds
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
-from rlcore import waits
+from rlcore import heap, waits
 from rlcore.admin_token import read_token
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
@@ -120,8 +120,12 @@ class Orchestrator:
         config, state, eval_config = self.config, self.state, self.config.eval
         if eval_config and eval_config.eval_base_model and self.resume_step is None:
             await self.evaluate(0)
+        first = state.step
         while state.step < config.max_steps:
             await self.train_step()
+            if state.step == first + 1:  # imports and the first batch done (rlcore/heap.py)
+                heap.trim()
+                heap.page_out_libraries()
             if eval_config and state.step % eval_config.interval == 0:
                 await self.evaluate(state.step)
             for step in self.plan.due(state.step):

@@ -1,21 +1,39 @@
-"""Handing the C heap's free pages back to the system (glibc's `malloc_trim`).
+"""Handing memory a process no longer uses back to the system.
 
-glibc keeps freed memory in its heaps for reuse, so a process that frees a large working set
-(a trainer step's activations, an inference engine's old prepacked weights after an update)
-stays at its high-water mark. `trim()` returns those pages; it is a no-op where the C library
-has no `malloc_trim` (musl, macOS)."""
+`trim()`: glibc keeps freed memory in its heaps for reuse, so a process that frees a large
+working set (a trainer step's activations, an inference engine's old prepacked weights after an
+update) stays at its high-water mark. `trim()` returns those pages (glibc's `malloc_trim`); it
+is a no-op where the C library has no `malloc_trim` (musl, macOS).
+
+`page_out_libraries()`: importing torch, vLLM and triton maps hundreds of MiB of shared
+libraries, and loading them leaves much of that resident in the process though it never runs
+again: on a CPU machine, the CUDA build of torch (the one PyPI serves) brings cuBLASLt, nvrtc
+and nvJitLink, vLLM brings triton. Measured on the quick start: 185 MiB of library pages in the
+inference server, 165 in the trainer, 51 in the orchestrator. This asks the kernel to reclaim
+the read-only pages of every mapped shared library (`madvise(MADV_PAGEOUT)`, Linux 5.4+): they
+are clean copies of files, so nothing is lost, and a page that runs again is read back on its
+first touch (in the inference server, 4 of 264 MiB came back over a round of requests). Call it
+once a process has started up; a no-op where the kernel or C library lacks it."""
 
 import ctypes
+import sys
+from pathlib import Path
+
+MADV_PAGEOUT = 21
 
 
-def _find_malloc_trim():
+def _libc():
     try:  # the symbols already loaded into this process, libc's among them
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 
 
-MALLOC_TRIM = _find_malloc_trim()
+LIBC = _libc()
+MALLOC_TRIM = getattr(LIBC, "malloc_trim", None)
+MADVISE = getattr(LIBC, "madvise", None)
+if MADVISE is not None:
+    MADVISE.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 def trim() -> bool:
@@ -24,3 +42,38 @@ def trim() -> bool:
         return False
     MALLOC_TRIM(0)
     return True
+
+
+def library_ranges(maps: str) -> list[tuple[int, int]]:
+    """(start, length) of each read-only mapping of a shared library in a /proc/<pid>/maps
+    text: code and constants, never data a process wrote."""
+    ranges = []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or "w" in fields[1] or not is_library(fields[5]):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        ranges.append((start, end - start))
+    return ranges
+
+
+def is_library(path: str) -> bool:
+    name = Path(path.strip()).name
+    return path.startswith("/") and (name.endswith(".so") or ".so." in name)
+
+
+def page_out_libraries() -> int:
+    """Ask the kernel to reclaim this process's resident shared-library pages; returns the
+    bytes advised (0 where that is not available)."""
+    if MADVISE is None or not sys.platform.startswith("linux"):
+        return 0
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return 0
+    advised = 0
+    for start, length in library_ranges(maps):
+        if MADVISE(start, length, MADV_PAGEOUT) != 0:
+            return advised  # EINVAL: a kernel before 5.4; nothing more to gain
+        advised += length
+    return advised
