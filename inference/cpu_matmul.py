@@ -16,7 +16,10 @@ Installed by the vLLM plugin (inference/vllm_plugin.py) in every vLLM process wh
 says so; the inference server sets it when it serves on CPU with `matmul_dtype = bfloat16`.
 vLLM's weight reload runs the same dispatch again, so each new policy is packed the same way."""
 
+import logging
 import os
+
+logger = logging.getLogger("inference")
 
 MATMUL_ENV = "RL_CPU_MATMUL_DTYPE"
 BF16 = "bfloat16"
@@ -52,6 +55,10 @@ def pack_bf16(layer, remove_weight: bool) -> bool:
     if weight.is_meta or weight.ndim != 2 or weight.dtype != torch.float32:
         return False
     if not ops._supports_onednn:
+        logger.warning(
+            "cpu.matmul_dtype = bfloat16: this vLLM build has no oneDNN, so linear layers "
+            "compute in float32"
+        )
         return False
     handler = ops.create_onednn_mm(weight.detach().to(torch.bfloat16).t(), 32)
 

@@ -16,6 +16,7 @@ first touch (in the inference server, 4 of 264 MiB came back over a round of req
 once a process has started up; a no-op where the kernel or C library lacks it."""
 
 import ctypes
+import errno
 import sys
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def page_out_libraries() -> int:
         return 0
     advised = 0
     for start, length in library_ranges(maps):
-        if MADVISE(start, length, MADV_PAGEOUT) != 0:
-            return advised  # EINVAL: a kernel before 5.4; nothing more to gain
-        advised += length
+        if MADVISE(start, length, MADV_PAGEOUT) == 0:
+            advised += length
+        elif ctypes.get_errno() == errno.EINVAL:
+            return advised  # a kernel before 5.4: nothing to gain
+        # else ENOMEM: unmapped since the maps were read (a library unloaded); go on
     return advised
