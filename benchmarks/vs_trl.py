@@ -61,6 +61,7 @@ class Watch:
     def __init__(self, proc: subprocess.Popen, interval_s: float = 0.5, pss_every: int = 4):
         self.proc, self.interval_s, self.pss_every = proc, interval_s, pss_every
         self.peak, self.role_peak, self.written, self.appeared = 0, {}, {}, {}
+        self.trace: list[dict[str, float]] = []  # per memory sample: seconds, GiB per role
         self.started = time.perf_counter()
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
@@ -78,13 +79,17 @@ class Watch:
             except psutil.NoSuchProcess:
                 break
             memory, tick = tick % self.pss_every == 0, tick + 1
-            total = 0
+            total, now = 0, time.perf_counter() - self.started
+            sample = {"t": round(now, 1)}
             for role, procs in roles.items():
-                self.appeared.setdefault(role, time.perf_counter() - self.started)
+                self.appeared.setdefault(role, now)
                 pss = sum(self.sample(role, p, memory) for p in procs)
                 self.role_peak[role] = max(self.role_peak.get(role, 0), pss)
+                sample[role] = round(pss / 2**30, 3)
                 total += pss
             self.peak = max(self.peak, total)
+            if memory:
+                self.trace.append(sample)
             time.sleep(self.interval_s)
 
     def sample(self, role: str, p: psutil.Process, memory: bool) -> int:
@@ -136,6 +141,8 @@ def timed(argv: list[str], log: Path, cwd: Path = REPO) -> dict[str, Any]:
         watch = Watch(proc)
         code = proc.wait()
     wall_s = time.perf_counter() - started
+    trace = log.with_suffix(".memory.jsonl")  # PSS per role over time, to see what peaks together
+    trace.write_text("".join(json.dumps(sample) + "\n" for sample in watch.trace))
     os.sync()  # what the run left in the page cache reaches the disk and is counted
     written = (disk_written_bytes() - disk_before) / 1e9
     figures = {"exit_code": code, "wall_s": wall_s, "started_at": started_at}

@@ -138,9 +138,9 @@ def setup_device_env(config: InferenceConfig) -> bool:
         batch_invariant.install()
     if config.cpu.matmul_dtype == cpu_matmul.BF16:  # here and in every process vLLM starts
         os.environ[cpu_matmul.MATMUL_ENV] = cpu_matmul.BF16
-        cpu_matmul.install()
     else:
         os.environ.pop(cpu_matmul.MATMUL_ENV, None)
+    cpu_matmul.install()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu.omp_threads_bind)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if config.cpu.start_method == "fork":

@@ -3,8 +3,8 @@ process it starts (API server, engine core, workers), so the `gloo` weight-trans
 known wherever `--weight-transfer-config '{"backend": "gloo"}'` makes a worker create it.
 Registration is by module path: nothing heavy is imported until a worker creates the engine.
 A deterministic run also gets its batch-invariant CPU linear layers here
-(inference/batch_invariant.py), and `cpu.matmul_dtype = bfloat16` its bf16 ones
-(inference/cpu_matmul.py)."""
+(inference/batch_invariant.py), and every process the CPU packing of inference/cpu_matmul.py
+(bf16 linear layers with `cpu.matmul_dtype = bfloat16`)."""
 
 GLOO_ENGINE = "gloo"
 
@@ -16,8 +16,7 @@ def register() -> None:
 
     if batch_invariant.enabled():  # a deterministic run on CPU (inference/batch_invariant.py)
         batch_invariant.install()
-    if cpu_matmul.enabled():  # bf16 linear layers in an fp32 model (inference/cpu_matmul.py)
-        cpu_matmul.install()
+    cpu_matmul.install()  # CPU packing: bf16 where enabled, embeddings on first use
 
     try:
         WeightTransferEngineFactory.register_engine(

@@ -5,6 +5,7 @@ import sys
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.files import is_disk_full
+from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
@@ -14,6 +15,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
     setup_logging("trainer", config.log.level)
+    bound_kernel_caches()  # before torch's first matmul (rlcore/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, config.nodes)
     except ConfigError as err:

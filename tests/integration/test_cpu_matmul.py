@@ -72,6 +72,40 @@ def test_layers_it_does_not_apply_to_are_left_to_vllm():
         assert layer.weight.shape == weight.shape and not hasattr(layer, "cpu_linear")
 
 
+@pytest.mark.parametrize("matmul_dtype", ["bfloat16", None])
+def test_a_layer_that_keeps_its_weight_is_packed_at_its_first_product(matmul_dtype, monkeypatch):
+    """An embedding keeps its weight for lookups and multiplies only if it is the head, so the
+    dispatch packs it when it first multiplies, from the weight it holds then (a reload copies
+    the new values into the old tensor after the dispatch), as an eager pack would have."""
+    import torch
+    from vllm.model_executor.layers import utils
+
+    from inference import cpu_matmul
+
+    if matmul_dtype:
+        monkeypatch.setenv(cpu_matmul.MATMUL_ENV, matmul_dtype)
+    else:
+        monkeypatch.delenv(cpu_matmul.MATMUL_ENV, raising=False)
+    monkeypatch.setattr(utils, "dispatch_cpu_unquantized_gemm", utils.dispatch_cpu_unquantized_gemm)
+    cpu_matmul.install()
+    cpu_matmul.install()  # twice is once: vLLM's own dispatch stays underneath
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+    gen = torch.Generator().manual_seed(3)
+    weight, x = torch.randn(96, 64, generator=gen), torch.randn(5, 64, generator=gen)
+    layer = Layer(torch.zeros_like(weight), None)
+    dispatch(layer, remove_weight=False)
+    lazy = layer.cpu_linear
+    layer.weight.data.copy_(weight)  # after the dispatch, as vLLM's layerwise reload does
+    served = layer.cpu_linear(x, layer.weight, None)
+    assert layer.cpu_linear is not lazy and layer.weight.shape == weight.shape
+    eager = Layer(weight.clone(), None)
+    dispatch.vllm_dispatch(eager, remove_weight=False)
+    if matmul_dtype:
+        assert cpu_matmul.pack_bf16(eager, remove_weight=False)
+    assert torch.equal(served, eager.cpu_linear(x, eager.weight, None))
+    assert torch.equal(layer.cpu_linear(x, layer.weight, None), served)
+
+
 def bf16_linear_logprobs(folder) -> list[float]:
     """transformers' fp32 forward of `folder` with every linear layer (the tied head included)
     computed as autocast does: what the server computes with bf16 matmuls."""

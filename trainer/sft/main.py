@@ -6,6 +6,7 @@ import sys
 
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
+from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
 from trainer.dist import maybe_reexec_under_torchrun
 from trainer.sft.config import SFTConfig
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     if check_only:
         check_data(config)
         return
+    bound_kernel_caches()  # before torch's first matmul (rlcore/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, module="trainer.sft.main")
     except ConfigError as err:

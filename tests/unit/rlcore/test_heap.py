@@ -114,3 +114,11 @@ def test_library_ranges_keeps_read_only_libraries_only(entries):
         if perms[1] == "-" and name.startswith("/") and LIBRARY_NAME.search(name)
     ]
     assert heap.library_ranges("\n".join(lines)) == expected
+
+
+def test_bound_kernel_caches_sets_the_bounds_and_keeps_a_users(monkeypatch):
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
+    heap.bound_kernel_caches()
+    assert os.environ["LRU_CACHE_CAPACITY"] == heap.KERNEL_CACHES["LRU_CACHE_CAPACITY"]
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"  # the user's value wins
