@@ -4,7 +4,8 @@ tokens, lr 3e-5, token-level loss, temperature 1, truncated answers score 0, no 
 the ratios ours / TRL's of wall time (command to exit), steady step (steps 5-24), peak memory
 over all processes (PSS), bytes the processes wrote (sampled per process), bytes that reached
 the disks (/proc/diskstats, after a sync), and the last-5 mean reward. Our side also prints
-where its time went (startup, and each part of a steady step) and memory and writes by process.
+where its time went (startup, and each part of a steady step) and memory and writes by process;
+each side's memory over time (PSS per role every 2 s) lands next to its log as `*.memory.jsonl`.
 
     python benchmarks/vs_trl.py [--seeds 0,1] [--skip-trl] [--skip-ours] [--trl-version X]
                                 [--work DIR]
@@ -212,9 +213,13 @@ class Job:
         if self.seq_len != 256:
             flags += ["--seq-len", str(self.seq_len),
                       "--inference.model.max-model-len", str(self.seq_len)]  # fmt: skip
-        kv_gib = self.rollouts * self.seq_len * KV_BYTES_PER_TOKEN / 2**30
-        if kv_gib > 0.375:  # the quick start's infer.toml: enough for its 32 x 256 tokens
-            flags += ["--inference.cpu.kvcache-space-gib", f"{1.5 * kv_gib:.2f}"]
+        # The quick start's KV cache (0.125 GiB) holds its 32 rollouts of a prompt (under 64
+        # tokens) and 16 answer tokens; a larger job gets 1.5x what its rollouts can hold.
+        turns = 2 if self.env != "rl-add-digits" else 1
+        tokens = self.rollouts * (64 + self.max_tokens) * turns
+        if tokens > PROMPTS * GROUP * (64 + MAX_TOKENS):
+            kv_gib = 1.5 * tokens * KV_BYTES_PER_TOKEN / 2**30
+            flags += ["--inference.cpu.kvcache-space-gib", f"{kv_gib:.2f}"]
         if self.env != "rl-add-digits":
             layer = work / "env.toml"
             layer.write_text(f'[[env]]\nid = "{self.env}"\n')
