@@ -20,8 +20,9 @@ for each matrix shape and keeps them in two caches (ideep's, `LRU_CACHE_CAPACITY
 oneDNN's, `ONEDNN_PRIMITIVE_CACHE_CAPACITY`, 1024 entries each). A trainer's passes hold
 different numbers of tokens from step to step, so each step added a set of kernels for good:
 on SmolLM2-135M's shapes (forward and backward of each projection) 9 MiB per new token count,
-+557 MiB after 60 passes of random lengths, +76 with the bounds below, at the same speed.
-Call it before the process's first matmul; a variable the user set wins."""
++518 MiB after 60 passes of random lengths, +38 with the bounds below, at the same speed
+(benchmarks/kernel_caches.py). Call it before the process's first matmul; a variable the user
+set wins."""
 
 import ctypes
 import errno

@@ -10,7 +10,9 @@ A test that needs a real process or vLLM belongs in tests/integration.
 
 torch is imported here, before any guard: importing it the first time runs `ldconfig` (through
 `ctypes.util.find_library`, looking for CUDA's libraries), which is torch's start-up, not the
-code under test; otherwise whichever test imported torch first failed when run alone."""
+code under test; otherwise whichever test imported torch first failed when run alone. So is
+matplotlib's font manager: on a machine without its font cache (a fresh CI machine) its import
+runs `fc-list` once to build it, and `rl plot`'s test failed there."""
 
 import _posixsubprocess
 import os
@@ -19,6 +21,7 @@ import sys
 
 import pytest
 import torch  # noqa: F401  (see above)
+from matplotlib import font_manager  # noqa: F401  (see above)
 
 GUARDED = (
     (subprocess.Popen, "_execute_child"),
