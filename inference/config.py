@@ -69,7 +69,9 @@ class ServerConfig(BaseConfig):
 class CpuConfig(BaseConfig):
     kvcache_space_gib: PositiveFloat = 4
     """KV-cache memory in GiB when serving on CPU, fractions allowed (vLLM allocates all of it
-    at start); a VLLM_CPU_KVCACHE_SPACE environment variable (whole GiB) wins over it."""
+    at start); a VLLM_CPU_KVCACHE_SPACE environment variable (whole GiB) wins over it. A request
+    holds whole blocks (128 tokens on CPU unless vllm_args.block_size says otherwise), and one
+    too small for a request of model.max_model_len is refused before vLLM starts."""
 
     omp_threads_bind: str = "auto"
     """CPU cores for vLLM's OpenMP threads, e.g. `0-1`; `auto` lets vLLM pick (sets

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from inference.config import InferenceConfig
+from inference.kv_check import check_cpu_kv_cache
 from inference.worker_extension import WORKER_EXTENSION
 from rlcore.errors import ConfigError
 from rlcore.secrets import resolve, scrub
@@ -131,6 +132,8 @@ def build_vllm_args(config: InferenceConfig, model_path: str, on_cpu: bool) -> a
         raise ConfigError(scrub(rejected(extra, reason), vllm_args)) from None
     except (TypeError, ValueError) as err:
         raise ConfigError(scrub(rejected(extra, str(err)), vllm_args)) from None
+    if on_cpu:
+        check_cpu_kv_cache(args, model_path)
     return args
 
 
