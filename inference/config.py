@@ -39,6 +39,11 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class InferenceModelConfig(ModelConfig):
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Dtype of the served weights. `auto`: bf16 on GPUs; float32 on a CPU (the trainer's fp32
+    master weights arrive whole, and `cpu.matmul_dtype` says what the linear layers compute
+    in). An explicit bfloat16 on a CPU without native bf16 is served, slowly, with a warning."""
+
     max_model_len: PositiveInt | None = None
     """Longest sequence (prompt + completion) the server accepts; None uses the model's."""
 
@@ -89,7 +94,10 @@ class CpuConfig(BaseConfig):
     packed weights' memory), while the embedding, norms, attention and KV cache stay fp32 (on
     the quick start the mismatch with the trainer's logprobs is 1.3e-3 instead of 0.8e-3);
     `model` computes in `model.dtype`, as vLLM does. `auto`: under `rl` the trainer's compute
-    dtype (`trainer.model.dtype`), alone `model`. CPU only (inference/cpu_matmul.py)."""
+    dtype (`trainer.model.dtype`), alone `bfloat16` where this CPU has native bf16
+    (AVX512_BF16, AMX) and `model` elsewhere (rlcore/machine.py). `bfloat16` on a CPU that
+    oneDNN cannot build it for (AVX2 without AVX-512) is refused before vLLM starts. CPU only
+    (inference/cpu_matmul.py)."""
 
     separate_worker: bool = False
     """With `start_method = "fork"`: run vLLM's model worker in a process of its own beside the

@@ -57,6 +57,24 @@ def install() -> None:
     utils.dispatch_cpu_unquantized_gemm = dispatch
 
 
+def check_bf16() -> str | None:
+    """Why this process cannot build a bf16 oneDNN matmul (a trial on a small matrix), or
+    None when it can."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    if not ops._supports_onednn:
+        return None  # pack_bf16 falls back to float32 and says so
+    try:
+        ops.create_onednn_mm(torch.zeros(32, 32, dtype=torch.bfloat16), 32)
+    except RuntimeError as err:
+        return (
+            f"cpu.matmul_dtype = bfloat16: oneDNN cannot build a bf16 matmul on this CPU "
+            f"({str(err).split('.')[0]}): set cpu.matmul_dtype = auto or model"
+        )
+    return None
+
+
 def pack_on_first_product(layer, pack) -> None:
     def first_product(x, weight, bias):
         pack(layer, False)  # replaces layer.cpu_linear

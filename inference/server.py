@@ -22,6 +22,7 @@ from rlcore import heap
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
+from rlcore.machine import GPU_DTYPE, bf16_matmul_refusal, probe, slow_bf16_warning
 from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
 
@@ -126,9 +127,12 @@ def check_port_free(host: str, port: int) -> None:
 
 def setup_device_env(config: InferenceConfig) -> bool:
     """True when serving on CPU; then set vLLM's CPU defaults unless the environment has them."""
+    steer_vllm_kernels(probe())
     from vllm.platforms import current_platform
 
-    if not current_platform.is_cpu():
+    on_cpu = current_platform.is_cpu()
+    resolve_dtypes(config, on_cpu)
+    if not on_cpu:
         if config.deterministic:  # vLLM's own batch-invariant kernels (CUDA, XPU)
             os.environ.setdefault("VLLM_BATCH_INVARIANT", "1")
         return False
@@ -146,6 +150,43 @@ def setup_device_env(config: InferenceConfig) -> bool:
     if config.cpu.start_method == "fork":
         cpu_fork.start_by_fork(config.cpu.separate_worker)
     return True
+
+
+def steer_vllm_kernels(machine) -> None:
+    """vLLM picks its CPU kernel library (AVX2 or AVX-512) from the hardware alone; where the
+    environment caps this process below AVX-512 (rlcore.machine: ATEN_CPU_CAPABILITY,
+    ONEDNN_MAX_CPU_ISA), it loads the AVX2 one, as on an AVX2 machine. Before vLLM's import."""
+    if machine.isa not in ("baseline", "avx2") or machine.hardware_isa == machine.isa:
+        return
+    import torch
+
+    if "vllm._custom_ops" in sys.modules:
+        logger.warning("vLLM's kernels were loaded before the ISA cap could steer them")
+    torch.cpu._is_avx512_supported = lambda: False
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+
+
+def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
+    """`auto` dtypes for this machine (rlcore.machine): served in bf16 on a GPU, in fp32 on a
+    CPU, whose linear layers compute in bf16 where bf16 is native; under `rl` both come
+    resolved. A bf16 the CPU cannot build is refused here, before vLLM starts."""
+    machine = probe()
+    model, cpu = config.model, config.cpu
+    if model.dtype == "auto":
+        model.dtype = "float32" if on_cpu else GPU_DTYPE
+    if not on_cpu:
+        return
+    if cpu.matmul_dtype == "auto":
+        native = machine.bf16_native and model.dtype == "float32"
+        cpu.matmul_dtype = cpu_matmul.BF16 if native else "model"
+    if cpu.matmul_dtype == cpu_matmul.BF16:
+        refusal = bf16_matmul_refusal("cpu.matmul_dtype", machine) or cpu_matmul.check_bf16()
+        if refusal:
+            raise ConfigError(refusal)
+    if warning := slow_bf16_warning("model.dtype", model.dtype, machine):
+        logger.warning(warning)
+    logger.info(f"dtypes: served {model.dtype}, linear layers in {cpu.matmul_dtype} "
+                f"({machine.describe()})")  # fmt: skip
 
 
 def write_resolved_config(config: InferenceConfig) -> None:

@@ -12,6 +12,14 @@ from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
+from rlcore.machine import (
+    GPU_DTYPE,
+    Machine,
+    bf16_matmul_refusal,
+    compute_dtype,
+    probe,
+    slow_bf16_warning,
+)
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
 from rlcore.weight_transfer import LOOPBACK, Deployment, listen_port_here
@@ -44,6 +52,10 @@ class Plan:
     attempt: str = ""
     """The current attempt's id (rlcore.attempt), new for every start and restart; every process
     gets it in RL_ATTEMPT_ID and stamps what it writes for the others with it."""
+    machine: Machine | None = None
+    """What this machine is (rlcore.machine), as the auto dtypes were chosen for it."""
+    dtypes: list[str] = field(default_factory=list)
+    """The dtypes chosen and why, as the start banner and `--dry-run` say them."""
     admin_token: str | None = None
     """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
     environment only), so that the orchestrator's one `admin_token` file fits them all."""
@@ -153,10 +165,6 @@ def derive(config: RLConfig) -> RLConfig:
     # The orchestrator starts with inference and waits for /health itself: as long as rl would.
     startup_s = config.inference.server.startup_timeout_s
     client.health_timeout_s = max(client.health_timeout_s, startup_s)
-    trainer_model = config.trainer.model
-    if trainer_model.serving_dtype is None and config.inference.model.dtype != "auto":
-        trainer_model.serving_dtype = config.inference.model.dtype  # publish what inference serves
-    derive_matmul_dtype(config)
     derive_lora(config)
     gpus = config.inference_gpu_ids
     if gpus and config.inference.parallel.dp is None:
@@ -166,15 +174,40 @@ def derive(config: RLConfig) -> RLConfig:
     return config
 
 
-def derive_matmul_dtype(config: RLConfig) -> None:
-    """`inference.cpu.matmul_dtype = auto`: compute inference's linear layers as the trainer's
-    forward does, bf16 products of an fp32 model when the trainer autocasts to bf16
-    (inference/cpu_matmul.py); otherwise in the served dtype."""
+def derive_dtypes(
+    config: RLConfig, gpu_map: dict[str, list[int]], machine: Machine
+) -> tuple[list[str], list[str]]:
+    """`auto` dtypes for this machine (rlcore.machine), so every process gets the same concrete
+    ones: the trainer's compute dtype, inference's served dtype (fp32 on CPU, so the trainer's
+    master weights arrive whole), the dtype published weights are written in (what inference
+    serves) and, on CPU, inference's linear layers (bf16 products where the trainer computes
+    in bf16 and oneDNN has them). Returns why each was chosen, and the warnings."""
+    trainer, inference = config.trainer.model, config.inference.model
+    on_cpu = not gpu_map.get("inference")
+    trainer.dtype, why_trainer = compute_dtype(trainer.dtype, bool(gpu_map["trainer"]), machine)
+    if inference.dtype == "auto":
+        inference.dtype = "float32" if on_cpu else GPU_DTYPE
+    if trainer.serving_dtype is None:
+        trainer.serving_dtype = inference.dtype  # publish what inference serves
     cpu = config.inference.cpu
-    if cpu.matmul_dtype != "auto":
-        return
-    mixed = config.trainer.model.dtype == "bfloat16" and config.inference.model.dtype == "float32"
-    cpu.matmul_dtype = "bfloat16" if mixed else "model"
+    if cpu.matmul_dtype == "auto":
+        mixed = trainer.dtype == "bfloat16" and inference.dtype == "float32"
+        cpu.matmul_dtype = "bfloat16" if mixed and machine.bf16_matmul else "model"
+    notes = [
+        f"trainer.model.dtype = {trainer.dtype} ({why_trainer})",
+        f"inference.model.dtype = {inference.dtype}"
+        + (f", cpu.matmul_dtype = {cpu.matmul_dtype}" if on_cpu else ""),
+    ]
+    if on_cpu and cpu.matmul_dtype == "bfloat16":
+        refusal = bf16_matmul_refusal("inference.cpu.matmul_dtype", machine)
+        if refusal:
+            raise ConfigError(refusal)
+    warnings = [
+        slow_bf16_warning("trainer.model.dtype", trainer.dtype, machine)
+        if not gpu_map["trainer"] else None,
+        slow_bf16_warning("inference.model.dtype", inference.dtype, machine) if on_cpu else None,
+    ]  # fmt: skip
+    return notes, [w for w in warnings if w]
 
 
 def derive_transport(
@@ -247,6 +280,10 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
     GPUs are on its nodes, so missing ids only warn, as in a dry run)."""
     config = derive(config)
     gpu_map, warnings = assign_gpus(config, available, dry_run or submitting)
+    machine, dtypes = probe(), []
+    if not submitting:  # a job's machine resolves them there (rl runs again on its node)
+        dtypes, slow = derive_dtypes(config, gpu_map, machine)
+        warnings += slow
     multi_node = config.slurm is not None and (config.slurm.nodes or 1) > 1
     derive_transport(config, gpu_map, None if multi_node else LOOPBACK)
     names = inference_names(config.inference.replicas)
@@ -255,12 +292,26 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
         config.inference_gpu_ids = all_inference
     if gpu_map["trainer"] and not config.trainer_gpu_ids:
         config.trainer_gpu_ids = gpu_map["trainer"]
-    return Plan(config, gpu_map, warnings, admin_token=new_token())
+    return Plan(config, gpu_map, warnings, admin_token=new_token(), machine=machine, dtypes=dtypes)
+
+
+def numeric_choices(plan: Plan) -> dict[str, str]:
+    """What made this run's numbers (run.json keeps it; a resume on a machine that chooses
+    otherwise is told so): the ISA its kernels ran with and the dtypes chosen."""
+    config = plan.config
+    return {
+        "isa": plan.machine.isa if plan.machine else "",
+        "trainer.model.dtype": config.trainer.model.dtype,
+        "inference.model.dtype": config.inference.model.dtype,
+        "inference.cpu.matmul_dtype": config.inference.cpu.matmul_dtype,
+    }
 
 
 def describe(plan: Plan) -> str:
     """The GPU map and commands, as `--dry-run` and the start banner show them."""
-    lines = ["GPU map:"]
+    lines = [f"Machine: {plan.machine.describe()}"] if plan.machine else []
+    lines += [f"  {note}" for note in plan.dtypes]
+    lines.append("GPU map:")
     for component in ("trainer", "orchestrator", *plan.inference_names):
         gpus = plan.gpu_map[component]
         lines.append(f"  {component:<13} {'GPUs ' + ','.join(map(str, gpus)) if gpus else 'CPU'}")

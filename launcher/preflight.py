@@ -1,14 +1,16 @@
 """Checks `rl` runs before it starts anything, and the run-directory preparation for a start
 or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
 
+import json
 import shutil
 from pathlib import Path
 
-from launcher.plan import Plan, replica_config
+from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.slurm import check_no_job
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.health import port_problem
+from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
 from rlcore.runlock import check_not_held, hold_run
@@ -107,9 +109,24 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         clean_run(run.root)
+    recorded = read_choices(run.run_json) if resume_step is not None else {}
     step = run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
     hold_run(run.root)  # a new folder has its marker now
+    changed = differences(recorded, numeric_choices(plan)) if step else []
+    if changed:
+        print(f"rl: note: resuming step {step} with other numerics than the run had "
+              f"({'; '.join(changed)}): the numbers will not match an uninterrupted run's bit "
+              "for bit", flush=True)  # fmt: skip
     return step
+
+
+def read_choices(run_json: Path) -> dict:
+    """The numeric choices a run's run.json recorded (launcher.plan.numeric_choices)."""
+    try:
+        choices = json.loads(run_json.read_text()).get("numeric_choices")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return choices if isinstance(choices, dict) else {}
 
 
 def clean_run(root: Path) -> None:

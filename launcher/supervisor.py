@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.plan import Plan, replica_config
+from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
@@ -257,6 +257,8 @@ class Supervisor:
             "gpu_map": self.plan.gpu_map,
             "inference_url": self.url("inference"),
             "inference_urls": [self.url(n) for n in self.plan.inference_names],
+            "machine": self.plan.machine.record() if self.plan.machine else None,
+            "numeric_choices": numeric_choices(self.plan),
             **extra,
         }
         record_state(self.run, status, **state)

@@ -21,10 +21,12 @@ class TrainerModelConfig(ModelConfig):
 
     renamed = {"attn": "attn_implementation"}
 
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     """Compute dtype of the forward and backward pass (autocast on CPU, FSDP2's mixed-precision
-    policy on GPUs); parameters and optimizer state are always fp32 master copies. `auto` uses
-    the dtype the checkpoint was stored in."""
+    policy on GPUs); parameters and optimizer state are always fp32 master copies. `auto`: bf16
+    on a GPU and on a CPU with native bf16 (AVX512_BF16, AMX), fp32 on other CPUs, where bf16
+    runs about 4x slower (rlcore/machine.py); an explicit bfloat16 there is kept, with a
+    warning."""
 
     serving_dtype: Literal["bfloat16", "float16", "float32"] | None = None
     """Dtype of the published weights (the inference engine's dtype); None publishes in the

@@ -7,27 +7,32 @@ RL learning rates), so the parameters and optimizer state the trainer updates ar
 """
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from rlcore.machine import compute_dtype as choose_dtype
+from rlcore.machine import probe, slow_bf16_warning
 from trainer.config import LoraConfig, TrainerModelConfig
 from trainer.dist import World
 
+logger = logging.getLogger("trainer")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def compute_dtype(config: TrainerModelConfig, model_config) -> torch.dtype:
-    """The dtype of the forward and backward pass (and of published weights): `model.dtype`,
-    or for `auto` the dtype the checkpoint was stored in (its HF config says)."""
-    if config.dtype != "auto":
-        return DTYPES[config.dtype]
-    stored = getattr(model_config, "dtype", None) or getattr(model_config, "torch_dtype", None)
-    if isinstance(stored, str):
-        stored = DTYPES.get(stored)
-    return stored if isinstance(stored, torch.dtype) else torch.float32
+def compute_dtype(config: TrainerModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype of the forward and backward pass (and of published weights): `model.dtype`;
+    `auto` picks it for this machine (rlcore.machine: bf16 on a GPU or a CPU with native bf16,
+    fp32 elsewhere). An explicit bf16 on a CPU without native bf16 is kept, with a warning."""
+    machine = probe()
+    name, why = choose_dtype(config.dtype, device.type == "cuda", machine)
+    if device.type == "cpu" and (warning := slow_bf16_warning("model.dtype", name, machine)):
+        logger.warning(warning)
+    logger.info("compute dtype %s (%s; %s)", name, why, machine.describe())
+    return DTYPES[name]
 
 
 def load_model(
@@ -42,7 +47,7 @@ def load_model(
     from trainer.attention import choose_attention
 
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
-    dtype = compute_dtype(config, model_config)
+    dtype = compute_dtype(config, world.device)
     attention = choose_attention(config.attn_implementation, world.device, dtype, model_config)
     model = AutoModelForCausalLM.from_pretrained(
         source,
