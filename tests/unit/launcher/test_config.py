@@ -8,6 +8,7 @@ from inference.config import InferenceConfig
 from launcher.rl_config import RLConfig
 from orchestrator.config import OrchestratorConfig
 from rlcore.entry import parse_config
+from rlcore.errors import ConfigError
 from rlcore.toml_io import dump_config
 from trainer.config import TrainerConfig
 
@@ -412,26 +413,64 @@ def test_key_of_another_union_member_names_the_type_it_needs(tmp_path, capsys):
     assert "'collective' only" in err and "did you mean" not in err
 
 
-# -- inference's CPU linear layers follow the trainer's compute dtype ---------------------------
+# -- auto dtypes: chosen for the machine, inference's CPU linear layers follow the trainer ----
+AVX2 = "avx2 fma"
+NATIVE = "avx2 fma avx512f avx512bw avx512vl avx512dq avx512_bf16"
+CPU_ONLY = {"trainer": [], "orchestrator": [], "inference": []}
+
+
+def cpu_machine(flags: str):
+    from rlcore.machine import read_machine
+
+    return read_machine(f"flags\t: {flags}\n", {}, "x86_64")
+
+
 @pytest.mark.parametrize(
-    ("trainer_dtype", "served", "given", "derived"),
+    ("flags", "trainer_dtype", "served", "given", "want"),
     [
-        ("bfloat16", "float32", "auto", "bfloat16"),  # the quick start: autocast's products
-        ("float32", "float32", "auto", "model"),
-        ("bfloat16", "bfloat16", "auto", "model"),
-        ("auto", "float32", "auto", "model"),
-        ("bfloat16", "float32", "model", "model"),  # the user's choice stands
-        ("float32", "float32", "bfloat16", "bfloat16"),
+        (NATIVE, "auto", "auto", "auto", ("bfloat16", "float32", "bfloat16")),  # quick start
+        (AVX2, "auto", "auto", "auto", ("float32", "float32", "model")),  # quick start on AVX2
+        (NATIVE, "float32", "float32", "auto", ("float32", "float32", "model")),
+        (NATIVE, "bfloat16", "bfloat16", "auto", ("bfloat16", "bfloat16", "model")),
+        (NATIVE, "bfloat16", "float32", "model", ("bfloat16", "float32", "model")),  # stands
+        (NATIVE, "float32", "float32", "bfloat16", ("float32", "float32", "bfloat16")),
+        (AVX2, "bfloat16", "auto", "auto", ("bfloat16", "float32", "model")),  # kept, warned
     ],
 )
-def test_matmul_dtype_is_derived_from_the_trainer(trainer_dtype, served, given, derived):
-    from launcher.plan import derive
+def test_auto_dtypes_are_chosen_for_the_machine(flags, trainer_dtype, served, given, want):
+    from launcher.plan import derive_dtypes
 
     config = parse(RLConfig, [
         "--trainer.model.dtype", trainer_dtype, "--inference.model.dtype", served,
         "--inference.cpu.matmul-dtype", given,
     ])  # fmt: skip
-    assert derive(config).inference.cpu.matmul_dtype == derived
+    notes, warnings = derive_dtypes(config, CPU_ONLY, cpu_machine(flags))
+    model, cpu = config.inference.model, config.inference.cpu
+    assert (config.trainer.model.dtype, model.dtype, cpu.matmul_dtype) == want
+    assert config.trainer.model.serving_dtype == model.dtype  # publishes what inference serves
+    assert any("trainer.model.dtype" in n for n in notes)
+    slow = flags == AVX2 and trainer_dtype == "bfloat16"
+    assert [w for w in warnings if w.startswith("trainer.model.dtype")] == (
+        [w for w in warnings if "4x slower" in w] if slow else []
+    )
+    assert bool(warnings) == slow
+
+
+def test_auto_dtypes_on_gpus_are_bf16():
+    from launcher.plan import derive_dtypes
+
+    config = parse(RLConfig, [])
+    gpus = {"trainer": [1], "orchestrator": [], "inference": [0]}
+    derive_dtypes(config, gpus, cpu_machine(AVX2))
+    assert (config.trainer.model.dtype, config.inference.model.dtype) == ("bfloat16", "bfloat16")
+
+
+def test_bf16_linear_layers_on_avx2_are_refused_before_start():
+    from launcher.plan import derive_dtypes
+
+    config = parse(RLConfig, ["--inference.cpu.matmul-dtype", "bfloat16"])
+    with pytest.raises(ConfigError, match="inference.cpu.matmul_dtype = bfloat16"):
+        derive_dtypes(config, CPU_ONLY, cpu_machine(AVX2))
 
 
 def test_bf16_matmuls_of_an_fp16_model_are_refused(capsys):

@@ -1,0 +1,125 @@
+"""The machine probe (rlcore/machine.py): ISA levels from /proc/cpuinfo's flags, the caps of
+oneDNN's and ATen's environment variables, and the dtypes `auto` chooses from them. The
+expected levels come from the vendors' feature lists, not from the probe."""
+
+import pytest
+
+from rlcore.machine import (
+    AVX2_ENV,
+    bf16_matmul_refusal,
+    compute_dtype,
+    differences,
+    probe,
+    read_machine,
+    slow_bf16_warning,
+)
+
+BASE = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c"
+ZEN3 = f"{BASE} avx2 fma bmi2"  # AMD EPYC 7003: AVX2, no AVX-512
+SKYLAKE_SP = f"{ZEN3} avx512f avx512bw avx512vl avx512dq avx512cd"  # AVX-512, no bf16
+ZEN4 = f"{SKYLAKE_SP} avx512_bf16 avx512_vnni"  # AMD EPYC 9004
+SAPPHIRE_RAPIDS = f"{ZEN4} amx_bf16 amx_tile amx_int8"
+
+
+def machine(flags: str, env: dict | None = None, arch: str = "x86_64"):
+    text = f"processor\t: 0\nvendor_id\t: Test\nmodel name\t: Test CPU\nflags\t\t: {flags}\n\n"
+    return read_machine(text, env or {}, arch)
+
+
+@pytest.mark.parametrize(
+    ("flags", "isa", "works", "native"),
+    [
+        (BASE, "baseline", False, False),
+        (ZEN3, "avx2", False, False),
+        (SKYLAKE_SP, "avx512", True, False),
+        (ZEN4, "avx512_bf16", True, True),
+        (SAPPHIRE_RAPIDS, "amx", True, True),
+        (f"{ZEN3} avx_ne_convert", "avx2", True, False),  # AVX2 with bf16 conversions
+    ],
+)
+def test_levels_from_the_flags(flags, isa, works, native):
+    found = machine(flags)
+    assert (found.isa, found.bf16_matmul, found.bf16_native) == (isa, works, native)
+    assert found.capped_by == "" and found.hardware_isa == isa
+
+
+@pytest.mark.parametrize(
+    ("env", "isa", "works", "native"),
+    [
+        (AVX2_ENV, "avx2", False, False),
+        ({"ONEDNN_MAX_CPU_ISA": "avx2"}, "avx2", False, False),  # case does not matter
+        ({"DNNL_MAX_CPU_ISA": "AVX512_CORE"}, "avx512", True, False),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "avx512_bf16", True, True),
+        ({"ATEN_CPU_CAPABILITY": "avx2"}, "avx2", True, True),  # oneDNN's bf16 is untouched
+        ({"ONEDNN_MAX_CPU_ISA": "ALL", "ATEN_CPU_CAPABILITY": "avx512"}, "amx", True, True),
+        ({"ONEDNN_MAX_CPU_ISA": "nonsense"}, "amx", True, True),
+    ],
+)
+def test_caps_lower_the_level_and_say_so(env, isa, works, native):
+    found = machine(SAPPHIRE_RAPIDS, env)
+    assert (found.isa, found.bf16_matmul, found.bf16_native) == (isa, works, native)
+    assert found.hardware_isa == "amx"
+    assert bool(found.capped_by) == (isa != "amx")
+    caps = [n for n in env if n.endswith(("_ISA", "_CAPABILITY")) and isa != "amx"]
+    assert all(name in found.capped_by for name in caps)
+    if found.capped_by:
+        assert "capped by" in found.describe()
+
+
+def test_a_cap_never_raises_the_level():
+    assert machine(ZEN3, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}).isa == "avx2"
+
+
+def test_arm_with_and_without_bf16():
+    assert machine("fp asimd bf16 sve", arch="aarch64").bf16_native
+    assert not machine("fp asimd", arch="aarch64").bf16_matmul
+
+
+@pytest.mark.parametrize(
+    ("requested", "on_gpu", "flags", "chosen"),
+    [
+        ("auto", True, ZEN3, "bfloat16"),
+        ("auto", False, ZEN3, "float32"),
+        ("auto", False, SKYLAKE_SP, "float32"),  # bf16 emulated: no faster than fp32
+        ("auto", False, ZEN4, "bfloat16"),
+        ("auto", False, SAPPHIRE_RAPIDS, "bfloat16"),
+        ("bfloat16", False, ZEN3, "bfloat16"),  # honoured (with a warning)
+        ("float32", False, ZEN4, "float32"),
+    ],
+)
+def test_auto_is_bf16_where_native_and_fp32_elsewhere(requested, on_gpu, flags, chosen):
+    dtype, why = compute_dtype(requested, on_gpu, machine(flags))
+    assert dtype == chosen and why
+
+
+def test_explicit_bf16_on_avx2_is_warned_about_once_and_native_is_not():
+    warning = slow_bf16_warning("trainer.model.dtype", "bfloat16", machine(ZEN3))
+    assert "trainer.model.dtype = auto" in warning and "4x slower" in warning
+    assert "\n" not in warning
+    assert slow_bf16_warning("trainer.model.dtype", "bfloat16", machine(ZEN4)) is None
+    assert slow_bf16_warning("trainer.model.dtype", "float32", machine(ZEN3)) is None
+
+
+def test_bf16_linear_layers_are_refused_where_onednn_has_none():
+    refusal = bf16_matmul_refusal("inference.cpu.matmul_dtype", machine(ZEN3))
+    assert "inference.cpu.matmul_dtype = auto" in refusal
+    assert bf16_matmul_refusal("x", machine(SKYLAKE_SP)) is None
+
+
+def test_differences_name_what_changed_and_skip_what_an_older_run_lacks():
+    recorded = {"isa": "avx512_bf16", "trainer.model.dtype": "bfloat16"}
+    now = {"isa": "avx2", "trainer.model.dtype": "bfloat16", "inference.model.dtype": "float32"}
+    assert differences(recorded, now) == ["isa avx512_bf16 -> avx2"]
+    assert differences({}, now) == []
+
+
+def test_the_probe_agrees_with_torch_in_this_process():
+    """What torch's oneDNN says of bf16 here, against the probe's answer from the flags."""
+    import torch
+
+    found = probe()
+    if found.arch != "x86_64":
+        pytest.skip("the oneDNN bf16 check is x86's")
+    assert torch.ops.mkldnn._is_mkldnn_bf16_supported() == found.bf16_matmul
+    aten = torch.backends.cpu.get_cpu_capability()  # ATen's own level: AVX2, AVX512, ...
+    assert (aten == "AVX2") == (found.isa == "avx2") or found.capped_by
