@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from rlcore import wheel_tags
 from rlcore.cli import ArgParser, ParsedArgs
 from rlcore.errors import ConfigError, exit_with
 from rlcore.schema import default_text, leaves, type_text
@@ -54,6 +55,7 @@ def parse_config(
     """Parse argv into a config, handling the informational flags; exit 2 on user errors.
     `first`: layers (data, label) below every file and flag, e.g. a translated workflow."""
     argv = sys.argv[1:] if argv is None else argv
+    wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/wheel_tags.py)
     parser = ArgParser(model, prog, sections)
     try:
         parsed = parser.parse(argv, first)

@@ -7,6 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlcore import wheel_tags
+
+wheel_tags.repair()  # `uv run --extra cpu pytest` a second time reinstalls nothing
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:

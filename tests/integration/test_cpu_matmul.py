@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from rlcore.machine import probe
 from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
 from rlcore.rundir import RunDir
 from tests.inference_process import InferenceProcess
@@ -18,7 +19,12 @@ from tests.integration.test_inference_server import (
     prompt_logprobs,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # On AVX2 oneDNN has no bf16 matmul: what happens there is tests/integration/
+    # test_machine_paths.py's (the refusal before vLLM starts).
+    pytest.mark.skipif(not probe().bf16_matmul, reason="no oneDNN bf16 matmul on this CPU"),
+]
 
 # (rows, in, out): SmolLM2-135M's projections and tied head, the tiny test model's, one row
 SHAPES = [(1, 576, 1536), (7, 1536, 576), (33, 576, 192), (64, 576, 49152), (5, 64, 96)]
