@@ -156,6 +156,7 @@ class Orchestrator:
         )
         generate_s = time.monotonic() - generate_start
         batch, stats = build_batch(config, step, sampled.kept)
+        batch.policy_step = self.policy.step  # ensured above: every sample comes from it
         rollouts = [r for group in sampled.groups for r in group]
         check_errors(step, rollouts, batch)
         samples = samples_jsonl(rollouts, config.num_saved_samples)

@@ -108,6 +108,8 @@ class Batch:
     step: int
     temperature: float
     samples: list[Sample] = field(default_factory=list)
+    policy_step: int | None = None
+    """The policy (`weights/step_<m>`) that generated every sample; None where unknown."""
 
     @property
     def num_tokens(self) -> int:
@@ -130,6 +132,8 @@ class BatchTensors:
     loss_weights: torch.Tensor
     group_ids: torch.Tensor
     num_loss_tokens: torch.Tensor
+    policy_step: int | None = None
+    """The policy that generated the batch (None from an orchestrator that did not say)."""
 
     @property
     def num_samples(self) -> int:
@@ -159,8 +163,9 @@ class BatchTensors:
 
         arrays = batch_arrays(batch)
         return cls(
-            batch.step, batch.temperature, **{k: torch.from_numpy(v) for k, v in arrays.items()}
-        )
+            batch.step, batch.temperature, **{k: torch.from_numpy(v) for k, v in arrays.items()},
+            policy_step=batch.policy_step,
+        )  # fmt: skip
 
     def to_batch(self) -> Batch:
         """Back to lists (tests and tools; the trainer never needs them)."""
@@ -180,7 +185,7 @@ class BatchTensors:
                     group_id=int(self.group_ids[i]),
                 )
             )
-        return Batch(step=self.step, temperature=self.temperature, samples=samples)
+        return Batch(self.step, self.temperature, samples, policy_step=self.policy_step)
 
 
 def dense_group_ids(samples: list[Sample]) -> list[int]:
@@ -254,6 +259,7 @@ def write_batch(batch: Batch, folder: Path, extra_files: dict[str, str] | None =
         "num_samples": len(batch.samples),
         "num_tokens": int(tensors["sample_offsets"][-1]),
         "num_loss_tokens": int(tensors["num_loss_tokens"].sum()),
+        "policy_step": batch.policy_step,
     }
     with atomic_folder(folder, file_mode=None) as tmp:
         save_file(tensors, str(tmp / BATCH_TENSORS_FILE))
@@ -290,7 +296,8 @@ def load_batch(folder: Path) -> BatchTensors:
     except (OSError, SafetensorError) as err:
         raise BatchError(f"cannot read batch tensors {tensors_path}: {err}") from None
     check_tensors(raw, meta, tensors_path)
-    batch = BatchTensors(meta["step"], meta["temperature"], **{k: raw[k] for k in BATCH_TENSORS})
+    batch = BatchTensors(meta["step"], meta["temperature"], **{k: raw[k] for k in BATCH_TENSORS},
+                         policy_step=meta.get("policy_step"))  # fmt: skip
     check_batch(batch, meta, tensors_path)
     return batch
 

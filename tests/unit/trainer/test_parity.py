@@ -1,4 +1,5 @@
-"""The step-1 parity guard names the causes the trainer can tell, and the knob for each."""
+"""The parity guard judges an attempt's first on-policy step, names the causes the trainer can
+tell, and the knob for each."""
 
 import json
 import shutil
@@ -18,10 +19,36 @@ def real_data(trainer):
 def test_no_known_cause_lists_the_usual_suspects(tiny_model_dir, tmp_path, fake_config, cpu_world):
     trainer = real_data(setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world))
     assert trainer.parity_causes == []
-    check_parity(trainer, 1, {"mismatch_kl": 5e-4})  # fp32: limit 1e-3
-    check_parity(trainer, 2, {"mismatch_kl": 3.0})  # only the attempt's first step
+    check_parity(trainer, 1, 0, {"mismatch_kl": 5e-4})  # fp32: limit 1e-3
+    check_parity(trainer, 2, 1, {"mismatch_kl": 3.0})  # only the attempt's first step
+    trainer.parity_pending = True  # a new attempt
     with pytest.raises(TrainingError, match=r"mismatch_kl 2\.25 > 0\.001.*no known cause"):
-        check_parity(trainer, 1, {"mismatch_kl": 2.25})
+        check_parity(trainer, 1, 0, {"mismatch_kl": 2.25})
+
+
+def test_a_resume_at_async_1_is_judged_on_its_first_on_policy_batch(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    """Resumed from step 2 at async_level 1, batch 2 comes from policy 1 while the trainer
+    holds step 2: its mismatch_kl (0.0446 in a real run, the uninterrupted run's value too)
+    measures staleness, not parity. Batch 3 from policy 3 is the one judged."""
+    trainer = real_data(setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world))
+    trainer.start_step = 2
+    check_parity(trainer, 3, 1, {"mismatch_kl": 0.0446})
+    assert trainer.parity_pending
+    with pytest.raises(TrainingError, match="parity check failed at step 4"):
+        check_parity(trainer, 4, 3, {"mismatch_kl": 0.0446})
+
+
+def test_a_batch_that_names_no_policy_is_judged_at_the_first_step_only(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    trainer = real_data(setup_trainer(fake_config(tiny_model_dir, tmp_path), cpu_world))
+    trainer.start_step = 2
+    check_parity(trainer, 4, None, {"mismatch_kl": 3.0})  # not the first step: not judged
+    trainer.parity_pending = True
+    with pytest.raises(TrainingError):
+        check_parity(trainer, 3, None, {"mismatch_kl": 3.0})
 
 
 def test_sampling_defaults_and_dtype_are_named_with_their_knobs(
@@ -36,7 +63,7 @@ def test_sampling_defaults_and_dtype_are_named_with_their_knobs(
     config = fake_config(folder, tmp_path / "run", model=model)
     trainer = real_data(setup_trainer(config, cpu_world))
     with pytest.raises(TrainingError) as failure:
-        check_parity(trainer, 1, {"mismatch_kl": 2.25})
+        check_parity(trainer, 1, 0, {"mismatch_kl": 2.25})
     message = str(failure.value)
     assert "mismatch_kl 2.25 > 0.01" in message  # bf16 compute: limit 1e-2
     assert "(1) dtype: the trainer computes in bfloat16 while inference serves float32" in message
@@ -55,7 +82,7 @@ def test_an_attention_kernel_without_softcapping_is_named(tmp_path, fake_config,
     config = fake_config(tmp_path / "gemma2", tmp_path / "run", model=model)
     trainer = real_data(setup_trainer(config, cpu_world))
     with pytest.raises(TrainingError) as failure:
-        check_parity(trainer, 1, {"mismatch_kl": 0.97})
+        check_parity(trainer, 1, 0, {"mismatch_kl": 0.97})
     message = str(failure.value)
     assert message.startswith("parity check failed at step 1: mismatch_kl 0.97 > 0.001"), message
     assert (

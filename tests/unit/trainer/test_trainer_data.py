@@ -100,9 +100,11 @@ def loss_tokens(batch: Batch) -> int:
 def test_a_batch_round_trips_through_its_file(tmp_path: Path):
     batch = grouped_batch()
     batch.samples.append(Sample([1, 2], [3], [1], [-0.5], advantage=0.25, reward=1.0))
+    batch.policy_step = 0
     write_batch(batch, tmp_path / "step_1", extra_files={"samples.jsonl": "{}\n"})
     meta = json.loads((tmp_path / "step_1" / BATCH_META).read_text())
     assert meta["format"] == 2 and meta["num_samples"] == 13 and meta["step"] == 1
+    assert meta["policy_step"] == 0 and load_batch(tmp_path / "step_1").policy_step == 0
     assert meta["num_tokens"] == batch.num_tokens
     loaded = load_batch(tmp_path / "step_1")
     expected = BatchTensors.from_batch(batch)
@@ -110,7 +112,7 @@ def test_a_batch_round_trips_through_its_file(tmp_path: Path):
         assert torch.equal(getattr(loaded, name), tensor), name
         assert getattr(loaded, name).dtype == tensor.dtype, name
     back = read_batch(tmp_path / "step_1")
-    assert (back.step, back.temperature) == (1, 0.7)
+    assert (back.step, back.temperature, back.policy_step) == (1, 0.7, 0)
     for a, b in zip(back.samples, batch.samples, strict=True):
         assert (a.prompt_ids, a.completion_ids, a.completion_mask) == (
             b.prompt_ids, b.completion_ids, b.completion_mask
