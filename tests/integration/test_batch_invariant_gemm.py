@@ -1,5 +1,6 @@
 """Batch-invariant CPU linear layers (`deterministic = true`): vLLM's CPU GEMM gives a row
-the same bits whatever else is in the batch once inputs have at least MIN_ROWS rows."""
+the same bits whatever else is in the batch once inputs have at least the rows each layer
+measured for itself (never fewer than MIN_ROWS)."""
 
 import pytest
 
@@ -25,16 +26,19 @@ def test_small_inputs_are_padded_and_cut_back(vllm_utils, monkeypatch):
 
     def gemm(layer, x, weight, bias=None):
         shapes.append(tuple(x.shape))
-        return x @ weight.t()
+        return (x[:, None, :] * weight).sum(-1)  # row by row: no bound above the floor
 
     monkeypatch.setattr(vllm_utils, "cpu_unquantized_gemm", gemm)
     batch_invariant.install()
     batch_invariant.install()  # twice is once
     weight = torch.randn(3, 4)
+    vllm_utils.cpu_unquantized_gemm(None, torch.ones(20, 4), weight)  # measures the bound
+    assert vllm_utils.cpu_unquantized_gemm.bounds == {id(None): batch_invariant.MIN_ROWS}
+    shapes.clear()
     for rows in (1, 7, 8, 20):
         out = vllm_utils.cpu_unquantized_gemm(None, torch.ones(rows, 4), weight)
         assert out.shape == (rows, 3)
-        assert torch.equal(out, torch.ones(rows, 4) @ weight.t())
+        assert torch.equal(out, (torch.ones(rows, 4)[:, None, :] * weight).sum(-1))
     assert shapes == [(8, 4), (8, 4), (8, 4), (20, 4)]
 
 
@@ -54,3 +58,24 @@ def test_a_row_has_the_same_bits_in_every_batch_size(vllm_utils):
     gemm = vllm_utils.cpu_unquantized_gemm
     reference = gemm(layer, x, weight)[0]
     assert all(torch.equal(gemm(layer, x[:rows], weight)[0], reference) for rows in (1, 2, 3, 9))
+
+
+def test_torch_linear_on_this_machine_gets_a_bound_that_makes_rows_invariant(
+    vllm_utils, monkeypatch
+):
+    """torch's own F.linear (MKL) computes batches of fewer than 12 rows otherwise on the
+    AVX-512 EPYC this was measured on: whatever the machine's bound, once measured, every
+    batch size gives a row the bits of a large batch."""
+    import torch
+
+    torch.manual_seed(0)
+    weight, x = torch.randn(576, 1536), torch.randn(300, 1536)
+    layer = type("Layer", (), {"cpu_linear": None})()
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(vllm_utils, "cpu_unquantized_gemm", lambda _, x, w, b=None: linear(x, w, b))
+    batch_invariant.install()
+    gemm = vllm_utils.cpu_unquantized_gemm
+    reference = gemm(layer, x, weight)
+    assert gemm.bounds[id(layer)] >= batch_invariant.MIN_ROWS
+    for rows in (*range(1, 40), 100, 299):
+        assert torch.equal(gemm(layer, x[:rows], weight), reference[:rows]), rows
