@@ -55,7 +55,7 @@ def run(args) -> int:
         print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
     steps = last_steps(run_dir)
     pids = state.data.get("pids", {}) if isinstance(state.data.get("pids"), dict) else {}
-    for name in [*COMPONENTS, *sorted(n for n in pids if n.startswith("inference-"))]:
+    for name in [*COMPONENTS, *sorted(n for n in pids if n not in COMPONENTS)]:  # "sft" too
         found = check_process(run_dir, state, name)
         up = "not running" if found is None else described(found, recorded_pid(state, name))
         step = f", last logged step {steps[name]}" if name in steps else ""

@@ -235,3 +235,40 @@ def test_the_launcher_records_every_process_and_rl_stop_stops_it(tmp_path, stran
             child.kill()
         launcher.kill()
         launcher.wait()
+
+
+SFT_STAND_IN = """
+import sys
+from pathlib import Path
+from launcher import sft_run
+from trainer.sft.config import SFTConfig
+
+config = SFTConfig.model_validate({"output_dir": sys.argv[1], "data": {"name": "rows.jsonl"}})
+SLEEP = "import time; print('started', flush=True); time.sleep(60)"
+sft_run.sft_command = lambda config_file: [sys.executable, "-c", SLEEP]
+run = sft_run.RunDir(config.output_dir)
+sys.exit(sft_run.run_attempt(run, config, sft_run.prepare(run, config, clean=False)))
+"""
+
+
+def test_rl_sft_records_itself_and_its_child_and_rl_stop_stops_it(tmp_path, capsys):
+    root = tmp_path / "sft-run"
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    launcher = subprocess.Popen([sys.executable, "-c", SFT_STAND_IN, str(root)],
+                                stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert launcher.stdout.readline().strip() == "started"
+        state = json.loads((root / "run.json").read_text())
+        assert state["status"] == "running" and sorted(state["identities"]) == ["launcher", "sft"]
+        sft = state["pids"]["sft"]
+        assert run_command("status", [str(root)]) == 0
+        lines = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines()}
+        assert f"running (pid {launcher.pid})" in lines["launcher"], lines
+        assert f"running (pid {sft})" in lines["sft"], lines
+        stop = rl("stop", str(root))
+        assert stop.returncode == 0 and f"stopped the run in {root}" in stop.stdout, stop
+        assert launcher.wait(timeout=60) == 143 and not psutil.pid_exists(sft)
+        assert json.loads((root / "run.json").read_text())["status"] == "stopped"
+    finally:
+        launcher.kill()
+        launcher.wait()
