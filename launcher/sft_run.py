@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from launcher.supervisor import Stop, ignore_signals, install_signal_handlers
+from rlcore import procs
 from rlcore.entry import parse_config
 from rlcore.errors import ConfigError, exit_with
-from rlcore.rundir import RunDir
+from rlcore.rundir import RunDir, record_state
 from rlcore.runlock import LAUNCHER_ENV, hold_run
 from rlcore.toml_io import write_config
 from trainer.sft.config import SFTConfig
@@ -99,29 +101,40 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
 
 def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     """Start `sft` on the resolved config (resuming from `step`), mirror its output into
-    logs/sft.log, wait; its exit code (128 + n after a signal)."""
+    logs/sft.log, wait; its exit code (128 + n after a signal). run.json records this launcher
+    and the `sft` process with their identities (rlcore.procs), then how the attempt ended."""
     config.ckpt.resume_step = step
     config_file = run.config_file("sft")
     write_config(config, config_file)
     run.logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "trainer.sft.main", "@", str(config_file)]
     env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
     install_signal_handlers()
     with open(run.log_file("sft"), "a") as log:
         child = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
+            sft_command(config_file), env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
+        processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
+                     procs.IDENTITIES: {procs.LAUNCHER: procs.identity(),
+                                        "sft": procs.identity(child.pid)}}  # fmt: skip
+        record_state(run, "running", **processes)  # for `rl status` and `rl stop`
         try:
             for line in child.stdout:
                 sys.stdout.write(line)
                 log.write(line)
                 log.flush()
-            return child.wait()
+            code = child.wait()
         except Stop as stop:
             ignore_signals()
             stop_child(child, signal.Signals(stop.signum).name)
+            record_state(run, "stopped", signal=stop.signum, **processes)
             return SIGNAL_EXIT[stop.signum]
+    record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+    return code
+
+
+def sft_command(config_file: Path) -> list[str]:
+    return [sys.executable, "-m", "trainer.sft.main", "@", str(config_file)]
 
 
 def stop_child(child: subprocess.Popen, why: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
+from rlcore import procs
 from rlcore.health import probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
@@ -42,6 +43,8 @@ class Child:
     proc: subprocess.Popen
     log: Path
     clock: Clock = field(default_factory=Clock)
+    identity: dict | None = None
+    """Taken right after the start (rlcore.procs): what `rl stop/status` prove the pid by."""
 
 
 class Stop(Exception):
@@ -61,6 +64,7 @@ class Supervisor:
         self.stopping = False
         self.last_health_probe = 0.0
         self.waits = WaitTimes(self.run.root, plan.attempt)
+        self.identity = procs.identity()
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
@@ -81,7 +85,7 @@ class Supervisor:
                 env=env,
                 preexec_fn=_die_with_parent,
             )
-        child = Child(name, proc, log)
+        child = Child(name, proc, log, identity=procs.identity(proc.pid))
         self.children[name] = child
         self.write_state("starting")
         return child
@@ -254,6 +258,10 @@ class Supervisor:
             "launcher_pid": os.getpid(),
             "attempt": self.plan.attempt,
             "pids": {c.name: c.proc.pid for c in self.children.values()},
+            procs.IDENTITIES: {
+                procs.LAUNCHER: self.identity,
+                **{c.name: c.identity for c in self.children.values() if c.identity},
+            },
             "gpu_map": self.plan.gpu_map,
             "inference_url": self.url("inference"),
             "inference_urls": [self.url(n) for n in self.plan.inference_names],

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from rlcore import attempt
 from rlcore.errors import ConfigError
 from rlcore.files import append_line, atomic_write_text, fsync_tree
@@ -237,13 +239,12 @@ def record_state(run: RunDir, status: str, **state: object) -> None:
 
 
 def resident_mib() -> float:
-    """This process's resident memory now (MiB; 0 where /proc is missing): every metrics
+    """This process's resident memory now (MiB; 0 where it cannot be read): every metrics
     record carries it, so a run's memory growth can be read back step by step."""
     try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, IndexError, ValueError):
+        return round(psutil.Process().memory_info().rss / 2**20, 1)
+    except psutil.Error:
         return 0.0
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def is_checkpoint_step(step: int, interval: int | None, max_steps: int, enabled: bool) -> bool:

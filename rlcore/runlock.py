@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlcore import procs
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER
 
@@ -114,46 +115,30 @@ def in_use_message(root: Path, what: str = "output_dir") -> str:
 
 
 def lock_holders(root: Path) -> list[str]:
-    """'pid N (`command`, exclusive|shared)' for every process holding a lock on `root`'s
-    marker, read from /proc/locks (Linux); empty where that cannot be read."""
-    try:
-        info = (root / RUN_MARKER).stat()
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
+    """'pid N (`command`, exclusive|shared lock)' for every process holding the lock on
+    `root`'s marker: the processes that have the marker open (psutil) while its lock is held,
+    the lock's kind probed (rlcore.procs.lock_mode); empty when nobody holds it or where that
+    cannot be read."""
+    marker = root / RUN_MARKER
+    holding = procs.openers(marker)
+    if not holding:
         return []
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK":  # "->" marks a waiter, not a holder
-            continue
-        mode, pid, where = fields[3], fields[4], fields[5].split(":")
-        try:
-            major, minor, inode = int(where[0], 16), int(where[1], 16), int(where[2])
-        except (IndexError, ValueError):
-            continue
-        if (major, minor, inode) == (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino):
-            kind = "exclusive" if mode == "WRITE" else "shared"
-            found.append(f"pid {pid} ({_command(pid)}, {kind} lock)")
-    return found
-
-
-def _command(pid: str) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "a process not visible here"
-    text = " ".join(b" ".join(argv).decode(errors="replace").split())  # one line, always
-    return f"`{text[:100]}{'...' if len(text) > 100 else ''}`" if text else "no command line"
+    mode = procs.lock_mode(marker)
+    if mode not in ("exclusive", "shared"):
+        return []
+    return [f"pid {p.pid} ({procs.command_of(p)}, {mode} lock)" for p in holding]
 
 
 def holder(root: Path) -> str:
-    """' (pid N, status S)' from run.json when the launcher it names is alive, else ''."""
+    """' (pid N, status S)' from run.json when the launcher it records is proved to run this
+    folder (rlcore.procs.verify), else ''."""
     try:
         state = json.loads((root / "run.json").read_text())
-        pid, status = state["launcher_pid"], state.get("status", "?")
+        record, status = state[procs.IDENTITIES][procs.LAUNCHER], state.get("status", "?")
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return ""
-    return f" (pid {pid}, status {status})" if pid_alive(pid) else ""
+    found = procs.verify(record, "this run's launcher", lock=root)
+    return "" if isinstance(found, str) else f" (pid {found.pid}, status {status})"
 
 
 def pid_alive(pid: object) -> bool:

@@ -1,10 +1,23 @@
 """`rl list [DIR]`: the runs under DIR (default outputs/) with status, step, checkpoint and
-disk use."""
+disk use. A run is "running" only while its launcher is proved to be its own (rlcore.procs); a
+live pid run.json names that is not is said below the table."""
 
 from pathlib import Path
 
+import psutil
+
 from launcher.commands.base import command_parser
-from launcher.commands.runs import disk_use_gib, find_runs, last_steps, launcher_running, read_state
+from launcher.commands.runs import (
+    check_process,
+    disk_use_gib,
+    find_runs,
+    last_steps,
+    pid_alive,
+    read_state,
+    recorded_pid,
+)
+from launcher.slurm import ENDED_STATUSES
+from rlcore import procs
 from rlcore.config import RUNS_ROOT
 
 NAME = "list"
@@ -23,9 +36,15 @@ def run(args) -> int:
         print(f"rl: no runs under {args.dir}")
         return 0
     rows = [("RUN", "STATUS", "STEP", "CHECKPOINT", "DISK")]
+    notes = []
     for run_dir in runs:
         state = read_state(run_dir)
-        status = "running" if launcher_running(state) else state.status.replace("running", "dead")
+        launcher = check_process(run_dir, state, procs.LAUNCHER)
+        running = isinstance(launcher, psutil.Process)
+        status = "running" if running else state.status.replace("running", "dead")
+        claimed = state.status not in ENDED_STATUSES  # run.json says it may still run
+        if claimed and isinstance(launcher, str) and pid_alive(recorded_pid(state, procs.LAUNCHER)):
+            notes.append(f"rl: {run_dir.root}: {launcher}")
         step = last_steps(run_dir).get("trainer", "-")
         ckpt = run_dir.latest_checkpoint()
         rows.append((str(run_dir.root), status, str(step), "-" if ckpt is None else str(ckpt),
@@ -33,4 +52,6 @@ def run(args) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for note in notes:
+        print(note)
     return 0

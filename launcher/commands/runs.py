@@ -1,12 +1,16 @@
 """Run folders as the subcommands see them: resolving a RUN argument (a run's name under
 outputs/, or the path of a run), reading `run.json` (a corrupt one is "unreadable", never a
-traceback), liveness, progress and disk use."""
+traceback), its processes proved before anything acts on them (rlcore.procs), progress and disk
+use."""
 
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
+from rlcore import procs
 from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
@@ -108,7 +112,50 @@ def read_state(run: RunDir) -> RunState:
 
 
 def launcher_running(state: RunState) -> bool:
+    """Whether the launcher pid run.json names is alive, proved or not: enough to refuse a
+    deletion, never to signal it or to call the run running (`check_process`)."""
     return pid_alive(state.data.get("launcher_pid"))
+
+
+def recorded_pid(state: RunState, name: str) -> int | None:
+    """The pid run.json records for `name` (procs.LAUNCHER or a component); None if none."""
+    record = identities(state).get(name)
+    if procs.is_record(record):
+        return record["pid"]
+    if name == procs.LAUNCHER:
+        pid = state.data.get("launcher_pid")
+    else:
+        pids = state.data.get("pids")
+        pid = pids.get(name) if isinstance(pids, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def identities(state: RunState) -> dict:
+    found = state.data.get(procs.IDENTITIES)
+    return found if isinstance(found, dict) else {}
+
+
+def check_process(run: RunDir, state: RunState, name: str) -> psutil.Process | str | None:
+    """The live process run.json records as the run's `name` (procs.LAUNCHER or a component),
+    proved by its identity (rlcore.procs.verify; the launcher also by the run's lock); else why
+    not, naming the pid; None when run.json records no pid for it. A folder without the run
+    marker has no launcher, and a pid recorded without an identity (an older rl) is never
+    proved."""
+    pid = recorded_pid(state, name)
+    if pid is None:
+        return None
+    what = f"this run's {name}"
+    if name == procs.LAUNCHER and not is_marked(run):
+        return f"pid {pid} is not {what}: {run.root} has no {RUN_MARKER} marker (not a run)"
+    record = identities(state).get(name)
+    if not procs.is_record(record):
+        if not pid_alive(pid):
+            return f"pid {pid} is not running"
+        return (
+            f"pid {pid} is alive, but run.json records no identity for it (an older rl wrote "
+            f"it), so it cannot be proved to be {what}"
+        )
+    return procs.verify(record, what, lock=run.root if name == procs.LAUNCHER else None)
 
 
 def last_steps(run: RunDir) -> dict[str, int]:

@@ -1,16 +1,22 @@
-"""`rl status [RUN]`: components, step, latest checkpoint and disk use of a run."""
+"""`rl status [RUN]`: components, step, latest checkpoint and disk use of a run. A process is
+reported running only when it is proved to be the run's own (rlcore.procs); otherwise the line
+says what was found at the recorded pid."""
+
+import psutil
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import (
     RUN_HELP,
+    check_process,
     disk_use_gib,
     find_run,
     last_steps,
     latest_run,
     pid_alive,
     read_state,
+    recorded_pid,
 )
-from rlcore import waits
+from rlcore import procs, waits
 from rlcore.rundir import COMPONENTS
 
 NAME = "status"
@@ -34,7 +40,8 @@ def waiting(run_dir, name: str) -> str:
 def run(args) -> int:
     run_dir = find_run(args.run) if args.run else latest_run()
     state = read_state(run_dir)
-    alive = pid_alive(state.data.get("launcher_pid"))
+    launcher = check_process(run_dir, state, procs.LAUNCHER)
+    alive = isinstance(launcher, psutil.Process)
     print(f"run:          {run_dir.root}")
     print(f"status:       {state.status}{' (launcher running)' if alive else ''}")
     if state.problem:
@@ -44,14 +51,26 @@ def run(args) -> int:
 
         job = state.data["slurm_job_id"]
         print(f"slurm job:    {job} ({job_state(job) or 'state unknown'})")
+    if launcher is not None:
+        print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
     steps = last_steps(run_dir)
     pids = state.data.get("pids", {}) if isinstance(state.data.get("pids"), dict) else {}
-    for name in [*COMPONENTS, *sorted(n for n in pids if n.startswith("inference-"))]:
-        pid = pids.get(name)
-        up = "running" if pid_alive(pid) else "not running"
+    for name in [*COMPONENTS, *sorted(n for n in pids if n not in COMPONENTS)]:  # "sft" too
+        found = check_process(run_dir, state, name)
+        up = "not running" if found is None else described(found, recorded_pid(state, name))
         step = f", last logged step {steps[name]}" if name in steps else ""
-        print(f"{name + ':':<14}{up}{f' (pid {pid})' if pid else ''}{step}{waiting(run_dir, name)}")
+        print(f"{name + ':':<14}{up}{step}{waiting(run_dir, name)}")
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
     print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB")
     return 0
+
+
+def described(found: psutil.Process | str, pid: int | None) -> str:
+    """'running (pid N)' for a proved process, 'not running (pid N)' for a gone one, else
+    'unverified: <why the live pid is not, or cannot be proved to be, the run's>'."""
+    if isinstance(found, psutil.Process):
+        return f"running (pid {found.pid})"
+    if not pid_alive(pid):
+        return f"not running (pid {pid})"
+    return f"unverified: {found}"

@@ -1,14 +1,23 @@
-"""`rl stop [RUN]`: stop a running run cleanly (a SLURM job is cancelled)."""
+"""`rl stop [RUN]`: stop a running run cleanly (a SLURM job is cancelled).
 
-import os
+Only a launcher proved to be the run's own (its recorded identity and the run's lock,
+rlcore.procs) is signalled. Anything else run.json names is left alone and said: exit 0 when
+nothing of the run runs ("nothing to stop"), 1 when something holds the run that cannot be
+proved to be its launcher, 2 for a folder that is not a run."""
+
 import signal
 import time
 
+import psutil
+
 from launcher.commands.base import command_parser
-from launcher.commands.runs import RUN_HELP, find_run, latest_run, pid_alive, read_state
+from launcher.commands.runs import RUN_HELP, check_process, find_run, latest_run, read_state
 from launcher.slurm import ENDED_STATUSES
+from rlcore import procs
 from rlcore.errors import ConfigError
+from rlcore.ownership import RUN_MARKER, read_run_id
 from rlcore.rundir import RunDir, record_state
+from rlcore.runlock import lock_holders
 
 NAME = "stop"
 HELP = "stop a running run cleanly"
@@ -23,23 +32,57 @@ def parser():
 
 def run(args) -> int:
     run_dir = find_run(args.run) if args.run else latest_run()
+    if read_run_id(run_dir.root) is None:
+        found = ", ".join(sorted(p.name for p in run_dir.root.iterdir())) or "nothing"
+        raise ConfigError(
+            f"{run_dir.root} is not a run (no {RUN_MARKER} marker written by rl; found: "
+            f"{found}): nothing signalled"
+        )
     state = read_state(run_dir)
     if state.problem:
         raise ConfigError(f"{state.problem}: cannot tell which launcher runs it")
     if state.data.get("slurm_job_id"):
         return stop_job(run_dir, state.data)
-    pid = state.data.get("launcher_pid")
-    if not pid_alive(pid):
-        print(f"rl: no running launcher for {run_dir.root}")
-        return 0
-    os.kill(pid, signal.SIGTERM)
+    launcher = check_process(run_dir, state, procs.LAUNCHER)
+    if not isinstance(launcher, psutil.Process):
+        return nothing_to_stop(run_dir, launcher)
+    try:
+        launcher.send_signal(signal.SIGTERM)  # psutil refuses a pid reused since the proof
+    except psutil.NoSuchProcess:
+        pass  # it ended by itself meanwhile
+    except psutil.AccessDenied:
+        print(f"rl: error: launcher {launcher.pid} belongs to another user: not signalled")
+        return 1
     deadline = time.monotonic() + STOP_WAIT_S
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if pid_alive(pid):
-        print(f"rl: error: launcher {pid} did not stop within {STOP_WAIT_S} s")
+    while not ended(launcher) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not ended(launcher):
+        print(f"rl: error: launcher {launcher.pid} did not stop within {STOP_WAIT_S} s")
         return 1
     print(f"rl: stopped the run in {run_dir.root}")
+    return 0
+
+
+def ended(proc: psutil.Process) -> bool:
+    """Gone, or exited and waiting for its parent to reap it (a zombie has stopped)."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def nothing_to_stop(run_dir: RunDir, reason: str | None) -> int:
+    """Say why no launcher was signalled: 0 when nothing holds the run, 1 (naming the
+    holders) when something does that is not proved to be its launcher."""
+    if reason is not None:
+        print(f"rl: {reason}; nothing signalled")
+    holders = lock_holders(run_dir.root)
+    if holders:
+        print(f"rl: error: {run_dir.root} is held by {'; '.join(holders)}, not proved to be "
+              "this run's launcher: nothing signalled (if it is yours, end it yourself, e.g. "
+              "`kill PID`)")  # fmt: skip
+        return 1
+    print(f"rl: no running launcher for {run_dir.root}: nothing to stop")
     return 0
 
 
