@@ -22,7 +22,7 @@ from rlcore import heap
 from rlcore.errors import ConfigError, exit_with
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
-from rlcore.machine import GPU_DTYPE, bf16_matmul_refusal, probe, slow_bf16_warning
+from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.rundir import RunDir
 from rlcore.toml_io import write_config
 
@@ -172,13 +172,11 @@ def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
     resolved. A bf16 the CPU cannot build is refused here, before vLLM starts."""
     machine = probe()
     model, cpu = config.model, config.cpu
-    if model.dtype == "auto":
-        model.dtype = "float32" if on_cpu else GPU_DTYPE
+    model.dtype, cpu.matmul_dtype = serving_dtypes(
+        model.dtype, cpu.matmul_dtype, not on_cpu, machine
+    )
     if not on_cpu:
         return
-    if cpu.matmul_dtype == "auto":
-        native = machine.bf16_native and model.dtype == "float32"
-        cpu.matmul_dtype = cpu_matmul.BF16 if native else "model"
     if cpu.matmul_dtype == cpu_matmul.BF16:
         refusal = bf16_matmul_refusal("cpu.matmul_dtype", machine) or cpu_matmul.check_bf16()
         if refusal:

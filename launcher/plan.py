@@ -13,11 +13,11 @@ from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import server_url
 from rlcore.machine import (
-    GPU_DTYPE,
     Machine,
     bf16_matmul_refusal,
     compute_dtype,
     probe,
+    serving_dtypes,
     slow_bf16_warning,
 )
 from rlcore.rundir import RunDir
@@ -185,14 +185,12 @@ def derive_dtypes(
     trainer, inference = config.trainer.model, config.inference.model
     on_cpu = not gpu_map.get("inference")
     trainer.dtype, why_trainer = compute_dtype(trainer.dtype, bool(gpu_map["trainer"]), machine)
-    if inference.dtype == "auto":
-        inference.dtype = "float32" if on_cpu else GPU_DTYPE
+    cpu = config.inference.cpu
+    inference.dtype, cpu.matmul_dtype = serving_dtypes(
+        inference.dtype, cpu.matmul_dtype, not on_cpu, machine, trainer.dtype
+    )
     if trainer.serving_dtype is None:
         trainer.serving_dtype = inference.dtype  # publish what inference serves
-    cpu = config.inference.cpu
-    if cpu.matmul_dtype == "auto":
-        mixed = trainer.dtype == "bfloat16" and inference.dtype == "float32"
-        cpu.matmul_dtype = "bfloat16" if mixed and machine.bf16_matmul else "model"
     notes = [
         f"trainer.model.dtype = {trainer.dtype} ({why_trainer})",
         f"inference.model.dtype = {inference.dtype}"

@@ -211,6 +211,24 @@ def compute_dtype(requested: str, on_gpu: bool, machine: Machine) -> tuple[str, 
     return "float32", f"auto: no native bf16 on this CPU ({machine.isa}), fp32 is faster"
 
 
+def serving_dtypes(
+    model_dtype: str, matmul_dtype: str, on_gpu: bool, machine: Machine,
+    trainer_dtype: str | None = None,
+) -> tuple[str, str]:  # fmt: skip
+    """(served dtype, CPU linear layers' dtype) for inference's `model.dtype` and
+    `cpu.matmul_dtype`: `auto` serves bf16 on a GPU and fp32 on a CPU (the trainer's fp32
+    master weights arrive whole), whose linear layers compute in bf16 where the trainer does
+    (`trainer_dtype`, under `rl`) and oneDNN can, or alone where bf16 is native."""
+    served = model_dtype if model_dtype != "auto" else GPU_DTYPE if on_gpu else "float32"
+    if on_gpu or matmul_dtype != "auto":
+        return served, matmul_dtype
+    if trainer_dtype is not None:
+        bf16 = trainer_dtype == "bfloat16" and machine.bf16_matmul
+    else:
+        bf16 = machine.bf16_native
+    return served, "bfloat16" if bf16 and served == "float32" else "model"
+
+
 def slow_bf16_warning(key: str, dtype: str, machine: Machine) -> str | None:
     """The one-line warning for an explicit bf16 compute dtype on a CPU without native bf16."""
     if dtype != "bfloat16" or machine.bf16_native:

@@ -123,3 +123,23 @@ def test_the_probe_agrees_with_torch_in_this_process():
     assert torch.ops.mkldnn._is_mkldnn_bf16_supported() == found.bf16_matmul
     aten = torch.backends.cpu.get_cpu_capability()  # ATen's own level: AVX2, AVX512, ...
     assert (aten == "AVX2") == (found.isa == "avx2") or found.capped_by
+
+
+@pytest.mark.parametrize(
+    ("flags", "served", "matmul", "on_gpu", "trainer", "want"),
+    [
+        (ZEN4, "auto", "auto", False, None, ("float32", "bfloat16")),  # inference alone
+        (ZEN3, "auto", "auto", False, None, ("float32", "model")),
+        (SKYLAKE_SP, "auto", "auto", False, None, ("float32", "model")),  # emulated: not faster
+        (SKYLAKE_SP, "auto", "auto", False, "bfloat16", ("float32", "bfloat16")),  # as trained
+        (ZEN3, "auto", "auto", False, "bfloat16", ("float32", "model")),  # cannot be built
+        (ZEN4, "auto", "auto", False, "float32", ("float32", "model")),
+        (ZEN4, "bfloat16", "auto", False, None, ("bfloat16", "model")),
+        (ZEN3, "float32", "bfloat16", False, None, ("float32", "bfloat16")),  # stands (refused)
+        (ZEN3, "auto", "auto", True, None, ("bfloat16", "auto")),  # GPU: no CPU layers
+    ],
+)
+def test_serving_dtypes(flags, served, matmul, on_gpu, trainer, want):
+    from rlcore.machine import serving_dtypes
+
+    assert serving_dtypes(served, matmul, on_gpu, machine(flags), trainer) == want
