@@ -3,6 +3,7 @@ or what a running server serves), the server (its own or the given one), every [
 examples with seeded rollouts, then results.jsonl, summary.json and the table."""
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, table, write_results
 from orchestrator.seeds import eval_seeds
 from rlcore.errors import ConfigError
+from rlcore.machine import differences, probe, serving_dtypes
 from rlcore.ownership import claim
 from rlcore.toml_io import write_config
 
@@ -28,6 +30,8 @@ def run(config: EvalsConfig) -> dict[str, dict]:
     claim(out)  # a new or empty folder, or one this tool made: never a user's folder
     write_config(config, out / "eval.toml")
     model = policy_folder(config, out) if config.run is not None else config.model.name
+    if config.run is not None and not config.client.base_url:
+        note_other_numerics(config)
     started = time.monotonic()
     with serving(config, model) as urls:
         rows = asyncio.run(evaluate(config, urls, model))
@@ -36,6 +40,31 @@ def run(config: EvalsConfig) -> dict[str, dict]:
     print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
     print(table(summary), flush=True)
     return summary
+
+
+def note_other_numerics(config: EvalsConfig) -> None:
+    """Say so when this machine serves the run's policy with other numerics (ISA, dtypes) than
+    the run's own inference had: its scores may then differ in the last bits."""
+    try:
+        recorded = json.loads((run_path(config.run) / "run.json").read_text())
+    except (OSError, ValueError):
+        return
+    choices = recorded.get("numeric_choices") if isinstance(recorded, dict) else None
+    if not isinstance(choices, dict):
+        return
+    machine, model = probe(), config.inference.get("model", {})
+    cpu = config.inference.get("cpu", {})
+    served, matmul = serving_dtypes(
+        model.get("dtype", "auto"), cpu.get("matmul_dtype", "auto"), machine.num_gpus > 0, machine
+    )
+    now = {"isa": machine.isa, "inference.model.dtype": served,
+           "inference.cpu.matmul_dtype": matmul}  # fmt: skip
+    changed = differences(choices, now)
+    if changed:
+        logger.warning(
+            f"the run's inference computed otherwise than this evaluation's server "
+            f"({'; '.join(changed)}): scores may differ from the run's in the last bits"
+        )
 
 
 def serving(config: EvalsConfig, model: str):
