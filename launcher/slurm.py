@@ -25,6 +25,7 @@ from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.rundir import record_state
 from rlcore.runlock import hold_run
+from rlcore.user_files import read_user_text
 
 MASTER_PORT = 29517
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
@@ -43,10 +44,7 @@ def job_script(plan, rl_toml: Path) -> str:
     command = shlex.join([sys.executable, "-m", "launcher.rl", "@", str(rl_toml.absolute())])
     name = slurm.job_name or run.root.absolute().name
     if slurm.template is not None:
-        try:
-            text = slurm.template.read_text()
-        except OSError as err:
-            raise ConfigError(f"slurm.template {slurm.template}: {err}") from None
+        text = read_user_text(slurm.template, "slurm.template")
         try:
             return text.format(
                 job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
@@ -86,6 +84,7 @@ def submit(plan, write_configs) -> int:
             "the [slurm] table to run here"
         )
     run = plan.run
+    text = job_script(plan, run.config_file("rl"))  # a bad template is refused before a write
     check_no_job(run, "output_dir")
     run.claim()
     hold_run(run.root)  # never beside another rl, nor a component started alone, in this folder
@@ -94,7 +93,7 @@ def submit(plan, write_configs) -> int:
     run.logs.mkdir(parents=True, exist_ok=True)
     script = run.root / "slurm" / "job.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(job_script(plan, run.config_file("rl")))
+    script.write_text(text)
     done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if done.returncode != 0:
         raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")
