@@ -28,6 +28,7 @@ from rlcore.schema import (
     union_tags,
 )
 from rlcore.toml_io import load_toml
+from rlcore.user_files import MAX_NESTING, check_nesting, too_deep
 
 COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
 
@@ -136,6 +137,8 @@ class ArgParser:
         """`first`: layers (data, label) below every file and flag of `argv`, e.g. a workflow
         config already translated to this config's keys."""
         out = ParsedArgs()
+        for data, label in first:
+            check_nesting(data, label)
         layers: list[tuple[dict, str, tuple[str, ...]]] = [
             (_normalize_keys(data), label, ()) for data, label in first
         ]
@@ -209,6 +212,8 @@ class ArgParser:
 
     def _override(self, key: str, values: list[str]) -> tuple[tuple[str, ...], Any, str]:
         flag = "--" + key.replace("_", "-")
+        if key.count(".") >= MAX_NESTING:
+            raise ConfigError(too_deep(_shortened(flag)))
         path = renamed_path(self.model, tuple(key.split(".")))
         leaf = find_leaf(self.model, path)
         negated = None
@@ -227,14 +232,19 @@ class ArgParser:
             return (*path, "enabled"), True, flag
         if leaf is None:
             raise ConfigError(
-                f"unknown flag {flag}{did_you_mean(flag, self.flag_names)}; "
+                f"unknown flag {_shortened(flag)}{did_you_mean(flag, self.flag_names)}; "
                 f"see `{self.prog} --help` for all flags"
             )
         if not values:
             if is_kind(leaf.annotation, (bool,)):
                 return path, True, flag
             raise ConfigError(f"{flag} needs a value, e.g. {flag} <value>")
-        return path, _flag_value(leaf.annotation, values, flag), flag
+        try:
+            value = _flag_value(leaf.annotation, values, flag)
+        except RecursionError:  # tomllib and json recurse into nested values
+            raise ConfigError(too_deep(flag)) from None
+        check_nesting(value, flag, depth=len(path) + 1)
+        return path, value, flag
 
     def validate(self, parsed: ParsedArgs) -> BaseModel:
         """Build the config; a validation error becomes one ConfigError naming file or flag."""
@@ -320,6 +330,11 @@ class ArgParser:
             if path and inside:  # the value is a table; one of its keys was set
                 return inside[0], path
         return None, loc
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """`text` for a message: at most `limit` characters, the cut marked."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _dotted(path: tuple[str, ...]) -> str:
