@@ -173,3 +173,34 @@ def test_a_workflow_nested_too_deeply_is_refused_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="64 levels") as err:
         read_yaml(path, "the workflow config")
     assert str(path) in str(err.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("table", ["", "[optim]\n"], ids=["top_level", "in_a_table"])
+def test_many_unknown_keys_are_one_short_message_found_fast(tmp_path, capsys, table):
+    """20,000 unknown keys took over a minute and printed a line each: now the first few are
+    named (with did-you-mean), then the count; linear time."""
+    import time
+
+    keys = "".join(f'unknown_key_{i} = "x"\n' for i in range(20_000))
+    path = toml(tmp_path, table + "lrr = 1\n" * bool(table) + keys)
+    started = time.monotonic()
+    err = refused(RLConfig, ["--trainer", "@", path], capsys)
+    assert time.monotonic() - started < 20, "unknown keys must be reported in linear time"
+    assert err.count("\n") <= 12 and len(err) < 4000, err
+    assert "unknown_key_0`" in err and "unknown_key_19999" not in err, err
+    assert "and 19,99" in err and "more unknown keys" in err, err
+    if table:
+        assert "did you mean lr" in err, err
+
+
+def test_a_few_unknown_keys_are_each_named(tmp_path, capsys):
+    path = toml(tmp_path, "".join(f"key_{i} = 1\n" for i in range(3)))
+    err = refused(TrainerConfig, ["@", path], capsys)
+    assert [f"`key_{i}`" in err for i in range(3)] == [True] * 3 and "more" not in err, err
+
+
+def test_many_bad_values_are_one_short_message(tmp_path, capsys):
+    path = toml(tmp_path, "[vllm_args]\n" + "".join(f"k{i} = nan\n" for i in range(5_000)))
+    err = refused(RLConfig, ["--inference", "@", path], capsys)
+    assert err.count("\n") <= 12 and "and 4,990 more such values" in err, err
