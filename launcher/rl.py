@@ -15,7 +15,7 @@ from pathlib import Path
 from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
@@ -82,6 +82,7 @@ def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
     return out, value
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)
     if api_key:  # the processes inherit it; it never reaches a config, a log or W&B's config
