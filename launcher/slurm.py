@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from launcher.plan import derive_transport
-from launcher.slurm_config import INSIDE_ENV
+from launcher.slurm_config import INSIDE_ENV, control_character
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
@@ -36,13 +36,17 @@ writes "stopped" once the job is cancelled or known to be over)."""
 
 # -- outside the job: the script and its submission ------------------------------------------------
 def job_script(plan, rl_toml: Path) -> str:
-    """The sbatch script that runs `rl @ rl_toml` inside the job."""
+    """The sbatch script that runs `rl @ rl_toml` inside the job. A value written into it
+    with a line break or other control character (which would start a line of its own) is a
+    ConfigError naming where it came from; `submit` makes the script before writing anything."""
     slurm = plan.config.slurm
     run = plan.run
     log = run.logs.absolute() / "slurm-%j.log"
     workdir = Path.cwd()
     command = shlex.join([sys.executable, "-m", "launcher.rl", "@", str(rl_toml.absolute())])
     name = slurm.job_name or run.root.absolute().name
+    check_script_values({"output_dir": str(run.root.absolute()), "the current folder": str(workdir),
+                         "the Python interpreter": sys.executable})  # fmt: skip
     if slurm.template is not None:
         text = read_user_text(slurm.template, "slurm.template")
         try:
@@ -73,6 +77,19 @@ def job_script(plan, rl_toml: Path) -> str:
     lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(workdir))}", *slurm.setup]
     lines += [f"export {INSIDE_ENV}=1", f"exec {command}", ""]
     return "\n".join(lines)
+
+
+def check_script_values(values: dict[str, str]) -> None:
+    """A ConfigError for the first value (its source: its value) with a control character."""
+    for source, value in values.items():
+        char = control_character(value)
+        if char:
+            shown = repr(value)
+            raise ConfigError(
+                f"{source} {shown} holds a line break or other control character ({char}), "
+                "which would start a line of its own in the SLURM job script: use a name "
+                "without one"
+            )
 
 
 def submit(plan, write_configs) -> int:

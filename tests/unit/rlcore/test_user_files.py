@@ -30,7 +30,7 @@ def workflow(path: Path) -> None:
 
 
 def template(path: Path) -> None:
-    argv = ["--slurm.template", str(path), "--slurm.gpus-per-node", "0"]
+    argv = ["--slurm.template", str(path), "--slurm.gpus-per-node", "0", "--output-dir", "run"]
     config, _ = parse_config(RLConfig, "rl", argv, sections=SECTIONS)
     plan = build_plan(config, dry_run=True)
     slurm.job_script(plan, plan.run.config_file("rl"))
