@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import save
-from benchmarks.vs_trl import Job, print_row, run_ours, run_trl, summary
+from benchmarks.vs_trl_common import Job, print_row, run_ours, run_trl, summary
 
 POINTS = {
     "32": Job("32 rollouts x 16 tokens (the quick start)"),

@@ -1,9 +1,10 @@
 """`inference @ FILE.toml`: parse the config, then import the heavy runtime and run."""
 
 from inference.config import InferenceConfig
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(InferenceConfig, "inference", argv)
     from inference.server import run

@@ -16,6 +16,7 @@ from typing import Any
 from launcher.literal_secrets import refuse_literal_secrets
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
+from rlcore.user_files import check_nesting, read_user_text, too_deep
 
 LOCK_FILE = Path("rl.lock.yaml")
 DATASETS_ROOT = Path("data/datasets")
@@ -32,16 +33,11 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     import yaml
 
     loader, alias_error = _no_alias_loader()
+    text = read_user_text(path, what, MAX_YAML_BYTES)
     try:
-        if path.stat().st_size > MAX_YAML_BYTES:
-            raise ConfigError(f"{what} {path} is over {MAX_YAML_BYTES >> 20} MiB: not a config")
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a SafeLoader
-    except OSError as err:
-        raise ConfigError(f"{what} {path}: cannot read it ({err.strerror or err})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {path} is not UTF-8 text: save it as UTF-8") from None
+        data = yaml.load(text, Loader=loader)  # a SafeLoader
     except RecursionError:
-        raise ConfigError(f"{what} {path} is nested too deeply to be a config") from None
+        raise ConfigError(too_deep(f"{what} {path}")) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -52,6 +48,7 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must be a mapping of keys, got {type(data).__name__}")
+    check_nesting(data, f"{what} {path}")
     return data
 
 

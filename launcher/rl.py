@@ -16,7 +16,7 @@ from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
 from rlcore import wheel_tags
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
@@ -83,6 +83,7 @@ def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
     return out, value
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/wheel_tags.py)
     argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)

@@ -19,12 +19,13 @@ import sys
 from pathlib import Path
 
 from launcher.plan import derive_transport
-from launcher.slurm_config import INSIDE_ENV
+from launcher.slurm_config import INSIDE_ENV, control_character
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.rundir import record_state
 from rlcore.runlock import hold_run
+from rlcore.user_files import read_user_text
 
 MASTER_PORT = 29517
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
@@ -35,18 +36,19 @@ writes "stopped" once the job is cancelled or known to be over)."""
 
 # -- outside the job: the script and its submission ------------------------------------------------
 def job_script(plan, rl_toml: Path) -> str:
-    """The sbatch script that runs `rl @ rl_toml` inside the job."""
+    """The sbatch script that runs `rl @ rl_toml` inside the job. A value written into it
+    with a line break or other control character (which would start a line of its own) is a
+    ConfigError naming where it came from; `submit` makes the script before writing anything."""
     slurm = plan.config.slurm
     run = plan.run
     log = run.logs.absolute() / "slurm-%j.log"
     workdir = Path.cwd()
     command = shlex.join([sys.executable, "-m", "launcher.rl", "@", str(rl_toml.absolute())])
     name = slurm.job_name or run.root.absolute().name
+    check_script_values({"output_dir": str(run.root.absolute()), "the current folder": str(workdir),
+                         "the Python interpreter": sys.executable})  # fmt: skip
     if slurm.template is not None:
-        try:
-            text = slurm.template.read_text()
-        except OSError as err:
-            raise ConfigError(f"slurm.template {slurm.template}: {err}") from None
+        text = read_user_text(slurm.template, "slurm.template")
         try:
             return text.format(
                 job_name=name, nodes=slurm.nodes, log=log, workdir=workdir, command=command
@@ -77,6 +79,19 @@ def job_script(plan, rl_toml: Path) -> str:
     return "\n".join(lines)
 
 
+def check_script_values(values: dict[str, str]) -> None:
+    """A ConfigError for the first value (its source: its value) with a control character."""
+    for source, value in values.items():
+        char = control_character(value)
+        if char:
+            shown = repr(value)
+            raise ConfigError(
+                f"{source} {shown} holds a line break or other control character ({char}), "
+                "which would start a line of its own in the SLURM job script: use a name "
+                "without one"
+            )
+
+
 def submit(plan, write_configs) -> int:
     """Write the resolved configs and the script into the run directory, `sbatch` it, record
     the job id in run.json; the launcher's exit code."""
@@ -86,6 +101,7 @@ def submit(plan, write_configs) -> int:
             "the [slurm] table to run here"
         )
     run = plan.run
+    text = job_script(plan, run.config_file("rl"))  # a bad template is refused before a write
     check_no_job(run, "output_dir")
     run.claim()
     hold_run(run.root)  # never beside another rl, nor a component started alone, in this folder
@@ -94,7 +110,7 @@ def submit(plan, write_configs) -> int:
     run.logs.mkdir(parents=True, exist_ok=True)
     script = run.root / "slurm" / "job.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(job_script(plan, run.config_file("rl")))
+    script.write_text(text)
     done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if done.returncode != 0:
         raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")

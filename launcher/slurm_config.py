@@ -4,6 +4,7 @@ the placement of components on the job's nodes are launcher/slurm.py)."""
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated
 
@@ -18,8 +19,16 @@ NodeCount = Annotated[int, Field(gt=0, le=MAX_NODES)]
 INSIDE_ENV = "RL_SLURM_JOB"
 """Set by the job script: `rl` runs the supervisor here instead of submitting again."""
 
-TIME_LIMIT = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
-"""sbatch's `--time` forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+TIME_LIMIT = re.compile(r"(\d{1,9})(?::(\d{1,2}))?(?::(\d{1,2}))?")
+DAYS_TIME_LIMIT = re.compile(r"(\d{1,3})-(\d{1,2})(?::(\d{1,2}))?(?::(\d{1,2}))?")
+NO_TIME_LIMIT = ("UNLIMITED", "INFINITE")
+MAX_TIME_DAYS = 365
+"""A longer job is a typo (SLURM itself stops at a few thousand years); UNLIMITED asks for none."""
+TIME_FORMS = (
+    f"use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (hours below 24 after D-, "
+    f"minutes and seconds below 60), at most {MAX_TIME_DAYS} days, e.g. '24:00:00' or "
+    f"'2-00:00:00'; or UNLIMITED"
+)
 OWN_OPTIONS = {"--nodes": "nodes", "-N": "nodes", "--time": "time", "-t": "time",
                "--partition": "partition", "-p": "partition", "--account": "account",
                "-A": "account", "--job-name": "job_name", "-J": "job_name",
@@ -73,17 +82,15 @@ class SlurmConfig(BaseConfig):
     @field_validator("time")
     @classmethod
     def validate_time(cls, value: str) -> str:
-        if not TIME_LIMIT.fullmatch(value):
-            raise ValueError(
-                f"slurm.time = {value!r} is not a SLURM time limit: use minutes, HH:MM:SS or "
-                "D-HH:MM:SS, e.g. '24:00:00' or '2-00:00:00'"
-            )
+        if value not in NO_TIME_LIMIT:
+            time_limit_minutes(value)
         return value
 
     @field_validator("partition", "account", "job_name")
     @classmethod
     def validate_one_word(cls, value: str | None, info) -> str | None:
-        if value is not None and (not value or any(c.isspace() for c in value)):
+        if value is not None and (not value or any(c.isspace() for c in value)
+                                  or control_character(value)):  # fmt: skip
             raise ValueError(
                 f"slurm.{info.field_name} = {value!r} must be one word without spaces or "
                 f"line breaks (it becomes `#SBATCH --{info.field_name.replace('_', '-')}=...`)"
@@ -95,7 +102,7 @@ class SlurmConfig(BaseConfig):
     def validate_sbatch_lines(cls, lines: list[str]) -> list[str]:
         for i, line in enumerate(lines):
             option = line.strip().split("=")[0].split()[0] if line.strip() else ""
-            if not option.startswith("-") or "\n" in line or "\r" in line:
+            if not option.startswith("-") or control_character(line):
                 raise ValueError(
                     f"slurm.sbatch_lines[{i}] = {line!r} is not one sbatch option: write it as "
                     "on sbatch's command line, e.g. '--qos=high' (one option per entry)"
@@ -106,6 +113,18 @@ class SlurmConfig(BaseConfig):
                 raise ValueError(
                     f"slurm.sbatch_lines[{i}] = {line!r}: the job script already writes "
                     f"{option}: {fix}"
+                )
+        return lines
+
+    @field_validator("setup")
+    @classmethod
+    def validate_setup(cls, lines: list[str]) -> list[str]:
+        for i, line in enumerate(lines):
+            char = control_character(line)
+            if char:
+                raise ValueError(
+                    f"slurm.setup[{i}] = {line!r} holds a line break or other control "
+                    f"character ({char}): write one shell line per entry"
                 )
         return lines
 
@@ -133,6 +152,37 @@ class SlurmConfig(BaseConfig):
                 f"trainer_nodes = {self.trainer_nodes}: add nodes or lower trainer_nodes"
             )
         return self
+
+
+def time_limit_minutes(value: str) -> float:
+    """The minutes a `--time` limit stands for (not UNLIMITED); a ValueError naming
+    `slurm.time`, the value and the forms, for anything else or more than MAX_TIME_DAYS."""
+    days, hours, minutes, seconds = 0, 0, 0, 0
+    if match := TIME_LIMIT.fullmatch(value):  # minutes, MM:SS or HH:MM:SS
+        parts = [int(g) for g in match.groups() if g]
+        if len(parts) == 3:
+            hours, minutes, seconds = parts
+        else:
+            minutes, seconds = (*parts, 0)[:2]
+        fields_ok = all(part < 60 for part in parts[1:])
+    elif match := DAYS_TIME_LIMIT.fullmatch(value):
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+        fields_ok = hours < 24 and minutes < 60 and seconds < 60
+    else:
+        fields_ok = False
+    total = days * 1440 + hours * 60 + minutes + seconds / 60
+    if not fields_ok or total > MAX_TIME_DAYS * 1440:
+        raise ValueError(f"slurm.time = {value!r} is not a SLURM time limit: {TIME_FORMS}")
+    return total
+
+
+def control_character(text: str) -> str | None:
+    """The first line break or other control character in `text` (as Python writes it, e.g.
+    '\\n'), or None: none may reach a generated script, where it would start a new line."""
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            return repr(char)[1:-1]
+    return None
 
 
 def inside_job() -> bool:

@@ -3,12 +3,13 @@
 import sys
 
 from orchestrator.config import OrchestratorConfig
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.files import is_disk_full
 from rlcore.logs import setup_logging
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(OrchestratorConfig, "orchestrator", argv)
     from orchestrator.client import OrchestratorError

@@ -28,8 +28,12 @@ from rlcore.schema import (
     union_tags,
 )
 from rlcore.toml_io import load_toml
+from rlcore.user_files import MAX_NESTING, check_nesting, too_deep
 
 COMMAND_FLAGS = {"help", "dry_run", "json_schema", "print_config", "clean"}
+MAX_PROBLEMS_SHOWN = 10
+"""Problems with a config named one by one (an unknown key with its did-you-mean); the rest are
+counted in a line."""
 
 
 @dataclass
@@ -136,6 +140,8 @@ class ArgParser:
         """`first`: layers (data, label) below every file and flag of `argv`, e.g. a workflow
         config already translated to this config's keys."""
         out = ParsedArgs()
+        for data, label in first:
+            check_nesting(data, label)
         layers: list[tuple[dict, str, tuple[str, ...]]] = [
             (_normalize_keys(data), label, ()) for data, label in first
         ]
@@ -209,6 +215,8 @@ class ArgParser:
 
     def _override(self, key: str, values: list[str]) -> tuple[tuple[str, ...], Any, str]:
         flag = "--" + key.replace("_", "-")
+        if key.count(".") >= MAX_NESTING:
+            raise ConfigError(too_deep(_shortened(flag)))
         path = renamed_path(self.model, tuple(key.split(".")))
         leaf = find_leaf(self.model, path)
         negated = None
@@ -227,21 +235,29 @@ class ArgParser:
             return (*path, "enabled"), True, flag
         if leaf is None:
             raise ConfigError(
-                f"unknown flag {flag}{did_you_mean(flag, self.flag_names)}; "
+                f"unknown flag {_shortened(flag)}{did_you_mean(flag, self.flag_names)}; "
                 f"see `{self.prog} --help` for all flags"
             )
         if not values:
             if is_kind(leaf.annotation, (bool,)):
                 return path, True, flag
             raise ConfigError(f"{flag} needs a value, e.g. {flag} <value>")
-        return path, _flag_value(leaf.annotation, values, flag), flag
+        try:
+            value = _flag_value(leaf.annotation, values, flag)
+        except RecursionError:  # tomllib and json recurse into nested values
+            raise ConfigError(too_deep(flag)) from None
+        check_nesting(value, flag, depth=len(path) + 1)
+        return path, value, flag
 
     def validate(self, parsed: ParsedArgs) -> BaseModel:
         """Build the config; a validation error becomes one ConfigError naming file or flag."""
+        found = raw_value_problems(self.model, parsed.data)
         problems = [
             f"`{_dotted(path)}` = {_shown(value)}{self._where(parsed, path)}: {problem}"
-            for path, value, problem in raw_value_problems(self.model, parsed.data)
+            for path, value, problem in found[:MAX_PROBLEMS_SHOWN]
         ]
+        if len(found) > MAX_PROBLEMS_SHOWN:
+            problems.append(f"and {len(found) - MAX_PROBLEMS_SHOWN:,} more such values")
         if problems:
             raise ConfigError("\n".join(problems))
         try:
@@ -258,17 +274,34 @@ class ArgParser:
 
     def _explain(self, err: ValidationError, parsed: ParsedArgs) -> str:
         """One line per problem: a shared key's error, repeated by every component that
-        carries it, is said once (where it was set, if known)."""
+        carries it, is said once (where it was set, if known). Past the first
+        MAX_PROBLEMS_SHOWN problems (an unknown key with its did-you-mean), one line counts
+        the rest, so that thousands of them cost linear time and a short message."""
+        tags = union_tags(self.model)
         lines: dict[tuple, str] = {}
+        more_unknown: dict[tuple, str] = {}
+        more_other: dict[tuple, str] = {}
         for error in err.errors():
             loc = tuple(str(p) for p in error["loc"] if not isinstance(p, int))
-            loc = tuple(p for p in loc if p not in union_tags(self.model))
-            key = (loc[1:] if self.sections and loc and loc[0] in self.sections else loc,
-                   error["type"], str(error.get("input")))  # fmt: skip
+            loc = tuple(p for p in loc if p not in tags)
+            shared = loc[1:] if self.sections and loc and loc[0] in self.sections else loc
+            key = (shared, error["type"], str(error.get("input")))
+            if key not in lines and len(lines) >= MAX_PROBLEMS_SHOWN:
+                more = more_unknown if error["type"] == "extra_forbidden" else more_other
+                more.setdefault(key, _dotted(loc))
+                continue
             line = self._explain_one(error, loc, parsed)
             if key not in lines or (" (" not in lines[key] and " (" in line):
                 lines[key] = line
-        return "\n".join(dict.fromkeys(lines.values()))
+        text = "\n".join(dict.fromkeys(lines.values()))
+        for more, what in ((more_unknown, "unknown keys"), (more_other, "problems")):
+            if more:
+                examples = ", ".join(f"`{_shortened(k)}`" for k in list(more.values())[:3])
+                text += (
+                    f"\nand {len(more):,} more {what}, e.g. at {examples}: see "
+                    f"`{self.prog} --help` for the valid keys and values"
+                )
+        return text
 
     def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
         source, shown_loc = self._source(loc, parsed)
@@ -320,6 +353,11 @@ class ArgParser:
             if path and inside:  # the value is a table; one of its keys was set
                 return inside[0], path
         return None, loc
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """`text` for a message: at most `limit` characters, the cut marked."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _dotted(path: tuple[str, ...]) -> str:

@@ -1,10 +1,16 @@
 """What every entrypoint does first: parse argv into a validated config, or exit 2 with a
-message. Handles `--help`, `--json-schema` and `--print-config` itself."""
+message. Handles `--help`, `--json-schema` and `--print-config` itself. `entry_point` wraps
+each console script's `main` (a closed standard output ends it quietly)."""
 
+import functools
 import json
+import os
+import select
+import signal
 import sys
 import textwrap
-from typing import TypeVar
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel
 
@@ -16,6 +22,47 @@ from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
 
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+BROKEN_PIPE_EXIT_CODE = 128 + signal.SIGPIPE
+"""141: what a shell reports for a tool that SIGPIPE ended (`cat big | head -1`)."""
+
+
+def entry_point(main: Callable[P, R]) -> Callable[P, R]:
+    """A console script's `main`, ending quietly with BROKEN_PIPE_EXIT_CODE when the reader of
+    standard output has gone (`rl --help | head -1`), instead of a BrokenPipeError traceback:
+    Python's own recipe (its signal module's note on SIGPIPE). Standard output then points at
+    /dev/null, so the flush at exit writes nowhere. A BrokenPipeError from anything else (a
+    socket) is raised as before."""
+
+    @functools.wraps(main)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # buffered output fails here, not at interpreter exit
+        except BrokenPipeError:
+            if not _stdout_reader_gone():
+                raise
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            sys.exit(BROKEN_PIPE_EXIT_CODE)
+
+    return run
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reading end is closed."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # errors and hang-ups are always reported
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no stdout, or not a real file
+        return False
+
 
 COMMON_FLAGS = """\
   @ FILE.toml           load a config file (repeatable; later files override earlier ones)

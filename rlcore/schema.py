@@ -1,6 +1,7 @@
 """Walking config schemas: which keys exist, their types and docs (for flags, help, errors)."""
 
 import difflib
+import functools
 import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -68,9 +69,14 @@ def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[Leaf]:
     return out
 
 
+@functools.cache
+def _leaves_of(model: type[BaseModel]) -> tuple[Leaf, ...]:
+    return tuple(leaves(model))
+
+
 def find_leaf(model: type[BaseModel], path: tuple[str, ...]) -> Leaf | None:
     """The leaf at `path`, or the dict/list field that contains it; None if no such key."""
-    for leaf in leaves(model):
+    for leaf in _leaves_of(model):
         if leaf.path == path:
             return leaf
         if leaf.path == path[: len(leaf.path)] and is_kind(leaf.annotation, (dict,)):
@@ -156,10 +162,14 @@ def rename_deep(model: type[BaseModel], data: Any, path: tuple[str, ...] = ()) -
     return data
 
 
-def union_tags(model: type[BaseModel], seen: set | None = None) -> set[str]:
+@functools.cache
+def union_tags(model: type[BaseModel]) -> frozenset[str]:
     """The `type` tags of every tagged union under `model` (pydantic puts them in error
     locations, between a field and its keys)."""
-    seen = set() if seen is None else seen
+    return frozenset(_union_tags(model, set()))
+
+
+def _union_tags(model: type[BaseModel], seen: set) -> set[str]:
     if model in seen:
         return set()
     seen.add(model)
@@ -170,5 +180,5 @@ def union_tags(model: type[BaseModel], seen: set | None = None) -> set[str]:
             kind = member.model_fields.get("type")
             if len(members) > 1 and kind is not None and isinstance(kind.default, str):
                 tags.add(kind.default)
-            tags |= union_tags(member, seen)
+            tags |= _union_tags(member, seen)
     return tags

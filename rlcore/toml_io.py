@@ -11,37 +11,38 @@ from pydantic import BaseModel
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
 from rlcore.secrets import redact
+from rlcore.user_files import MAX_NESTING, check_nesting, read_user_text, too_deep
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
+_KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_LONG_DOTTED_KEY = re.compile(
+    rf"(?:^|[{{,\[])[ \t]*{_KEY}(?:[ \t]*\.[ \t]*{_KEY}){{{MAX_NESTING},}}[ \t]*[=\]]", re.M
+)
+"""A key (in a table header, at a line's start or in an inline table) of more parts than
+MAX_NESTING: tomllib takes time quadratic in the parts of a dotted key, so it is found in the
+text first."""
 
 
 def load_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or bad syntax is a ConfigError naming file:line:col."""
+    """Parse a TOML file (rlcore.user_files: a regular file of at most 16 MiB, nested at most
+    64 levels); a missing file or bad syntax is a ConfigError naming file:line:col."""
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist: check the path after `@`")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory: pass a .toml file after `@`")
-    text = read_utf8(path)
+    text = read_user_text(path, "config file")
+    long_key = _LONG_DOTTED_KEY.search(text)
+    if long_key:
+        raise ConfigError(too_deep(f"{path}:{text.count(chr(10), 0, long_key.end()) + 1}"))
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(_syntax_message(path, text, err)) from None
-
-
-def read_utf8(path: Path) -> str:
-    """The file's text; bytes that are not UTF-8 are a ConfigError naming file, line, column
-    and the byte."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ConfigError(
-            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-            f"{err.start}): TOML files must be UTF-8; save it as UTF-8 in your editor"
-        ) from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError(too_deep(str(path))) from None
+    check_nesting(data, str(path))
+    return data
 
 
 def _syntax_message(path: Path, text: str, err: tomllib.TOMLDecodeError) -> str:

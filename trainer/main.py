@@ -2,7 +2,7 @@
 
 import sys
 
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.files import is_disk_full
 from rlcore.heap import bound_kernel_caches
@@ -11,6 +11,7 @@ from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)

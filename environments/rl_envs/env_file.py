@@ -13,6 +13,8 @@ from pathlib import Path
 
 from dotenv.parser import parse_stream
 
+from rl_envs.user_file import UserFileError, read_user_file
+
 DOTENV = Path(".env")
 
 
@@ -21,15 +23,16 @@ class DotenvError(ValueError):
 
 
 def read_dotenv(path: Path | str = DOTENV) -> dict[str, str]:
-    """The variables `path` sets ({} when there is no such file); a key given without `=`
-    sets nothing."""
+    """The variables `path` sets ({} when there is no such file, or a folder of that name);
+    a key given without `=` sets nothing. It is read through rl_envs.user_file: a device,
+    FIFO or file over 16 MiB is a DotenvError."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a folder `.env` is a virtual environment
         return {}
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise DotenvError(f"{path}: cannot read it ({err.strerror or err})") from None
+        text = read_user_file(path, ".env file").decode("utf-8")
+    except UserFileError as err:
+        raise DotenvError(str(err)) from None
     except UnicodeDecodeError as err:
         where = f"byte {err.start}"
         raise DotenvError(f"{path} is not UTF-8 text ({where}): save it as UTF-8") from None

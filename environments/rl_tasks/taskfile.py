@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_envs.env_file import DotenvError, read_dotenv
+from rl_envs.user_file import UserFileError, read_user_file
 
 TASK_KEYS = {
     "id",
@@ -38,10 +39,11 @@ class TaskError(ValueError):
 
 
 def read_json(path: Path) -> Any:
+    """A tasks file's JSON, read through rl_envs.user_file (a regular file of at most 16 MiB)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise TaskError(f"{path}: cannot read it ({err.strerror or err})") from None
+        return json.loads(read_user_file(path, "tasks file").decode("utf-8"))
+    except UserFileError as err:
+        raise TaskError(str(err)) from None
     except UnicodeDecodeError as err:
         raise TaskError(f"{path} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
     except ValueError as err:

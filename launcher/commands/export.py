@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
+from launcher.lockfile import check_writable
 from rlcore.errors import ConfigError
 from rlcore.ownership import read_run_id
 from rlcore.paths import path_arg
@@ -76,8 +77,11 @@ def enclosing_run(out: Path) -> Path | None:
 
 
 def check_out(out: Path) -> Path:
+    """A new or empty folder whose parent can be written (the export goes to a sibling first),
+    checked before the export starts."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} already exists: pick a new folder or delete it first")
+    check_writable(out, "--out", folder=True)
     return out
 
 

@@ -1,11 +1,15 @@
 """`rl plot RUN [--out PNG]`: reward, loss, entropy, mismatch_kl and throughput against step."""
 
+from pathlib import Path
+
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
 
 NAME = "plot"
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+"""What `rl plot` writes (matplotlib picks the format from the suffix)."""
 HELP = "plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)"
 
 
@@ -23,7 +27,21 @@ def run(args) -> int:
     run_dir = find_run(args.run)
     if not run_dir.metrics.exists():
         raise ConfigError(f"{run_dir.metrics} does not exist: nothing to plot yet")
-    if args.out is not None and args.out.is_dir():
-        raise ConfigError(f"--out {args.out} is a folder: give a file name, e.g. curves.png")
+    if args.out is not None:
+        check_out(args.out)
     print(f"rl: wrote {plot_run(run_dir, args.out)}")
     return 0
+
+
+def check_out(out: Path) -> None:
+    """An image file's name, in a folder that exists and can be written."""
+    from launcher.lockfile import check_writable
+
+    if out.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ConfigError(
+            f"--out {out}: `rl plot` writes an image; give a name ending in .png (or "
+            f"{', '.join(IMAGE_SUFFIXES[1:])})"
+        )
+    check_writable(out, "--out")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: the folder {out.parent} does not exist: create it first")

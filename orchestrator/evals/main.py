@@ -4,7 +4,7 @@ evaluate (orchestrator/evals/run.py)."""
 import sys
 
 from orchestrator.evals.config import EvalsConfig
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.logs import setup_logging
 
@@ -14,6 +14,7 @@ USAGE = (
 )
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
     setup_logging("orchestrator", config.log.level)

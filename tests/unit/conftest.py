@@ -16,6 +16,7 @@ runs `fc-list` once to build it, and `rl plot`'s test failed there."""
 
 import _posixsubprocess
 import os
+import stat
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def pytest_collection_modifyitems(config, items):
               and item.get_closest_marker("integration")]  # fmt: skip
     if marked:
         raise pytest.UsageError(f"integration tests under tests/unit: {', '.join(marked)}")
+
+
+@pytest.fixture
+def as_a_user(monkeypatch):
+    """Read-only folders as a user sees them: root writes into them anyway, so under root
+    `os.access` answers from the mode bits, as it does for any other user."""
+    if os.geteuid() != 0:
+        return
+    real = os.access
+
+    def access(path, mode, **kwargs):
+        if not real(path, mode, **kwargs):
+            return False
+        return not mode & os.W_OK or bool(os.stat(path).st_mode & stat.S_IWUSR)
+
+    monkeypatch.setattr(os, "access", access)

@@ -4,7 +4,7 @@ does before it touches the run folder."""
 
 import sys
 
-from rlcore.entry import parse_config
+from rlcore.entry import entry_point, parse_config
 from rlcore.errors import ConfigError, exit_with
 from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
@@ -25,6 +25,7 @@ def check_data(config: SFTConfig) -> None:
         exit_with(str(err), "sft")
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     check_only = CHECK_FLAG in argv

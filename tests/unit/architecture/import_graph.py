@@ -9,16 +9,30 @@ PACKAGES = ("rlcore", "launcher", "trainer", "orchestrator", "inference")
 ROLES = ("trainer", "orchestrator", "inference")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+def tree_packages() -> dict[str, Path]:
+    """Every package of the tree and the folder it is imported from: the repository's own
+    (the product's and benchmarks/) and each bundled environment under environments/ (a
+    package of its own: `rl_envs`, `rl_tasks`, ...). Tests are not packages."""
+    found = {}
+    for root in (REPO, REPO / "environments"):
+        for init in sorted(root.glob("*/__init__.py")):
+            found[init.parent.name] = root
+    return found
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def project_modules() -> dict[str, Path]:
+def project_modules(packages: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Module name -> file, for `packages` (name -> the folder it is imported from; default:
+    the product's PACKAGES)."""
+    packages = dict.fromkeys(PACKAGES, REPO) if packages is None else packages
     return {
-        module_name(path): path
-        for package in PACKAGES
-        for path in (REPO / package).rglob("*.py")
+        module_name(path, root): path
+        for package, root in packages.items()
+        for path in (root / package).rglob("*.py")
         if "__pycache__" not in path.parts
     }
 
@@ -41,9 +55,9 @@ def imported_names(path: Path, module: str) -> set[str]:
     return names
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Project module -> the project modules it imports."""
-    modules = project_modules()
+def import_graph(packages: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (`packages`: as `project_modules`)."""
+    modules = project_modules(packages)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         targets = set()

@@ -1,11 +1,21 @@
 """The floors hold: foundation (rlcore) -> roles (trainer, orchestrator, inference) ->
 launcher. Read from the source, lazy imports inside functions included."""
 
-from import_graph import ROLES, cycles, import_graph, package_of
+from import_graph import ROLES, cycles, import_graph, package_of, tree_packages
 
 
 def test_no_import_cycle_among_the_projects_modules():
     assert cycles(import_graph()) == []
+
+
+def test_no_import_cycle_anywhere_in_the_tree():
+    """No import cycle among the modules of every package in the tree: the product's,
+    benchmarks/ and each bundled environment (environments/*). Lazy imports inside functions
+    count too (they are not excluded): a cycle through one still ties the modules together,
+    and it is how benchmarks/vs_trl.py and vs_trl_sweep.py imported each other."""
+    packages = tree_packages()
+    assert {"rlcore", "launcher", "benchmarks", "rl_envs", "rl_tasks"} <= set(packages)
+    assert cycles(import_graph(packages)) == []
 
 
 def test_the_foundation_imports_nothing_above_it():

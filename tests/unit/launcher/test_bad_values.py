@@ -116,3 +116,91 @@ def test_an_output_dir_that_is_a_file_is_refused_by_a_dry_run_too(tmp_path):
     with pytest.raises(ConfigError, match="is a file, not a folder"):
         check_output_dir(plan, clean=False)
     assert (tmp_path / "taken").read_text() == "a file\n"
+
+
+DEEP = 100_000
+NESTED_FILES = {
+    "arrays": "a = " + "[" * DEEP + "]" * DEEP + "\n",
+    "inline_tables": "a = " + "{b = " * DEEP + "1" + "}" * DEEP + "\n",
+    "dotted_header": "[" + ".".join(["a"] * 50_000) + "]\n",
+    "dotted_key": ".".join(["a"] * 50_000) + " = 1\n",
+    "just_past_the_limit": "[inference.vllm_args]\nx = " + "[" * 70 + "]" * 70 + "\n",
+    "a_few_hundred": "[inference.vllm_args]\nx = " + "[" * 500 + "]" * 500 + "\n",
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text", NESTED_FILES.values(), ids=NESTED_FILES)
+def test_a_file_nested_too_deeply_is_refused_naming_it_and_the_limit(tmp_path, capsys, text):
+    path = toml(tmp_path, text)
+    err = refused(RLConfig, ["@", path], capsys)
+    assert path in err and "64 levels" in err and err.count("\n") == 1, err
+    assert len(err) < 1000, err
+
+
+def test_a_file_at_the_nesting_limit_is_read(tmp_path, capsys):
+    text = "[inference.vllm_args]\nx = " + "[" * 61 + "1" + "]" * 61 + "\n"
+    config, _ = parse_config(RLConfig, "rl", ["@", toml(tmp_path, text)], sections=SECTIONS)
+    value = config.inference.vllm_args["x"]
+    for _ in range(61):
+        value = value[0]
+    assert value == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--" + ".".join(["a"] * 50_000), "1"],
+        ["--inference.vllm-args." + ".".join(["a"] * 100), "1"],
+        ["--inference.vllm-args", "{a = " * 5_000 + "1" + "}" * 5_000],
+        ["--inference.vllm-args", '{"a": ' * 5_000 + "1" + "}" * 5_000],
+        ["--trainer-gpu-ids", "[" * 5_000 + "]" * 5_000],
+    ],
+    ids=["key_parts", "key_parts_in_a_table", "toml_value", "json_value", "list_value"],
+)
+def test_a_flag_nested_too_deeply_is_refused_naming_it(capsys, argv):
+    err = refused(RLConfig, argv, capsys)
+    assert argv[0][:20] in err and "64 levels" in err and err.count("\n") == 1, err
+    assert len(err) < 1000, err
+
+
+def test_a_workflow_nested_too_deeply_is_refused_naming_it(tmp_path):
+    from launcher.lockfile import read_yaml
+
+    path = tmp_path / "w.yaml"
+    path.write_text("job: {name: w}\nrl: " + "{a: " * 200 + "1" + "}" * 200 + "\n")
+    with pytest.raises(ConfigError, match="64 levels") as err:
+        read_yaml(path, "the workflow config")
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("table", ["", "[optim]\n"], ids=["top_level", "in_a_table"])
+def test_many_unknown_keys_are_one_short_message_found_fast(tmp_path, capsys, table):
+    """20,000 unknown keys took over a minute and printed a line each: now the first few are
+    named (with did-you-mean), then the count; linear time."""
+    import time
+
+    keys = "".join(f'unknown_key_{i} = "x"\n' for i in range(20_000))
+    path = toml(tmp_path, table + "lrr = 1\n" * bool(table) + keys)
+    started = time.monotonic()
+    err = refused(RLConfig, ["--trainer", "@", path], capsys)
+    assert time.monotonic() - started < 20, "unknown keys must be reported in linear time"
+    assert err.count("\n") <= 12 and len(err) < 4000, err
+    assert "unknown_key_0`" in err and "unknown_key_19999" not in err, err
+    assert "and 19,99" in err and "more unknown keys" in err, err
+    if table:
+        assert "did you mean lr" in err, err
+
+
+def test_a_few_unknown_keys_are_each_named(tmp_path, capsys):
+    path = toml(tmp_path, "".join(f"key_{i} = 1\n" for i in range(3)))
+    err = refused(TrainerConfig, ["@", path], capsys)
+    assert [f"`key_{i}`" in err for i in range(3)] == [True] * 3 and "more" not in err, err
+
+
+def test_many_bad_values_are_one_short_message(tmp_path, capsys):
+    path = toml(tmp_path, "[vllm_args]\n" + "".join(f"k{i} = nan\n" for i in range(5_000)))
+    err = refused(RLConfig, ["--inference", "@", path], capsys)
+    assert err.count("\n") <= 12 and "and 4,990 more such values" in err, err

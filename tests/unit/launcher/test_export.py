@@ -39,19 +39,25 @@ def lora_logits(model_dir, adapter_dir) -> torch.Tensor:
     return model(IDS).logits.detach()
 
 
-def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys, fake_config):
+def test_user_errors_exit_2(tiny_model_dir, tmp_path, capsys, fake_config, as_a_user):
     rd = train(fake_config, tiny_model_dir, tmp_path / "run", lora=True)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    (tmp_path / "a-file").write_text("")
     cases = [
         ([str(tmp_path / "nope"), "--out", "o"], "is not a run folder"),
         ([str(rd.root), "--step", "7", "--out", str(tmp_path / "o")], "weights: [1, 2])"),
         ([str(rd.root), "--out", str(tmp_path / "taken")], "already exists"),
         ([str(rd.root)], "--out"),
         ([str(rd.root), "--out", "o", "--dtype", "int8"], "invalid choice"),
+        ([str(rd.root), "--out", str(tmp_path / "read-only" / "o")], "read-only is not writable"),
+        ([str(rd.root), "--out", str(tmp_path / "a-file" / "o")], "a-file is a file, not a"),
     ]
     for args, words in cases:
         assert run_command("export", args) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("rl export: error:") and words in err, err
+        assert "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+    assert list((tmp_path / "read-only").iterdir()) == []

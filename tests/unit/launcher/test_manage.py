@@ -94,6 +94,31 @@ def test_plot_writes_a_png_of_the_curves(tmp_path, capsys):
     assert run_command("plot", [str(empty.root)]) == 2
 
 
+@pytest.mark.parametrize(
+    ("out", "words"),
+    [
+        ("notes.txt", "notes.txt: `rl plot` writes an image; give a name ending in .png"),
+        ("curves", "curves: `rl plot` writes an image; give a name ending in .png"),
+        ("missing/c.png", "folder {tmp}/missing does not exist: create it first"),
+        ("a-file/c.png", "a-file is a file, not a folder"),
+        ("read-only/c.png", "read-only is not writable"),
+    ],
+)
+def test_plot_refuses_an_out_it_cannot_write_and_writes_nothing(
+    tmp_path, capsys, monkeypatch, as_a_user, out, words
+):
+    run = make_run(tmp_path / "r")
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    monkeypatch.chdir(tmp_path)
+    words = words.format(tmp=tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert run_command("plot", [str(run.root), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_wandb_api_key_goes_to_the_environment_only(monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     argv, key = take_flag(["@", "x.toml", API_KEY_FLAG, "sekrit123", "--max-steps", "2"],

@@ -51,6 +51,15 @@ def test_every_option_reaches_the_script(tmp_path):
         (["--slurm.sbatch-lines", '["--mem=0", "--time=01:00:00"]'],
          ["slurm.sbatch_lines[1]", "already writes --time", "set slurm.time instead"]),
         (["--slurm.sbatch-lines", '["-o /tmp/x.log"]'], ["already writes -o", "drop it"]),
+        (["--slurm.time", "99999999999999999999"],
+         ["slurm.time = '99999999999999999999'", "at most 365 days", "D-HH:MM:SS"]),
+        (["--slurm.time", "366-00:00:00"], ["slurm.time = '366-00:00:00'", "at most 365 days"]),
+        (["--slurm.time", "1-24:00:00"], ["slurm.time = '1-24:00:00'", "hours below 24"]),
+        (["--slurm.time", "10:75:00"], ["slurm.time = '10:75:00'", "minutes and seconds below 60"]),
+        (["--slurm.setup", '["module load cuda\\ntouch PWNED"]'],
+         ["slurm.setup[0]", "line break or other control character", "one shell line per entry"]),
+        (["--slurm.sbatch-lines", '["--qos=high\\u001b[2J"]'], ["slurm.sbatch_lines[0]"]),
+        (["--slurm.partition", "gpu\x00"], ["slurm.partition", "one word"]),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_exit_2_naming_flag_value_and_fix(capsys, argv, words):
@@ -62,7 +71,22 @@ def test_a_bad_option_is_exit_2_naming_flag_value_and_fix(capsys, argv, words):
         assert word in err, err
 
 
-@pytest.mark.parametrize("time", ["90", "30:00", "24:00:00", "2-12", "2-12:30", "UNLIMITED"])
+@pytest.mark.parametrize(
+    "time",
+    [
+        "90",
+        "30:00",
+        "24:00:00",
+        "2-12",
+        "2-12:30",
+        "UNLIMITED",
+        "0",
+        "525600",
+        "365-00:00:00",
+        "48:00:00",
+        "90:30",
+    ],
+)
 def test_slurms_time_forms_are_accepted(time):
     assert RLConfig.model_validate({"slurm": {"time": time}}).slurm.time == time
 
@@ -74,3 +98,57 @@ def test_a_template_with_an_unknown_placeholder_is_a_config_error(tmp_path):
         script_for(tmp_path, "--slurm.template", str(template))
     template.write_text("#!/bin/bash\n#SBATCH -N {nodes}\necho ${{HOME}}\n{command}\n")
     assert "echo ${HOME}" in script_for(tmp_path, "--slurm.template", str(template))
+
+
+def with_sbatch(monkeypatch) -> None:
+    """`sbatch` on PATH as far as `submit` asks (it is never reached: the refusal comes first)."""
+    which = slurm.shutil.which
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: "/bin/sbatch" if name == "sbatch"
+                        else which(name))  # fmt: skip
+
+
+CONTROL = {
+    "line_break": "\n",
+    "carriage_return": "\r",
+    "escape": "\x1b",
+    "line_separator": "\u2028",
+}
+
+
+@pytest.mark.parametrize("char", CONTROL.values(), ids=CONTROL)
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry_run", "submit"])
+def test_a_control_character_in_output_dir_never_reaches_the_script(
+    tmp_path, monkeypatch, char, dry_run
+):
+    """`--output-dir $'outputs/x\\ntouch PWNED'` wrote `touch PWNED` as a line of the job
+    script; it is refused, before anything is written (submit: before the run is claimed)."""
+    monkeypatch.chdir(tmp_path)
+    argv = [*CPU_JOB, "--output-dir", f"outputs/x{char}touch PWNED"]
+    config, _ = parse_config(RLConfig, "rl", argv, sections=("trainer", "orchestrator",
+                                                             "inference"))  # fmt: skip
+    plan = build_plan(config, dry_run=dry_run)
+    with_sbatch(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        if dry_run:
+            slurm.job_script(plan, plan.run.config_file("rl"))
+        else:
+            slurm.submit(plan, lambda plan: None)
+    message = str(err.value)
+    assert "output_dir" in message and "control character" in message, message
+    assert repr(char)[1:-1] in message and "\n" not in message, message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_template_is_refused_before_submit_writes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t").mkdir()
+    template = tmp_path / "t" / "job.tmpl"
+    template.write_text("#!/bin/bash\necho ${HOME}\n{command}\n")
+    argv = [*CPU_JOB, "--slurm.template", str(template), "--output-dir", "run"]
+    config, _ = parse_config(RLConfig, "rl", argv, sections=("trainer", "orchestrator",
+                                                             "inference"))  # fmt: skip
+    plan = build_plan(config, dry_run=False)
+    with_sbatch(monkeypatch)
+    with pytest.raises(ConfigError, match="cannot fill it in"):
+        slurm.submit(plan, lambda plan: None)
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]
