@@ -15,8 +15,8 @@ from pathlib import Path
 from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
-from rlcore.entry import parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             layer = workflow_layer(Path(workflow) if workflow else None, dataset)
         except ConfigError as err:
-            exit_with(redact_urls(str(err)), "rl")
+            exit_with(str(err), "rl")
         first = [(layer, workflow or f"--dataset {dataset}")]
     config, parsed = parse_config(
         RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
@@ -136,7 +136,7 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
             check_output_dir(plan, clean)
             check_task_servers(plan)
     except ConfigError as err:
-        exit_with(redact_urls(str(err)), "rl")
+        exit_with(str(err), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
     if plan.config.slurm is not None:

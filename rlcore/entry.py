@@ -9,7 +9,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from rlcore.cli import ArgParser, ParsedArgs
-from rlcore.errors import ConfigError, exit_with
+from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.schema import default_text, leaves, type_text
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
@@ -23,6 +23,13 @@ COMMON_FLAGS = """\
   --print-config        print the resolved config as TOML and exit
   --json-schema         print the JSON Schema of this config (for editors) and exit
   -h, --help            show this help and exit"""
+
+
+def exit_with(message: str, prog: str, code: int = USER_ERROR_EXIT_CODE) -> None:
+    """Print `prog: error: message`, the secrets of every URL in it shown as `***`, and exit
+    (2 for a user's mistake)."""
+    print(f"{prog}: error: {redact_urls(message)}", file=sys.stderr)
+    sys.exit(code)
 
 
 def help_text(model: type[BaseModel], prog: str, usage: str, extra: str = "") -> str:
@@ -74,7 +81,7 @@ def parse_config(
             )
         config = parser.validate(parsed)
     except ConfigError as err:
-        exit_with(redact_urls(str(err)), prog)
+        exit_with(str(err), prog)
     if "print_config" in parsed.flags:
         print(dump_config(config), end="")
         sys.exit(0)

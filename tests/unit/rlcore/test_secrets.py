@@ -115,3 +115,23 @@ def test_generated_urls_are_redacted_in_messages(name, value):
     assert shown.count("https://***@example.com:8443/mcp?a=1&") == 2 and shown.endswith(").")
     assert len(list(literal_secrets({"url": url}))) == 2
     assert list(literal_secrets({"url": f"https://$U@example.com/mcp?{name}=$T"})) == []
+
+
+def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsys):
+    import io
+    import sys
+
+    from rlcore.logs import setup_logging
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # put back after the test
+    url = f"http://alice:{SECRET}@host:1/v1?api_key={SECRET}"
+    stream = io.StringIO()
+    logger = setup_logging("orchestrator", stream=stream)
+    try:
+        raise ConnectionError(f"cannot reach {url}")
+    except ConnectionError as err:
+        logger.exception(f"inference server {url} failed a request")
+        sys.excepthook(type(err), err, err.__traceback__)
+    logged, printed = stream.getvalue(), capsys.readouterr().err
+    assert "http://***@host:1/v1?api_key=***" in logged and "cannot reach http://***@" in printed
+    assert SECRET not in logged + printed
