@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER
+from rlcore.secrets import redact_command
 
 LAUNCHER_ENV = "RL_LAUNCHER_PID"
 """Set by `rl` in its components' environment: the launcher holds their run's lock."""
@@ -143,6 +144,7 @@ def _command(pid: str) -> str:
     except OSError:
         return "a process not visible here"
     text = " ".join(b" ".join(argv).decode(errors="replace").split())  # one line, always
+    text = redact_command(text)  # `--wandb-api-key KEY`, `?token=...`: never quoted
     return f"`{text[:100]}{'...' if len(text) > 100 else ''}`" if text else "no command line"
 
 
