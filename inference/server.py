@@ -19,7 +19,8 @@ from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, issue_admin_token
 from inference.config import InferenceConfig
 from rlcore import heap
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import exit_with
+from rlcore.errors import ConfigError
 from rlcore.health import port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning

@@ -20,6 +20,7 @@ from launcher.supervisor import (
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.metrics import read_records, reward_curve
+from rlcore.secrets import redact_urls
 from rlcore.toml_io import write_config
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -57,7 +58,7 @@ def launch(plan: Plan, clean: bool) -> int:
     try:
         step = run_checks(plan, clean)
     except ConfigError as err:
-        print(f"rl: error: {err}", file=sys.stderr)
+        print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     failed_from: list[int | None] = []  # the resume step of each failed attempt
     while True:

@@ -14,6 +14,7 @@ from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
 from rlcore.runlock import check_not_held, hold_run
+from rlcore.secrets import redact_command
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -56,7 +57,7 @@ def announce_local_programs(envs: list) -> None:
 
     programs = [p for env in envs if env.id == "rl-tasks" for p in programs_in_args(env.args)]
     if programs:
-        listed = "\n".join(f"    {p}" for p in dict.fromkeys(programs))
+        listed = "\n".join(f"    {redact_command(p)}" for p in dict.fromkeys(programs))
         print(f"rl: the tasks start these local programs on this machine (their MCP servers, "
               f"one per rollout):\n{listed}", flush=True)  # fmt: skip
 

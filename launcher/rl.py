@@ -16,8 +16,8 @@ from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
 from rlcore import wheel_tags
-from rlcore.entry import entry_point, parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             layer = workflow_layer(Path(workflow) if workflow else None, dataset)
         except ConfigError as err:
-            exit_with(redact_urls(str(err)), "rl")
+            exit_with(str(err), "rl")
         first = [(layer, workflow or f"--dataset {dataset}")]
     config, parsed = parse_config(
         RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
@@ -139,7 +139,7 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
             check_output_dir(plan, clean)
             check_task_servers(plan)
     except ConfigError as err:
-        exit_with(redact_urls(str(err)), "rl")
+        exit_with(str(err), "rl")
     for warning in plan.warnings:
         print(f"rl: warning: {warning}", file=sys.stderr)
     if plan.config.slurm is not None:

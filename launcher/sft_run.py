@@ -15,8 +15,8 @@ from pathlib import Path
 
 from launcher.supervisor import Stop, ignore_signals, install_signal_handlers
 from rlcore import procs
-from rlcore.entry import parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir, record_state
 from rlcore.runlock import LAUNCHER_ENV, hold_run
 from rlcore.toml_io import write_config

@@ -3,8 +3,8 @@
 import sys
 
 from orchestrator.config import OrchestratorConfig
-from rlcore.entry import entry_point, parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.files import is_disk_full
 from rlcore.logs import setup_logging
 
@@ -21,8 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         exit_with(str(err), "orchestrator")
     except OrchestratorError as err:
-        print(f"orchestrator: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with(str(err), "orchestrator", 1)
     except Exception as err:  # safetensors reports a full disk as its own SafetensorError
         if not is_disk_full(err):
             raise

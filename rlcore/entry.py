@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from rlcore import wheel_tags
 from rlcore.cli import ArgParser, ParsedArgs
-from rlcore.errors import ConfigError, exit_with
+from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.schema import default_text, leaves, type_text
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import dump_config
@@ -73,6 +73,13 @@ COMMON_FLAGS = """\
   -h, --help            show this help and exit"""
 
 
+def exit_with(message: str, prog: str, code: int = USER_ERROR_EXIT_CODE) -> None:
+    """Print `prog: error: message`, the secrets of every URL in it shown as `***`, and exit
+    (2 for a user's mistake)."""
+    print(f"{prog}: error: {redact_urls(message)}", file=sys.stderr)
+    sys.exit(code)
+
+
 def help_text(model: type[BaseModel], prog: str, usage: str, extra: str = "") -> str:
     doc = (model.__doc__ or "").strip()
     lines = [f"usage: {usage}", "", doc, "", "options:", COMMON_FLAGS]
@@ -123,7 +130,7 @@ def parse_config(
             )
         config = parser.validate(parsed)
     except ConfigError as err:
-        exit_with(redact_urls(str(err)), prog)
+        exit_with(str(err), prog)
     if "print_config" in parsed.flags:
         print(dump_config(config), end="")
         sys.exit(0)

@@ -1,18 +1,35 @@
 """The one logging setup every process uses: `<component>: message` lines, flushed line by line
-so that a log file (under `rl`) always holds whole lines, at the configured level."""
+so that a log file (under `rl`) always holds whole lines, at the configured level, with the
+secrets of every URL in them shown as `***` (rlcore.secrets), in an uncaught exception's
+traceback too."""
 
 import faulthandler
 import io
 import logging
 import signal
 import sys
+import traceback
 from typing import TextIO
+
+from rlcore.secrets import redact_urls
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 """`rl` sends it to a stalled component, which writes the stacks of all its threads to its log."""
 
 # Libraries that log every request or load at INFO; they keep their warnings.
 NOISY_LIBRARIES = ("verifiers", "httpx", "datasets")
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose lines (tracebacks included) show no URL's user info or token."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_urls(super().format(record))
+
+
+def print_redacted_traceback(kind, error, tb) -> None:
+    """sys.excepthook: Python's traceback, with no URL's user info or token."""
+    sys.stderr.write(redact_urls("".join(traceback.format_exception(kind, error, tb))))
 
 
 def setup_logging(
@@ -23,11 +40,12 @@ def setup_logging(
     if hasattr(stream, "reconfigure"):
         stream.reconfigure(line_buffering=True)
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter(f"{component}: %(message)s"))
+    handler.setFormatter(RedactingFormatter(f"{component}: %(message)s"))
     logger = logging.getLogger(component)
     logger.handlers[:] = [handler]
     logger.setLevel(level.upper())
     logger.propagate = False
+    sys.excepthook = print_redacted_traceback
     for name in NOISY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, logger.level))
     try:

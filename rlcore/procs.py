@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from rlcore.ownership import RUN_MARKER
+from rlcore.secrets import redact_command
 
 IDENTITIES = "identities"
 """The run.json key: process name ('launcher' for rl itself, or a component) -> its identity."""
@@ -185,6 +186,7 @@ def command_of(proc: psutil.Process) -> str:
 
 def short(cmdline: list[str], limit: int = 100) -> str:
     text = " ".join(" ".join(cmdline).split())  # one line, always
+    text = redact_command(text)  # `--wandb-api-key KEY`, `?token=...`: never quoted
     return text[:limit] + ("..." if len(text) > limit else "")
 
 

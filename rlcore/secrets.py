@@ -1,86 +1,296 @@
-"""Secrets in configs: a value under a key named like a secret (`api_key`, `hf_token`,
-`password`, `client_secret`, ...) in free-form tables (`[[env]].args`, `vllm_args`) is never
-written to a resolved config, a log or W&B: it shows as `***`. A `$VAR` reference in its place
-stays as written and is resolved only inside the process that uses it, from its environment
-(and `.env`). `redact_url(s)` takes a URL's secrets out of messages. What `rl` alone does with
-literal secrets (passing them by environment, refusing them in files it writes) is in
-launcher/literal_secrets.py."""
+"""Secrets: what counts as one, and how each is kept out of files, messages, logs and W&B.
+
+Where a secret sits (`map_secrets` visits each; all redaction goes through it):
+- a string under a secret-named key (`api_key = "sk-..."`), or the `static` value of a table
+  under one (a workflow's `action_mappings.X.api_key: {static: sk-...}`);
+- in a list (a server's or vLLM's args), the value of a secret-named flag: `--api-key VALUE`,
+  `--api-key=VALUE`;
+- in a URL, anywhere in a string: its user info (`user:password@`, or a lone `token@`) and the
+  value of each secret-named query or fragment parameter (`?api_key=...`, `#access_token=...`;
+  the name is compared percent-decoded).
+A `$VAR` / `${VAR}` reference in such a place (a URL's user info may be `user:$VAR`) is no
+secret: it stays as written and is resolved only inside the process that uses it, from its
+environment and `.env` (`resolve`). Everything else in a config is written as given; a literal
+secret shows as `***` in every resolved config (rlcore.toml_io), printed config, message, log
+line (rlcore.logs) and the W&B config, and in a command line that is shown (`redact_command`).
+
+Secret names. A name is split into words at `_`, `-`, `.`, spaces and camelCase humps, lower-
+cased, without trailing digits; a trailing `value`, `header`, `str`, `b64` or `pem` is dropped.
+Its last word decides:
+- a word of SECRET_WORDS (`key`, `token`, `secret`, `password`, `auth`, ...) is a secret's name,
+  unless the word before it makes a common non-secret compound (NOT_SECRET_COMPOUNDS:
+  `sort_key`, `primary_key`, `answer_key`, `pad_token`, ...);
+- a run-together word ending in a secret word or compound is one too (RUN_TOGETHER:
+  `clientsecret`, `dbpassword`, `apikey`, `accesstoken`, `authtoken`, `secretkey`, `privatekey`);
+- any other last word is not: the secret words only qualify it (`token_budget`, `token_count`,
+  `auth_type`, `auth_method`), or it names where a secret lives (`api_key_var`, `key_path`,
+  `secret_name`); so are `max_tokens`, `tokenizer` and `monkey`.
+What `rl` alone does with literal secrets (passing them by environment, refusing them in files it
+writes) is in launcher/literal_secrets.py."""
 
 import os
 import re
-from collections.abc import Iterator
-from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+from urllib.parse import unquote, unquote_plus
 
 from rlcore.errors import ConfigError
 
 REDACTED = "***"
-SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "auth",
-                "authorization"}  # fmt: skip
-NAMING_WORDS = {"var", "env", "file", "path"}
-"""A key whose last word is one of these names where a secret lives, not the secret."""
+SECRET_WORDS = {"key", "token", "secret", "secrets", "password", "passwords", "passwd",
+                "passphrase", "credential", "credentials", "auth", "authorization", "apikey",
+                "signature", "sig"}  # fmt: skip
+"""Last words that make a name a secret's name."""
+NOT_SECRET_COMPOUNDS = {
+    "key": {"sort", "primary", "foreign", "answer", "partition", "cache", "dict", "lookup",
+            "join", "group", "index", "input", "output", "label", "text", "prompt", "question",
+            "target", "reward", "column", "field", "metric", "dataset", "data", "message",
+            "content", "completion", "image", "hash", "shard", "rng", "prng", "seed", "hot",
+            "row", "map", "unique", "composite", "natural", "range", "order", "task",
+            "example", "response", "score", "split", "metadata"},
+    "token": {"pad", "bos", "eos", "unk", "sep", "cls", "mask", "special", "stop", "start",
+              "end", "first", "last", "next", "max", "min", "num", "image", "audio", "video",
+              "think", "eot", "tool", "placeholder", "sentinel", "vision"},
+}  # fmt: skip
+"""Words before a last word of SECRET_WORDS that make a name no secret's (`sort_key`)."""
+SECRET_QUALIFIERS = ("api", "access", "secret", "private", "auth", "refresh", "bearer", "session",
+                     "signing", "master", "client", "oauth")  # fmt: skip
+RUN_TOGETHER = (
+    "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
+    "credentials", *(q + w for q in SECRET_QUALIFIERS for w in ("key", "token")),
+)  # fmt: skip
+"""Endings of one run-together word that make it a secret's name (`clientsecret`, `apikey`)."""
+IGNORED_LAST_WORDS = {"value", "header", "str", "string", "b64", "base64", "hex", "pem"}
+"""Trailing words that say how a secret is written, not what it is (`api_key_value`)."""
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _REFERENCE = re.compile(r"^\$\{(\w+)\}$|^\$(\w+)$")
+_ANY_REFERENCE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+_REF = r"(?:\$\{\w+\}|\$\w+)"
+_USERINFO_REFERENCE = re.compile(rf"^(?:(?:[^:$]*|{_REF}):)?{_REF}$")
+"""User info that holds no literal secret: `$VAR`, `user:$VAR`, `$USER:$VAR`."""
 URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,:;)\]]")
 """A URL in free text (an error message), without the punctuation that ends a sentence."""
+_WHOLE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+_URL_PARTS = re.compile(r"(?s)([^:/?#]+:)//([^/?#]*)([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
+"""RFC 3986 appendix B: scheme, authority, path, query, fragment."""
+_COMMAND_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"])+""")
+"""A word of a shown command line (quotes kept)."""
+_ASSIGNMENT = re.compile(r"[A-Za-z_][\w.-]*")
 
 
-def is_secret_key(name: str) -> bool:
-    words = [w.lower() for w in _WORD.findall(str(name))]
-    return bool(words) and words[-1] not in NAMING_WORDS and bool(SECRET_WORDS & set(words))
+def name_words(name: Any) -> list[str]:
+    """The words of a name as the secret-name rule reads them (`apiKey_2` -> api, key)."""
+    words = [re.sub(r"\d+$", "", w.lower()) for w in _WORD.findall(str(name))]
+    words = [w for w in words if w]
+    while words and words[-1] in IGNORED_LAST_WORDS:
+        words.pop()
+    return words
+
+
+def is_secret_key(name: Any) -> bool:
+    """Whether a key, flag, variable or query parameter named `name` holds a secret (the rule
+    is in this module's docstring)."""
+    words = name_words(name)
+    if not words:
+        return False
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if last in SECRET_WORDS:
+        return before not in NOT_SECRET_COMPOUNDS.get(last, ())
+    return last.endswith(RUN_TOGETHER)
 
 
 def is_reference(value: Any) -> bool:
     return isinstance(value, str) and _REFERENCE.match(value) is not None
 
 
-def secret_leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, str]]:
-    """(path, value) of every literal secret string in nested dicts and lists."""
+class Slot(NamedTuple):
+    """One place that holds a secret (`map_secrets`)."""
+
+    value: str
+    """Its text as written (a URL's part percent-encoded, as in the URL)."""
+    path: tuple
+    """Where the string holding it sits in the data (keys and list indices)."""
+    what: str
+    """What it is, for messages: "a secret-named key's value", "the value of `--token`"."""
+    name: str
+    """A name for a variable to hold it (the key, the flag, `URL_USERINFO`, the query key)."""
+    reference: bool
+    """Whether it is a `$VAR` reference rather than a literal secret."""
+    in_url: bool = False
+    """Whether it is a part of a URL (where a reference is written `${VAR}`)."""
+
+
+def map_secrets(data: Any, change: Callable[[Slot], str], path: tuple = ()) -> Any:
+    """A copy of `data` (nested dicts and lists) with the text of every secret slot (see the
+    module docstring; empty strings hold none) replaced by `change(slot)`."""
     if isinstance(data, dict):
-        for key, value in data.items():
-            if is_secret_key(key) and isinstance(value, str) and value and not is_reference(value):
-                yield (*path, key), value
-            else:
-                yield from secret_leaves(value, (*path, key))
-    elif isinstance(data, list | tuple):
-        for index, value in enumerate(data):
-            yield from secret_leaves(value, (*path, index))
+        return {k: _under_secret(v, change, (*path, k), str(k)) if is_secret_key(k)
+                else map_secrets(v, change, (*path, k)) for k, v in data.items()}  # fmt: skip
+    if isinstance(data, list | tuple):
+        return _map_list(list(data), change, path)
+    if isinstance(data, str):
+        return map_url_secrets(data, lambda what, name, raw, ref: change(
+            Slot(raw, path, what, name, ref, in_url=True)))  # fmt: skip
+    return data
+
+
+def _under_secret(value: Any, change: Callable[[Slot], str], path: tuple, name: str) -> Any:
+    if isinstance(value, str):
+        if not value:
+            return value
+        return change(Slot(value, path, "a secret-named key's value", name, is_reference(value)))
+    if isinstance(value, dict):  # a workflow's `api_key: {static: sk-...}`
+        return {k: _under_secret(v, change, (*path, k), name if k == "static" else str(k))
+                if k == "static" or is_secret_key(k) else map_secrets(v, change, (*path, k))
+                for k, v in value.items()}  # fmt: skip
+    return map_secrets(value, change, path)
+
+
+def _map_list(items: list, change: Callable[[Slot], str], path: tuple) -> list:
+    out, value_of = [], None  # value_of: the secret flag whose value this item is
+    for index, item in enumerate(items):
+        where = (*path, index)
+        if value_of is not None and isinstance(item, str) and item and not item.startswith("--"):
+            out.append(change(Slot(item, where, f"the value of `{value_of}`",
+                                   value_of.lstrip("-"), is_reference(item))))  # fmt: skip
+            value_of = None
+            continue
+        value_of = None
+        flag, eq, given = item.partition("=") if isinstance(item, str) else ("", "", "")
+        if flag.startswith("-") and is_secret_key(flag.lstrip("-")):
+            if not eq:
+                value_of = flag  # `--api-key VALUE`: the next item
+            elif given:
+                slot = Slot(given, where, f"the value of `{flag}`", flag.lstrip("-"),
+                            is_reference(given))  # fmt: skip
+                out.append(f"{flag}={change(slot)}")
+                continue
+        out.append(map_secrets(item, change, where))
+    return out
+
+
+def map_url_secrets(text: str, change: Callable[[str, str, str, bool], str]) -> str:
+    """`text` with the secret parts of each URL in it (its user info, secret-named query and
+    fragment values) replaced by `change(what, name, raw text, is a reference)`; a string that
+    is one URL is read whole, so that user info may hold any character a URL allows."""
+    if "://" not in text:
+        return text
+    if _WHOLE_URL.fullmatch(text):
+        return _map_url(text, change)
+    return URL_IN_TEXT.sub(lambda m: _map_url(m.group(0), change), text)
+
+
+def _map_url(url: str, change: Callable[[str, str, str, bool], str]) -> str:
+    match = _URL_PARTS.fullmatch(url)
+    if match is None:
+        return url
+    scheme, authority, rest, query, fragment = match.groups()
+    userinfo, at, host = authority.rpartition("@")
+    if at and userinfo:
+        reference = _USERINFO_REFERENCE.match(userinfo) is not None
+        userinfo = change("its user info (user:password@) of a URL", "URL_USERINFO", userinfo,
+                          reference)  # fmt: skip
+    url = f"{scheme}//{userinfo}{at}{host}{rest}"
+    if query is not None:
+        url += "?" + _map_parameters(query, change)
+    if fragment is not None:
+        url += "#" + (_map_parameters(fragment, change) if "=" in fragment else fragment)
+    return url
+
+
+def _map_parameters(text: str, change: Callable[[str, str, str, bool], str]) -> str:
+    pieces = []
+    for piece in text.split("&"):
+        key, eq, value = piece.partition("=")
+        name = unquote_plus(key)
+        if eq and value and is_secret_key(name):
+            value = change(f"its query value `{name}` of a URL", name, value, is_reference(value))
+        pieces.append(f"{key}{eq}{value}")
+    return "&".join(pieces)
+
+
+def _hide(slot: Slot) -> str:
+    return slot.value if slot.reference else REDACTED
 
 
 def redact(data: Any) -> Any:
-    """A copy of `data` with every literal secret replaced by `***`."""
-    if isinstance(data, dict):
-        return {
-            k: REDACTED
-            if is_secret_key(k) and isinstance(v, str) and v and not is_reference(v)
-            else redact(v)
-            for k, v in data.items()
-        }
-    if isinstance(data, list | tuple):
-        return [redact(v) for v in data]
-    return data
+    """A copy of `data` with every literal secret replaced by `***` (references kept)."""
+    return map_secrets(data, _hide)
+
+
+def secret_leaves(data: Any) -> Iterator[tuple[tuple, str]]:
+    """(path, value) of every literal secret in nested dicts and lists (a URL's secret parts
+    as written in it)."""
+    found: list[tuple[tuple, str]] = []
+
+    def collect(slot: Slot) -> str:
+        if not slot.reference:
+            found.append((slot.path, slot.value))
+        return slot.value
+
+    map_secrets(data, collect)
+    return iter(found)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user info and secret-named query and fragment values shown as `***`."""
+    return _map_url(url, lambda what, name, raw, ref: raw if ref else REDACTED)
+
+
+def redact_urls(text: str) -> str:
+    """`text` (an error message, a log line) with every URL in it redacted (`redact_url`)."""
+    return map_url_secrets(text, lambda what, name, raw, ref: raw if ref else REDACTED)
+
+
+def redact_command(text: str) -> str:
+    """A command line to show (a process's, a server's): the value of each secret-named flag
+    (`--api-key V`, `--token=V`; the next word unless it is a `--flag`) or assignment
+    (`HF_TOKEN=V`), and each URL's secrets, as `***`; `$VAR` references stay."""
+
+    def hidden(value: str) -> str:
+        return value if is_reference(value.strip("'\"")) else REDACTED
+
+    text = redact_urls(text)
+    out, end, flag = [], 0, None  # flag: the secret flag whose value the next word is
+    for match in _COMMAND_WORD.finditer(text):
+        word = match.group(0)
+        name, eq, value = word.partition("=")
+        if flag is not None and not word.startswith("--"):
+            word, flag = hidden(word), None
+        elif name.startswith("-") and is_secret_key(name.lstrip("-")):
+            word, flag = (f"{name}={hidden(value)}", None) if eq else (word, name)
+        else:
+            flag = None
+            if eq and value and _ASSIGNMENT.fullmatch(name) and is_secret_key(name):
+                word = f"{name}={hidden(value)}"
+        out.append(text[end : match.start()] + word)
+        end = match.end()
+    return "".join(out) + text[end:]
 
 
 def resolve(data: Any, where: str, env: dict[str, str] | None = None) -> Any:
-    """A copy of `data` with `$VAR` references under secret keys replaced by their values from
-    the environment (or `.env`); a variable that is not set is a ConfigError naming it."""
-    if isinstance(data, dict):
-        return {k: _resolve_one(v, f"{where}.{k}", env) if is_secret_key(k) else
-                resolve(v, f"{where}.{k}", env) for k, v in data.items()}  # fmt: skip
-    if isinstance(data, list | tuple):
-        return [resolve(v, f"{where}[{i}]", env) for i, v in enumerate(data)]
-    return data
+    """A copy of `data` with the `$VAR` references in secret slots (a secret-named key's value,
+    a URL's user info or secret query value, a secret flag's value) replaced by their values
+    from the environment (or `.env`); a variable that is not set is a ConfigError naming it."""
+
+    def one(slot: Slot) -> str:
+        if not slot.reference:
+            return slot.value
+        return _substitute(slot, where, {**dotenv(), **os.environ} if env is None else env)
+
+    return map_secrets(data, one)
 
 
-def _resolve_one(value: Any, where: str, env: dict[str, str] | None) -> Any:
-    match = _REFERENCE.match(value) if isinstance(value, str) else None
-    if match is None:
-        return value
-    name = match.group(1) or match.group(2)
-    env = {**dotenv(), **os.environ} if env is None else env
-    if name not in env:
-        raise ConfigError(f"{where} = {value!r}: ${name} is not set: export it or put it in .env")
-    return env[name]
+def _substitute(slot: Slot, where: str, env: dict[str, str]) -> str:
+    def value_of(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env:
+            place = where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in slot.path)
+            raise ConfigError(f"{place} = {slot.value!r}: ${name} is not set: export it or put "
+                              "it in .env")  # fmt: skip
+        return env[name]
+
+    return _ANY_REFERENCE.sub(value_of, slot.value)
 
 
 def dotenv(path: str = ".env") -> dict[str, str]:
@@ -99,25 +309,6 @@ def scrub(text: str, data: Any) -> str:
     """`text` with every secret value found in `data` replaced by `***` (for error messages
     that quote what a library said about its arguments)."""
     for _, value in secret_leaves(data):
-        text = text.replace(value, REDACTED)
+        for shown in dict.fromkeys((value, unquote(value))):
+            text = text.replace(shown, REDACTED)
     return text
-
-
-def redact_url(url: str) -> str:
-    """`url` with its user info and secret-named query values shown as `***`."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return REDACTED
-    userinfo, at, host = parts.netloc.rpartition("@")
-    netloc = f"{REDACTED}@{host}" if at and userinfo else parts.netloc
-    query = "&".join(
-        f"{quote(k, safe='$')}={REDACTED if is_secret_key(k) and v else quote(v, safe='$/:')}"
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def redact_urls(text: str) -> str:
-    """`text` (an error message) with every URL in it redacted (`redact_url`)."""
-    return URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

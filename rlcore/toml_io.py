@@ -74,7 +74,9 @@ def to_toml_value(value: Any) -> Any:
 
 def dump_config(config: BaseModel | dict[str, Any]) -> str:
     """The config as TOML text; loading it back gives an identical config, except that literal
-    secrets show as `***` (rlcore.secrets; `$VAR` references stay)."""
+    secrets (a secret-named key's value, a URL's password or token, ...) show as `***`
+    (rlcore.secrets; `$VAR` references stay). Every resolved config any entry point writes or
+    prints goes through here."""
     data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
     return tomli_w.dumps(to_toml_value(redact(data)))
 

@@ -2,8 +2,8 @@
 
 import sys
 
-from rlcore.entry import entry_point, parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.files import is_disk_full
 from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         exit_with(str(err), "trainer")
     except (TimeoutError, BatchError, TrainingError) as err:
-        print(f"trainer: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with(str(err), "trainer", 1)
     except BaseException as err:  # DCP wraps write errors in a BaseException subclass
         if not is_disk_full(err):
             raise

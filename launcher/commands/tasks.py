@@ -8,6 +8,7 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.secrets import redact_command
 
 NAME = "tasks"
 HELP = "check a tasks.json (MCP tool tasks), write it as a dataset and print the [[env]] lines"
@@ -94,7 +95,8 @@ def print_local_commands(tasks: list[dict], file=None) -> None:
     commands = local_commands(tasks)
     if commands:
         print("rl: these tasks start local programs on this machine (their MCP servers):\n"
-              + "\n".join(f"    {c}" for c in commands), file=file or sys.stdout)  # fmt: skip
+              + "\n".join(f"    {redact_command(c)}" for c in commands),
+              file=file or sys.stdout)  # fmt: skip
 
 
 def write_dataset(tasks: list[dict], folder: Path) -> None:

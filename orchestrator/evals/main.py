@@ -4,8 +4,8 @@ evaluate (orchestrator/evals/run.py)."""
 import sys
 
 from orchestrator.evals.config import EvalsConfig
-from rlcore.entry import entry_point, parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.logs import setup_logging
 
 USAGE = (
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         exit_with(str(err), "evals")
     except OrchestratorError as err:
-        print(f"evals: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        exit_with(str(err), "evals", 1)
     except KeyboardInterrupt:
         sys.exit(130)
 

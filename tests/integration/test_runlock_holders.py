@@ -19,7 +19,7 @@ import sys, time
 from pathlib import Path
 from rlcore.errors import ConfigError
 from rlcore.runlock import hold_run, join_run
-root, how = Path(sys.argv[1]), sys.argv[2]
+root, how = Path(sys.argv[-2]), sys.argv[-1]
 try:
     join_run(root) if how == "join" else hold_run(root)
 except ConfigError as err:
@@ -30,15 +30,17 @@ time.sleep(120)
 """
 
 
-def attempt(root: Path, how: str, under_rl: bool = False) -> subprocess.Popen:
+def attempt(root: Path, how: str, under_rl: bool = False, flags=()) -> subprocess.Popen:
     """A process that tries to `hold` (as rl) or `join` (as a component) the run; it answers
-    on its first line and, when it got the lock, keeps it until killed."""
+    on its first line and, when it got the lock, keeps it until killed. `flags` come first on
+    its command line (`python try.py FLAGS... ROOT HOW`, run in ROOT's parent)."""
     env = {k: v for k, v in os.environ.items() if k != LAUNCHER_ENV}
     env["PYTHONPATH"] = str(REPO)
     if under_rl:
         env[LAUNCHER_ENV] = "1"
-    return subprocess.Popen([sys.executable, "-c", TRY, str(root), how], env=env,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    (root.parent / "try.py").write_text(TRY)
+    return subprocess.Popen([sys.executable, "try.py", *flags, str(root), how], env=env,
+                            cwd=root.parent, stdout=subprocess.PIPE, text=True)  # fmt: skip
 
 
 def answer(proc: subprocess.Popen) -> str:
@@ -56,8 +58,8 @@ def run_root(tmp_path):
         proc.wait()
 
 
-def start(procs, root, how, under_rl=False) -> str:
-    proc = attempt(root, how, under_rl)
+def start(procs, root, how, under_rl=False, flags=()) -> str:
+    proc = attempt(root, how, under_rl, flags)
     procs.append(proc)
     return answer(proc)
 
@@ -89,3 +91,11 @@ def test_the_lock_dies_with_its_holder(run_root):
     procs[0].kill()
     procs[0].wait()
     assert start(procs, root, "hold") == "held"
+
+
+def test_a_refusal_names_the_holder_without_the_secrets_on_its_command_line(run_root):
+    root, procs = run_root
+    secret = "sk-live-0123456789abcdef"
+    assert start(procs, root, "hold", flags=["--wandb-api-key", secret]) == "held"
+    refused = start(procs, root, "hold")
+    assert "try.py --wandb-api-key *** " in refused and secret not in refused, refused

@@ -4,8 +4,8 @@ does before it touches the run folder."""
 
 import sys
 
-from rlcore.entry import entry_point, parse_config
-from rlcore.errors import ConfigError, exit_with
+from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.errors import ConfigError
 from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
 from trainer.dist import maybe_reexec_under_torchrun

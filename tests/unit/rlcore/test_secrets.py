@@ -2,7 +2,11 @@
 W&B config; `$VAR` references are resolved only inside the process, and `rl` passes a literal
 secret to the processes by environment."""
 
+import string
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.launch import write_configs
 from launcher.prepare import build_plan
@@ -10,7 +14,15 @@ from launcher.rl_config import RLConfig
 from orchestrator.config import OrchestratorConfig
 from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir
-from rlcore.secrets import is_secret_key, redact, resolve, scrub
+from rlcore.secrets import (
+    is_secret_key,
+    redact,
+    redact_command,
+    redact_url,
+    redact_urls,
+    resolve,
+    scrub,
+)
 from rlcore.toml_io import dump_config, load_toml
 from rlcore.wandb_run import start_wandb
 
@@ -115,3 +127,197 @@ def test_generated_urls_are_redacted_in_messages(name, value):
     assert shown.count("https://***@example.com:8443/mcp?a=1&") == 2 and shown.endswith(").")
     assert len(list(literal_secrets({"url": url}))) == 2
     assert list(literal_secrets({"url": f"https://$U@example.com/mcp?{name}=$T"})) == []
+
+
+# -- properties over generated forms -----------------------------------------------------------
+# A literal secret below always carries MARK, which nothing else generated can contain (lower
+# case and digits only), so "MARK is not in what is shown" is "no secret is shown".
+MARK = "ZQX"
+PROPERTY = settings(max_examples=150, deadline=None)
+
+
+def case_styles(words: list[str]) -> st.SearchStrategy[str]:
+    """`words` written as snake, kebab, dotted, SCREAMING, camel and Pascal case."""
+    return st.sampled_from([
+        "_".join(words), "-".join(words), ".".join(words), "_".join(words).upper(),
+        "-".join(w.capitalize() for w in words),
+        words[0] + "".join(w.capitalize() for w in words[1:]),
+        "".join(w.capitalize() for w in words),
+    ])  # fmt: skip
+
+
+SECRET_LAST = ["key", "token", "secret", "password", "passwd", "credentials", "auth",
+               "authorization", "apikey", "passphrase", "signature"]  # fmt: skip
+QUALIFIERS = ["", "hf", "openai", "api", "client", "x", "my", "access", "wandb", "db", "aws"]
+SECRET_NAMES = st.builds(
+    lambda words, digit, value: words + ([digit] if digit else []) + (["value"] if value else []),
+    st.tuples(st.sampled_from(QUALIFIERS), st.sampled_from(SECRET_LAST)).map(
+        lambda pair: [w for w in pair if w]
+    ),
+    st.sampled_from(["", "2"]),
+    st.booleans(),
+).flatmap(case_styles)
+NOT_SECRET_COMPOUNDS = [
+    ["sort", "key"], ["primary", "key"], ["answer", "key"], ["foreign", "key"],
+    ["label", "key"], ["pad", "token"], ["eos", "token"], ["max", "token"],
+    ["token", "budget"], ["token", "count"], ["num", "tokens"], ["max", "tokens"],
+    ["auth", "type"], ["auth", "method"], ["api", "key", "var"], ["key", "path"],
+    ["hf", "token", "env"], ["secret", "name"], ["password", "file"], ["tokenizer"],
+    ["monkey"], ["keep"], ["keyboard"], ["passthrough"],
+]  # fmt: skip
+RUN_TOGETHER_SECRETS = ["clientsecret", "apikey", "authtoken", "accesstoken", "secretkey",
+                        "privatekey", "dbpassword", "refreshtoken", "xapikey"]  # fmt: skip
+
+
+@PROPERTY
+@given(name=SECRET_NAMES)
+def test_generated_secret_names_are_secret(name):
+    assert is_secret_key(name), name
+
+
+@PROPERTY
+@given(name=st.sampled_from(NOT_SECRET_COMPOUNDS).flatmap(case_styles))
+def test_common_non_secret_compounds_are_not(name):
+    assert not is_secret_key(name), name
+
+
+@PROPERTY
+@given(word=st.sampled_from(RUN_TOGETHER_SECRETS), upper=st.booleans(), rest=st.booleans())
+def test_run_together_secret_names_are_secret(word, upper, rest):
+    name = (word.upper() if upper else word) + ("_2" if rest else "")
+    assert is_secret_key(name), name
+
+
+def pieces(alphabet: str, escapes: list[str], max_size: int = 8) -> st.SearchStrategy[str]:
+    """Text of `alphabet`'s characters and percent-escapes, starting with MARK."""
+    one = st.one_of(st.sampled_from(list(alphabet)), st.sampled_from(escapes))
+    return st.lists(one, max_size=max_size).map(lambda p: MARK + "".join(p))
+
+
+UNRESERVED = string.ascii_letters + string.digits + "-._~"
+ESCAPES = ["%40", "%3A", "%2F", "%25", "%20", "%23", "%26", "%E2%98%83"]
+USER = pieces(UNRESERVED + "!$&()*+,;=", ESCAPES)  # user info: no `@`, `/`, `?`, `#`, quote
+PASSWORD = pieces(UNRESERVED + "!$&()*+,;=:", ESCAPES)
+QUERY_VALUE = pieces(UNRESERVED + "!$()*+,;=:@/?", ESCAPES)  # no `&`, `#`
+SECRET_PARAMS = ["api_key", "apiKey", "access_token", "token", "client_secret", "password",
+                 "X-Amz-Signature", "api%5Fkey", "authtoken", "sig"]  # fmt: skip
+PLAIN_PARAMS = ["sort_key", "page", "token_count", "auth_type", "max_tokens", "q", "answer_key"]
+
+
+@st.composite
+def urls(draw) -> tuple[str, dict]:
+    """A URL with user info (or not), query parameters secret and plain in any order and a
+    fragment (plain, or `#access_token=...`); and what must survive redaction."""
+    host = draw(st.sampled_from(["example.com", "127.0.0.1:8443", "[::1]:80", "h.io"]))
+    path = draw(st.sampled_from(["", "/", "/v1", "/mcp/x", "/a%20b"]))
+    userinfo = draw(st.one_of(st.just(""), USER, st.builds("{}:{}".format, USER, PASSWORD)))
+    secret = [(name, draw(QUERY_VALUE)) for name in draw(st.lists(st.sampled_from(SECRET_PARAMS),
+                                                                  max_size=3))]  # fmt: skip
+    plain = [(name, draw(st.text("abc123", max_size=4))) for name in
+             draw(st.lists(st.sampled_from(PLAIN_PARAMS), max_size=3))]  # fmt: skip
+    params = draw(st.permutations(secret + plain))
+    fragment = draw(st.sampled_from(["", "#sec-2", "#access_token={}&token_type=bearer"]))
+    fragment = fragment.format(draw(QUERY_VALUE))
+    url = f"https://{userinfo + '@' if userinfo else ''}{host}{path}"
+    url += ("?" + "&".join(f"{k}={v}" for k, v in params) if params else "") + fragment
+    kept = [host + path, *(f"{k}={v}" for k, v in plain)]
+    kept += ["token_type=bearer"] if "access_token" in fragment else [fragment]
+    count = bool(userinfo) + len(secret) + ("access_token" in fragment)
+    return url, {"kept": kept, "count": count, "userinfo": bool(userinfo)}
+
+
+@PROPERTY
+@given(case=urls())
+def test_generated_urls_lose_their_secrets_and_keep_the_rest(case):
+    from launcher.literal_secrets import literal_secrets
+
+    url, facts = case
+    shown = redact_url(url)
+    assert MARK not in shown and all(part in shown for part in facts["kept"]), shown
+    assert shown.startswith("https://***@") == facts["userinfo"]
+    if "$" not in url:  # `pa$word` is a `$VAR` to what `rl` refuses (MCP servers expand it)
+        assert len(list(literal_secrets({"url": url}))) == facts["count"]
+    assert MARK not in dump_config({"server": {"url": url, "urls": [url]}})
+    assert MARK not in str(redact({"args": [url, {"endpoint": url}]}))
+
+
+@PROPERTY
+@given(case=urls())
+def test_generated_urls_in_messages_lose_their_secrets(case):
+    url, _ = case
+    if "'" not in url:  # a message ends a URL at a quote (it is quoted in `repr`s)
+        message = f"server {url} failed: 401 (retry `{url}`, or see <{url}>)."
+        shown = redact_urls(message)
+        assert MARK not in shown and shown.endswith(">).")
+
+
+@PROPERTY
+@given(case=urls())
+def test_rl_passes_a_urls_secrets_by_environment_and_the_process_gets_the_url_back(case):
+    from launcher.literal_secrets import externalize
+
+    url, _ = case
+    written, env = externalize({"args": {"endpoint": url, "list": ["x", url]}}, "orchestrator")
+    assert MARK not in dump_config(written) and all(MARK in v for v in env.values())
+    assert resolve(written, "args", env) == {"args": {"endpoint": url, "list": ["x", url]}}
+
+
+@pytest.mark.parametrize("url", [
+    "https://$MCP_USER@example.com/mcp?token=$MCP_TOKEN",
+    "https://bob:${MCP_PASSWORD}@example.com/mcp?a=1&api_key=${K}#access_token=$T",
+])  # fmt: skip
+def test_references_in_urls_are_kept_and_resolved_in_the_process(url):
+    assert redact_url(url) == url and dump_config({"url": url}) == f'url = "{url}"\n'
+    env = {"MCP_USER": "u:p", "MCP_TOKEN": "t", "MCP_PASSWORD": "p", "K": "k", "T": "t"}
+    resolved = resolve({"url": url}, "args", env)["url"]
+    assert "$" not in resolved and "@example.com/mcp?" in resolved
+
+
+FLAG_STYLES = ["--{}", "-{}", "--{}={}"]
+
+
+@PROPERTY
+@given(
+    name=SECRET_NAMES,
+    style=st.sampled_from(FLAG_STYLES),
+    value=pieces(UNRESERVED + "/:+=", ["%40"]),
+    before=st.lists(
+        st.sampled_from(["python", "-m", "launcher.rl", "--sort-key", "k"]), max_size=4
+    ),
+)
+def test_generated_secret_flags_are_hidden_in_command_lines(name, style, value, before):
+    flag = style.format(name, value) if "=" in style else style.format(name)
+    argv = [*before, flag, *([] if "=" in style else [value]), "--max-tokens", "8"]
+    shown = redact_command(" ".join(argv))
+    assert MARK not in shown and shown.endswith("--max-tokens 8"), shown
+    assert MARK not in str(redact({"args": argv})) and "--max-tokens" in str(redact(argv))
+    references = f"x --{name} $VAR --{name}=${{VAR}}"
+    assert redact_command(references) == references
+
+
+def test_non_secret_flags_and_assignments_are_shown_as_given():
+    line = "rl --sort-key k --token-budget 9 AUTH_TYPE=none --answer-key a http://h/p?sort_key=s"
+    assert redact_command(line) == line
+    assert redact(["--sort-key", "k", "AUTH_TYPE=none"]) == ["--sort-key", "k", "AUTH_TYPE=none"]
+    assert (redact_command("env HF_TOKEN=abc OPENAI_API_KEY='x y' python -m x --token=t")
+            == "env HF_TOKEN=*** OPENAI_API_KEY=*** python -m x --token=***")  # fmt: skip
+
+
+def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsys):
+    import io
+    import sys
+
+    from rlcore.logs import setup_logging
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # put back after the test
+    url = f"http://alice:{SECRET}@host:1/v1?api_key={SECRET}"
+    stream = io.StringIO()
+    logger = setup_logging("orchestrator", stream=stream)
+    try:
+        raise ConnectionError(f"cannot reach {url}")
+    except ConnectionError as err:
+        logger.exception(f"inference server {url} failed a request")
+        sys.excepthook(type(err), err, err.__traceback__)
+    logged, printed = stream.getvalue(), capsys.readouterr().err
+    assert "http://***@host:1/v1?api_key=***" in logged and "cannot reach http://***@" in printed
+    assert SECRET not in logged + printed
