@@ -3,7 +3,6 @@ quotes the holder's command line without its secrets. The locks between live pro
 tested with real holders in tests/integration/test_runlock_holders.py."""
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -28,16 +27,13 @@ SECRET = "sk-live-0123456789abcdef"
     ["env", f"HF_TOKEN={SECRET}", "trainer", "@", "t.toml"],
 ])  # fmt: skip
 def test_a_refusal_quotes_the_holders_command_line_without_its_secrets(tmp_path, monkeypatch, argv):
-    """The holder is this process (a real lock, read back from /proc/locks); its command line
-    is the one read from /proc that is given here."""
+    """The holder is this process (a real lock); its command line, as psutil reads it, is the
+    one given here."""
+    import psutil
+
     root = tmp_path / "run"
     RunDir(root).claim()
-    read_bytes = Path.read_bytes
-
-    def cmdline(path: Path) -> bytes:
-        return "\0".join(argv).encode() + b"\0" if path.name == "cmdline" else read_bytes(path)
-
-    monkeypatch.setattr(Path, "read_bytes", cmdline)
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: list(argv))
     with locked(root):
         message = in_use_message(root)
     assert f"pid {os.getpid()} (`{argv[0]} " in message and "***" in message, message
