@@ -13,6 +13,7 @@ from launcher.supervisor import STALLED, Supervisor, tail
 from rlcore import poll
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from rlcore.health import ForeignServer, new_nonce, port_holder
 from rlcore.metrics import read_records, reward_curve
 from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
 from rlcore.toml_io import write_config
@@ -87,7 +88,7 @@ def launch(plan: Plan, clean: bool) -> int:
 def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
     """One attempt resuming from `step`: (exit code, whether a signal stopped it)."""
     set_resume_step(plan, step)
-    plan.attempt = new_attempt_id()
+    plan.attempt, plan.server_nonce = new_attempt_id(), new_nonce()
     write_configs(plan)
     note = f"resuming from step {step}" if step else "fresh start"
     print(f"rl: run directory {plan.run.root} ({note})\n{describe(plan)}", flush=True)
@@ -114,6 +115,8 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
     except TimeoutError as err:
         return fail(supervisor, err.args[1], 1, err.args[0])
+    except ForeignServer as err:
+        return fail(supervisor, "inference", USER_ERROR_EXIT_CODE, str(err))
     if all(supervisor.children[n].proc.poll() is None for n in plan.inference_names):
         print("rl: inference is healthy", flush=True)
         supervisor.write_state("running")  # "running": inference serves
@@ -131,7 +134,17 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if code == STALLED:
         return fail(supervisor, name, 1, supervisor.stall_message)
     message = exit_message(name, code, (oom_kills_before, oom_kills()))
+    if name in plan.inference_names:
+        message += port_taken(supervisor, name)
     return fail(supervisor, name, code, message)
+
+
+def port_taken(supervisor: Supervisor, name: str) -> str:
+    """For an inference server that ended: '; its port N is held by ...' when another process
+    listens on the port it was to serve on (it died on bind), else ''."""
+    port = replica_config(supervisor.plan.config, name).server.port
+    holder = port_holder(port)
+    return f"; its port {port} is held by {holder}" if holder else ""
 
 
 OOM_KNOBS = (

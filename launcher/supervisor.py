@@ -12,7 +12,7 @@ from pathlib import Path
 from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
 from rlcore import children, procs
-from rlcore.health import probe_health, server_url
+from rlcore.health import ForeignServer, probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
 from rlcore.rundir import record_state
@@ -66,18 +66,22 @@ class Supervisor:
         return server_url(server.host, server.port)
 
     def wait_healthy(self, timeout_s: float) -> None:
-        """Until every inference server answers /health (or any component exits: the
-        supervision loop reports it); TimeoutError(message, name) after `timeout_s`. Then
-        every component's stall clock starts: nothing could progress without inference."""
+        """Until every inference server answers /health as this attempt's own (or any component
+        exits: the supervision loop reports it); TimeoutError(message, name) after
+        `timeout_s`, ForeignServer when another program answers on a server's port. Then every
+        component's stall clock starts: nothing could progress without inference."""
         servers = {c.name: self.url(c.name) for c in self.inference}
         watched = list(self.children.values())
-        children.wait_healthy(servers, None, timeout_s, watched)
+        children.wait_healthy(servers, self.plan.server_nonce, timeout_s, watched)
         for child in self.children.values():
             child.clock.last_progress = time.monotonic()
 
     def healthy(self, name: str) -> bool:
-        """Whether server `name` answers /health now."""
-        return probe_health(self.url(name)) is None
+        """Whether server `name` answers /health now, as this attempt's own."""
+        try:
+            return probe_health(self.url(name), nonce=self.plan.server_nonce) is None
+        except ForeignServer:
+            return False
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:

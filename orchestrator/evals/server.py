@@ -1,6 +1,7 @@
 """The evaluation's own inference server: `inference` started as a command on the model to
 evaluate (its own port, its log in the output folder; rlcore.children: its own session, gone
-when the evaluation dies however it dies), ready when /health answers, always stopped at the
+when the evaluation dies however it dies), ready when /health answers with the proof of the
+nonce it was given (rlcore.health: a stranger on its port is refused), always stopped at the
 end."""
 
 import logging
@@ -11,7 +12,7 @@ from typing import Any
 
 from rlcore import children
 from rlcore.errors import ConfigError
-from rlcore.health import free_port, server_url
+from rlcore.health import SERVER_NONCE_ENV, free_port, new_nonce, server_url
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
@@ -35,21 +36,22 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     write_config(settings, config_file)
     log_path = out / "inference.log"
     logger.info(f"starting an inference server for {model} (log: {log_path})")
+    nonce = new_nonce()
     command = [sys.executable, "-m", "inference.main", "@", str(config_file)]
-    child = children.start("inference", command, log_path)
+    child = children.start("inference", command, log_path, {SERVER_NONCE_ENV: nonce})
     try:
         root = server_url(host, server["port"])
-        wait_ready(child, root, timeout_s)
+        wait_ready(child, root, nonce, timeout_s)
         yield root + "/v1"
     finally:
         children.stop([child], STOP_GRACE_S)
 
 
-def wait_ready(child: children.Child, root: str, timeout_s: float) -> None:
-    """Until the server answers; a ConfigError when it exits first or does not answer in
-    `timeout_s`."""
+def wait_ready(child: children.Child, root: str, nonce: str, timeout_s: float) -> None:
+    """Until the server proves it is the one started here; a ConfigError when it exits first,
+    does not answer in `timeout_s`, or another program answers on its port."""
     try:
-        children.wait_healthy({"inference": root}, None, timeout_s, [child])
+        children.wait_healthy({"inference": root}, nonce, timeout_s, [child])
     except TimeoutError as err:
         raise ConfigError(f"the evaluation's {err.args[0]}; see {child.log}") from None
     if child.proc.poll() is not None:
