@@ -1,13 +1,23 @@
 """The admin routes that swap the served weights: POST /update_weights (a transport's load
 request, e.g. {"weight_dir": ...}) and POST /reload_weights. Both need `Authorization: Bearer
 <token>` on every address (rlcore.admin_token): a fresh token per start, written to the run
-directory's `admin_token` (owner-only), where the orchestrator reads it."""
+directory's `admin_token` (owner-only), where the orchestrator reads it.
+
+Also the proof of identity on /health (rlcore.health): a server started with a launcher's
+nonce answers a request's challenge, so the launcher knows it talks to the server it started."""
 
 import logging
 
 from rlcore import faults
 from rlcore.admin_token import authorized, issue_token
-from rlcore.protocol import RELOAD_WEIGHTS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.health import health_proof
+from rlcore.protocol import (
+    HEALTH_CHALLENGE_HEADER,
+    HEALTH_PROOF_HEADER,
+    HEALTH_ROUTE,
+    RELOAD_WEIGHTS_ROUTE,
+    UPDATE_WEIGHTS_ROUTE,
+)
 from rlcore.rundir import RunDir
 
 logger = logging.getLogger("inference")
@@ -71,3 +81,34 @@ def add_admin_routes(app, loader, token: str) -> None:
     app.include_router(router)
     ours = app.router.routes[-len(router.routes) :]
     app.router.routes[:] = ours + app.router.routes[: -len(router.routes)]
+
+
+def add_health_proof(app, nonce: str | None) -> None:
+    """/health answers to a request with a challenge carry its proof under `nonce` (nothing
+    without a nonce or a challenge). Plain ASGI, on /health only: no other route pays for it."""
+    if not nonce:
+        return
+    challenge_key = HEALTH_CHALLENGE_HEADER.lower().encode()
+    proof_key = HEALTH_PROOF_HEADER.lower().encode()
+
+    class ProveHealth:
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http" or scope["path"] != HEALTH_ROUTE:
+                return await self.inner(scope, receive, send)
+            challenge = dict(scope["headers"]).get(challenge_key)
+            if challenge is None:
+                return await self.inner(scope, receive, send)
+            proof = health_proof(nonce, challenge.decode(errors="replace")).encode()
+
+            async def send_with_proof(message):
+                if message["type"] == "http.response.start":
+                    headers = [*message.get("headers", []), (proof_key, proof)]
+                    message = {**message, "headers": headers}
+                await send(message)
+
+            await self.inner(scope, receive, send_with_proof)
+
+    app.add_middleware(ProveHealth)

@@ -16,16 +16,15 @@ nothing then passes each step's inputs and outputs between two processes, nor wa
 by polling, which on two cores took CPU time from generation and from a trainer beside it.
 """
 
-import ctypes
-import ctypes.util
 import gc
 import logging
 import os
 import signal
 
+from rlcore.children import die_with_parent, libc_prctl
+
 logger = logging.getLogger("inference")
 FORK_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
-PR_SET_PDEATHSIG = 1
 ACTIVE = False  # set once start_by_fork has patched vLLM
 
 
@@ -75,19 +74,12 @@ def child_forgets(sock, stopping) -> None:
             os.close(fd)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        die_with_parent()
+        # SIGKILL when the thread that forked it ends: a killed server leaves no engine core
+        # or worker behind (rlcore.children).
+        die_with_parent(signal.SIGKILL)
 
+    libc_prctl()  # resolved here, before any fork
     os.register_at_fork(after_in_child=in_child)
-
-
-def die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when the thread that forked it ends (a killed server
-    leaves no engine core or worker behind); elsewhere nothing."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 def worker_in_engine_core(parallel) -> None:

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 from inference import batch_invariant, cpu_fork, cpu_matmul
-from inference.admin import add_admin_routes, issue_admin_token
+from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
 from rlcore import heap
 from rlcore.entry import exit_with
 from rlcore.errors import ConfigError
-from rlcore.health import port_problem
+from rlcore.health import SERVER_NONCE_ENV, port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.rundir import RunDir
@@ -243,6 +243,7 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
         config.weight_transfer, engine, model_path, config.output_dir, config.weights, adapters
     )
     add_admin_routes(app, loader, issue_admin_token(config))
+    add_health_proof(app, os.environ.get(SERVER_NONCE_ENV))
     await init_app_state(engine, app.state, args, supported_tasks)
     asyncio.get_running_loop().create_task(announce_ready(app, engine, config, start))
     return await serve_http(

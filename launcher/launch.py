@@ -1,29 +1,23 @@
 """One attempt of a run: checks, resolved configs, start order, supervision, shutdown."""
 
+import math
 import signal
 import sys
-import time
 from pathlib import Path
 
 from launcher.literal_secrets import externalize
 from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
-from launcher.supervisor import (
-    STALLED,
-    Stop,
-    Supervisor,
-    ignore_signals,
-    install_signal_handlers,
-    tail,
-)
+from launcher.supervisor import STALLED, Supervisor, tail
+from rlcore import poll
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
+from rlcore.health import ForeignServer, new_nonce, port_holder
 from rlcore.metrics import read_records, reward_curve
+from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
 from rlcore.secrets import redact_urls
 from rlcore.toml_io import write_config
-
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def set_resume_step(plan: Plan, step: int | None) -> None:
@@ -54,15 +48,22 @@ def write_configs(plan: Plan) -> None:
 
 def launch(plan: Plan, clean: bool) -> int:
     """Run every check, then start and supervise, restarting from the latest checkpoint after
-    a failure up to `max_restarts` times; returns the launcher's exit code."""
+    a failure up to `max_restarts` times; returns the launcher's exit code. From here on a
+    signal only requests the stop (rlcore.poll), which every wait below looks for."""
+    install_stop_handlers()
     try:
         step = run_checks(plan, clean)
+        check_stop()
     except ConfigError as err:
         print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    except Stop as stop:
+        print(f"rl: got {signal.Signals(stop.signum).name} before starting anything", flush=True)
+        return stop.exit_code
     failed_from: list[int | None] = []  # the resume step of each failed attempt
     while True:
         code, stopped = run_attempt(plan, step)
+        stopped = stopped or poll.stop_requested() is not None  # e.g. during a failure's stop
         if code == 0 or stopped or len(failed_from) >= plan.config.max_restarts:
             return code
         failed_from.append(step)
@@ -77,31 +78,30 @@ def launch(plan: Plan, clean: bool) -> int:
             f"(restart {len(failed_from)} of {plan.config.max_restarts})",
             flush=True,
         )
+        install_stop_handlers()  # a stop requested since the failure, or now, ends the run
         try:
-            install_signal_handlers()  # a stop request during the back-off ends the run
-            time.sleep(backoff_s)
+            poll.sleep(backoff_s)
         except Stop as stop:
-            return SIGNAL_EXIT.get(stop.signum, 1)
+            return stop.exit_code
         plan.run.drop_stale(step or 0, produces=("rollouts", "weights"))
 
 
 def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
     """One attempt resuming from `step`: (exit code, whether a signal stopped it)."""
     set_resume_step(plan, step)
-    plan.attempt = new_attempt_id()
+    plan.attempt, plan.server_nonce = new_attempt_id(), new_nonce()
     write_configs(plan)
     note = f"resuming from step {step}" if step else "fresh start"
     print(f"rl: run directory {plan.run.root} ({note})\n{describe(plan)}", flush=True)
     supervisor = Supervisor(plan)
-    install_signal_handlers()
     try:
         return supervise(plan, supervisor), False
     except Stop as stop:
-        ignore_signals()
+        ignore_stop_signals("rl")
         print(f"rl: got {signal.Signals(stop.signum).name}, stopping all components", flush=True)
         supervisor.stop_all(plan.config.shutdown_grace_s)
         supervisor.write_state("stopped", signal=stop.signum)
-        return SIGNAL_EXIT.get(stop.signum, 1), True
+        return stop.exit_code, True
 
 
 def supervise(plan: Plan, supervisor: Supervisor) -> int:
@@ -109,23 +109,21 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     # All at once: the trainer loads its model and the orchestrator its environments while
     # inference starts (the orchestrator waits for /health itself).
     for name in (*plan.inference_names, "orchestrator", "trainer"):
+        check_stop()
         supervisor.start(name)  # run.json says "starting"
     print("rl: started inference, orchestrator and trainer; waiting for inference", flush=True)
     try:
         supervisor.wait_healthy(plan.config.inference.server.startup_timeout_s)
     except TimeoutError as err:
         return fail(supervisor, err.args[1], 1, err.args[0])
+    except ForeignServer as err:
+        return fail(supervisor, "inference", USER_ERROR_EXIT_CODE, str(err))
     if all(supervisor.children[n].proc.poll() is None for n in plan.inference_names):
         print("rl: inference is healthy", flush=True)
         supervisor.write_state("running")  # "running": inference serves
-    while True:
-        outcome = supervisor.poll()
-        if outcome is not None:
-            break
-        time.sleep(0.5)
-    name, code = outcome
+    name, code = poll.wait_until(supervisor.poll, math.inf, 0.5, "the run to end")
     if name == "done":
-        ignore_signals()
+        ignore_stop_signals("rl")
         supervisor.stop_all(plan.config.shutdown_grace_s)
         supervisor.write_state("finished")
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
@@ -137,7 +135,17 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if code == STALLED:
         return fail(supervisor, name, 1, supervisor.stall_message)
     message = exit_message(name, code, (oom_kills_before, oom_kills()))
+    if name in plan.inference_names:
+        message += port_taken(supervisor, name)
     return fail(supervisor, name, code, message)
+
+
+def port_taken(supervisor: Supervisor, name: str) -> str:
+    """For an inference server that ended: '; its port N is held by ...' when another process
+    listens on the port it was to serve on (it died on bind), else ''."""
+    port = replica_config(supervisor.plan.config, name).server.port
+    holder = port_holder(port)
+    return f"; its port {port} is held by {holder}" if holder else ""
 
 
 OOM_KNOBS = (
@@ -191,7 +199,7 @@ def exit_message(name: str, code: int, oom: tuple[int | None, int | None] = (Non
 
 
 def fail(supervisor: Supervisor, name: str, code: int, message: str) -> int:
-    ignore_signals()
+    ignore_stop_signals("rl")
     supervisor.stop_all(supervisor.plan.config.shutdown_grace_s)
     supervisor.write_state("failed", failed_component=name, exit_code=code)
     log = supervisor.run.log_file(name)

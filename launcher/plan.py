@@ -11,7 +11,7 @@ from launcher.rl_config import RLConfig
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
-from rlcore.health import server_url
+from rlcore.health import SERVER_NONCE_ENV, server_url
 from rlcore.machine import (
     Machine,
     bf16_matmul_refusal,
@@ -59,6 +59,10 @@ class Plan:
     admin_token: str | None = None
     """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
     environment only), so that the orchestrator's one `admin_token` file fits them all."""
+    server_nonce: str = ""
+    """The current attempt's inference nonce (rlcore.health), new for every start and restart:
+    the servers prove it on /health, and `rl` and the orchestrator accept no server that
+    cannot; in the servers' and the orchestrator's environment only."""
 
     @property
     def inference_names(self) -> list[str]:
@@ -76,6 +80,8 @@ class Plan:
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token
+        if self.server_nonce and (component.startswith("inference") or component == "orchestrator"):
+            env[SERVER_NONCE_ENV] = self.server_nonce
         return env
 
     def command(self, component: str) -> list[str]:

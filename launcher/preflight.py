@@ -9,7 +9,7 @@ from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.slurm import check_no_job
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
-from rlcore.health import port_problem
+from rlcore.health import port_holder, port_problem
 from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
@@ -20,9 +20,11 @@ from rlcore.secrets import redact_command
 def check_port_free(host: str, port: int) -> None:
     problem = port_problem(host, port)
     if problem is not None:
+        holder = port_holder(port)
+        by = f"by {holder}" if holder else "another inference server or run?"
         raise ConfigError(
-            f"port {port} on {host} is in use ({problem}; another inference server or run?): "
-            "stop it or pick another port with --inference.server.port"
+            f"port {port} on {host} is in use ({problem}; {by}): stop it or pick another "
+            "port with --inference.server.port"
         )
 
 

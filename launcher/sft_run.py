@@ -6,17 +6,22 @@ Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up t
 `--max-restarts` times. `sft @ sft.toml` runs the same process without any of this.
 """
 
+import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from launcher.supervisor import Stop, ignore_signals, install_signal_handlers
-from rlcore import procs
+from rlcore import children, procs
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
+from rlcore.poll import (
+    STOP_EXIT_CODES,
+    Stop,
+    ignore_stop_signals,
+    install_stop_handlers,
+    wait_until,
+)
 from rlcore.rundir import RunDir, record_state
 from rlcore.runlock import LAUNCHER_ENV, hold_run
 from rlcore.toml_io import write_config
@@ -27,7 +32,10 @@ EXTRA_HELP = """\
   --max-restarts N      after a failure, resume from the latest checkpoint up to N times
   --clean               start over: delete what the earlier run in output_dir created (only in
                         a folder rl marked as a run, never while another process holds it)"""
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+STOP_GRACE_S = 30.0
+"""Seconds between SIGTERM and SIGKILL when stopping `sft` (the last finished checkpoint
+stays)."""
+OUTPUT_POLL_S = 0.2
 
 
 def main(argv: list[str]) -> int:
@@ -45,7 +53,7 @@ def main(argv: list[str]) -> int:
     failures = 0
     while True:
         code = run_attempt(run, config, step)
-        if code in (0, *SIGNAL_EXIT.values()) or failures >= max_restarts:
+        if code in (0, *STOP_EXIT_CODES.values()) or failures >= max_restarts:
             return code
         failures += 1
         step = run.latest_checkpoint()
@@ -78,7 +86,7 @@ def check_data(argv: list[str]) -> None:
     """`sft --check-data`: the data read and tokenized as `sft` will, so a bad file or row
     exits 2 (its message already printed) before the run folder is touched."""
     command = [sys.executable, "-m", "trainer.sft.main", *argv, "--check-data"]
-    code = subprocess.run(command, stdout=subprocess.DEVNULL).returncode
+    code = children.run(command, stdout=subprocess.DEVNULL).returncode
     if code:
         sys.exit(code)
 
@@ -100,50 +108,62 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
 
 
 def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
-    """Start `sft` on the resolved config (resuming from `step`), mirror its output into
-    logs/sft.log, wait; its exit code (128 + n after a signal). run.json records this launcher
-    and the `sft` process with their identities (rlcore.procs), then how the attempt ended."""
+    """Start `sft` on the resolved config (resuming from `step`; rlcore.children: its own
+    session, gone when this launcher dies), show its output (logs/sft.log) here, wait; its
+    exit code (128 + n after a signal). run.json records this launcher and the `sft` process
+    with their identities (rlcore.procs), then how the attempt ended."""
     config.ckpt.resume_step = step
     config_file = run.config_file("sft")
     write_config(config, config_file)
-    run.logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
-    install_signal_handlers()
-    with open(run.log_file("sft"), "a") as log:
-        child = subprocess.Popen(
-            sft_command(config_file), env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
-        processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
-                     procs.IDENTITIES: {procs.LAUNCHER: procs.identity(),
-                                        "sft": procs.identity(child.pid)}}  # fmt: skip
-        record_state(run, "running", **processes)  # for `rl status` and `rl stop`
-        try:
-            for line in child.stdout:
-                sys.stdout.write(line)
-                log.write(line)
-                log.flush()
-            code = child.wait()
-        except Stop as stop:
-            ignore_signals()
-            stop_child(child, signal.Signals(stop.signum).name)
-            record_state(run, "stopped", signal=stop.signum, **processes)
-            return SIGNAL_EXIT[stop.signum]
+    install_stop_handlers()
+    log = run.log_file("sft")
+    env = {LAUNCHER_ENV: str(os.getpid())}
+    shown = Output(log)
+    child = children.start("sft", sft_command(config_file), log, env)
+    identities = {procs.LAUNCHER: procs.identity(), "sft": child.identity}
+    processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
+                 procs.IDENTITIES: identities}  # fmt: skip
+    record_state(run, "running", **processes)  # for `rl status` and `rl stop`
+    try:
+        wait_until(lambda: shown.copy() or child.proc.poll() is not None, math.inf,
+                   OUTPUT_POLL_S, "sft to end")  # fmt: skip
+    except Stop as stop:
+        ignore_stop_signals("rl sft")
+        print(f"rl sft: stopping ({stop})", file=sys.stderr, flush=True)
+        children.stop([child], STOP_GRACE_S)
+        shown.copy(final=True)
+        record_state(run, "stopped", signal=stop.signum, **processes)
+        return stop.exit_code
+    shown.copy(final=True)
+    code = child.proc.returncode
     record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
     return code
 
 
+class Output:
+    """Shows here what the next child started on `log` writes there (rlcore.children's header
+    line left out)."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        self.offset = log.stat().st_size if log.exists() else 0
+        self.header = True
+
+    def copy(self, final: bool = False) -> None:
+        """Write out what is new: whole lines (the rest waits for its newline), everything
+        when `final`; always None, so that it can run inside a wait's predicate."""
+        with self.log.open("rb") as f:
+            f.seek(self.offset)
+            new = f.read()
+        if self.header:  # written before the child starts: always there by now
+            start = new.find(b"\n", new.find(children.HEADER.encode())) + 1
+            new, self.offset, self.header = new[start:], self.offset + start, False
+        end = len(new) if final else new.rfind(b"\n") + 1
+        if end:
+            sys.stdout.write(new[:end].decode(errors="replace"))
+            sys.stdout.flush()
+            self.offset += end
+
+
 def sft_command(config_file: Path) -> list[str]:
     return [sys.executable, "-m", "trainer.sft.main", "@", str(config_file)]
-
-
-def stop_child(child: subprocess.Popen, why: str) -> None:
-    """SIGTERM, then SIGKILL after 30 s; the last finished checkpoint stays."""
-    print(f"rl sft: stopping ({why})", file=sys.stderr, flush=True)
-    child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if child.poll() is None:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()

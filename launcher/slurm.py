@@ -23,6 +23,7 @@ from launcher.slurm_config import INSIDE_ENV, control_character
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
+from rlcore.health import SERVER_NONCE_ENV
 from rlcore.rundir import record_state
 from rlcore.runlock import hold_run
 from rlcore.user_files import read_user_text
@@ -297,10 +298,10 @@ def listen_port_on(host: str):
 def srun_wrapper(plan, component: str) -> list[str]:
     """What starts a component's command on its nodes, with its environment set there. Secrets
     (the admin token, literal config secrets) travel in srun's exported environment, never on
-    a command line that `ps` shows; so does the attempt id, new at every (re)start after this
-    wrapper is made."""
+    a command line that `ps` shows; so do the attempt id and the inference nonce, new at every
+    (re)start after this wrapper is made."""
     env = {**plan.env(component), **plan.extra_env.get(component, {})}
-    unset = {ADMIN_TOKEN_ENV, ATTEMPT_ENV, *plan.secret_env}
+    unset = {ADMIN_TOKEN_ENV, ATTEMPT_ENV, SERVER_NONCE_ENV, *plan.secret_env}
     env = {k: v for k, v in env.items() if k not in unset}
     hosts = plan.placement[component]
     return [*srun_prefix(hosts, overlap=True), "env", *(f"{k}={v}" for k, v in env.items())]

@@ -4,54 +4,31 @@ Consumes: a Plan whose resolved configs are already written. Produces: logs/<com
 run.json and the live view on stdout. Waits for: inference /health, then any child to exit.
 Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or a stall (launcher.stall)."""
 
-import ctypes
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
-from rlcore import procs
-from rlcore.health import probe_health, server_url
+from rlcore import children, procs
+from rlcore.health import ForeignServer, probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
 from rlcore.protocol import HEALTH_ROUTE
 from rlcore.rundir import record_state
 
-PR_SET_PDEATHSIG = 1
 STALLED = -1000
 """poll()'s code for a component stopped for making no progress."""
 HEALTH_PROBE_S = 5.0
 """How often a started inference server's /health is asked (its progress signal)."""
 
 
-def _die_with_parent() -> None:
-    """In the child: own process group, and SIGTERM if the launcher itself dies."""
-    os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-
-
 @dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen
-    log: Path
+class Child(children.Child):
+    """A component (rlcore.children: own session, parent-death signal, log, identity) and
+    its progress clock."""
+
     clock: Clock = field(default_factory=Clock)
-    identity: dict | None = None
-    """Taken right after the start (rlcore.procs): what `rl stop/status` prove the pid by."""
-
-
-class Stop(Exception):
-    """Raised by the signal handler to unwind into shutdown."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
 
 
 class Supervisor:
@@ -70,22 +47,9 @@ class Supervisor:
 
     # -- start -------------------------------------------------------------------------------
     def start(self, name: str) -> Child:
-        log = self.run.log_file(name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self.plan.command(name)
-        env = {**os.environ, **self.plan.env(name), "PYTHONUNBUFFERED": "1"}
-        with log.open("a") as f:
-            f.write(f"\n===== attempt {time.strftime('%Y-%m-%d %H:%M:%S')} : {' '.join(cmd)}\n")
-            f.flush()
-            proc = subprocess.Popen(
-                cmd,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                preexec_fn=_die_with_parent,
-            )
-        child = Child(name, proc, log, identity=procs.identity(proc.pid))
+        started = children.start(name, self.plan.command(name), self.run.log_file(name),
+                                 self.plan.env(name))  # fmt: skip
+        child = Child(**vars(started))
         self.children[name] = child
         self.write_state("starting")
         return child
@@ -102,27 +66,22 @@ class Supervisor:
         return server_url(server.host, server.port)
 
     def wait_healthy(self, timeout_s: float) -> None:
-        """Until every inference server answers /health (or any component exits: the
-        supervision loop reports it); TimeoutError(message, name) after `timeout_s`. Then
-        every component's stall clock starts: nothing could progress without inference."""
-        deadline = time.monotonic() + timeout_s
-        waiting = list(self.inference)
-        while waiting:
-            child = waiting[0]
-            if any(c.proc.poll() is not None for c in self.children.values()):
-                return
-            if probe_health(self.url(child.name)) is None:
-                waiting.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                url = self.url(child.name)
-                message = (
-                    f"{child.name} did not answer {url}{HEALTH_ROUTE} within {timeout_s:.0f} s"
-                )
-                raise TimeoutError(message, child.name)
-            time.sleep(1.0)
+        """Until every inference server answers /health as this attempt's own (or any component
+        exits: the supervision loop reports it); TimeoutError(message, name) after
+        `timeout_s`, ForeignServer when another program answers on a server's port. Then every
+        component's stall clock starts: nothing could progress without inference."""
+        servers = {c.name: self.url(c.name) for c in self.inference}
+        watched = list(self.children.values())
+        children.wait_healthy(servers, self.plan.server_nonce, timeout_s, watched)
         for child in self.children.values():
             child.clock.last_progress = time.monotonic()
+
+    def healthy(self, name: str) -> bool:
+        """Whether server `name` answers /health now, as this attempt's own."""
+        try:
+            return probe_health(self.url(name), nonce=self.plan.server_nonce) is None
+        except ForeignServer:
+            return False
 
     # -- watch -------------------------------------------------------------------------------
     def poll(self) -> tuple[str, int] | None:
@@ -167,7 +126,7 @@ class Supervisor:
             return
         self.last_health_probe = now
         for child in self.inference:
-            if probe_health(self.url(child.name)) is None:
+            if self.healthy(child.name):
                 child.clock.last_progress = time.monotonic()
 
     def check_stalls(self) -> tuple[str, str] | None:
@@ -229,7 +188,7 @@ class Supervisor:
         if stalled in self.inference:
             return stalled
         for child in self.inference:
-            if probe_health(self.url(child.name)) is not None:
+            if not self.healthy(child.name):
                 return child
         return stalled
 
@@ -237,21 +196,7 @@ class Supervisor:
     def stop_all(self, grace_s: float) -> None:
         """SIGTERM every process group, SIGKILL whatever is left after the grace period."""
         self.stopping = True
-        alive = [c for c in self.children.values()]
-        for child in alive:
-            _signal_group(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for child in alive:
-            try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for child in alive:
-            _signal_group(child.proc.pid, signal.SIGKILL)
-            try:
-                child.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        children.stop(list(self.children.values()), grace_s)
 
     def write_state(self, status: str, **extra: object) -> None:
         state = {
@@ -272,13 +217,6 @@ class Supervisor:
         record_state(self.run, status, **state)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def tail(path: Path, num_lines: int = 30) -> str:
     if not path.exists():
         return "(no log)"
@@ -286,17 +224,3 @@ def tail(path: Path, num_lines: int = 30) -> str:
         f.seek(max(0, path.stat().st_size - 64_000))
         lines = f.read().decode(errors="replace").splitlines()
     return "\n".join(lines[-num_lines:])
-
-
-def install_signal_handlers() -> None:
-    def handler(signum, _frame):
-        raise Stop(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
-
-
-def ignore_signals() -> None:
-    """During shutdown a second Ctrl-C must not abandon the children."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: print("rl: already stopping, please wait", file=sys.stderr))

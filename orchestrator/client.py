@@ -5,7 +5,6 @@ Every wait has a timeout and names what it waited for (OrchestratorError)."""
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import httpx
@@ -13,6 +12,7 @@ import httpx
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import probe_health
+from rlcore.poll import wait_until_async
 from rlcore.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
 
 logger = logging.getLogger("orchestrator")
@@ -35,36 +35,41 @@ def server_root(base_url: str) -> str:
 
 async def wait_for_server(
     http: httpx.AsyncClient, base_url: str, model: str, timeout_s: float,
-    api_key: str = "EMPTY", seq_len: int = 0,
+    api_key: str = "EMPTY", seq_len: int = 0, nonce: str | None = None,
 ) -> None:  # fmt: skip
     """Wait until `/health` answers 200 and `model` is listed in `/v1/models`, with room for
-    `seq_len` tokens per sample (its max_model_len)."""
+    `seq_len` tokens per sample (its max_model_len). With `nonce` (the launcher's, in
+    SERVER_NONCE_ENV) /health must prove it: another program on the port is a ForeignServer
+    error at once, before anything else is sent to it (rlcore.health)."""
     root = server_root(base_url)
-    deadline = time.monotonic() + timeout_s
     last = "no answer yet"
-    while time.monotonic() < deadline:
-        problem = await asyncio.to_thread(probe_health, root)
-        if problem is None:
-            try:
-                served = await _served_models(http, root, api_key)
-            except httpx.HTTPError as err:
-                last = f"{MODELS_ROUTE}: {type(err).__name__}: {err}"
-                await asyncio.sleep(1.0)
-                continue
-            if model in served:
-                check_room(root, model, served[model], seq_len)
-                return
-            raise OrchestratorError(
-                f"inference server at {root} serves {list(served)}, not model.name "
-                f"{model!r}: set --model.name to the served name"
-            )
-        last = problem
-        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    raise OrchestratorError(
-        f"inference server at {root} was not ready with model {model!r} within "
-        f"{timeout_s:g}s (client.health_timeout_s); last: {last}. Start it with "
-        f"`inference @ infer.toml` or point --client.base-url at a running server"
-    )
+
+    async def listed() -> tuple[dict[str, int | None]] | None:
+        nonlocal last
+        problem = await asyncio.to_thread(probe_health, root, 5.0, nonce)
+        if problem is not None:
+            last = problem
+            return None
+        try:
+            return (await _served_models(http, root, api_key),)
+        except httpx.HTTPError as err:
+            last = f"{MODELS_ROUTE}: {type(err).__name__}: {err}"
+            return None
+
+    try:
+        (served,) = await wait_until_async(listed, timeout_s, 1.0, f"{root} to serve {model}")
+    except TimeoutError:
+        raise OrchestratorError(
+            f"inference server at {root} was not ready with model {model!r} within "
+            f"{timeout_s:g}s (client.health_timeout_s); last: {last}. Start it with "
+            f"`inference @ infer.toml` or point --client.base-url at a running server"
+        ) from None
+    if model not in served:
+        raise OrchestratorError(
+            f"inference server at {root} serves {list(served)}, not model.name "
+            f"{model!r}: set --model.name to the served name"
+        )
+    check_room(root, model, served[model], seq_len)
 
 
 def check_room(root: str, model: str, max_model_len: int | None, seq_len: int) -> None:

@@ -14,6 +14,7 @@ For step n = 0 .. max_steps-1:
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from rlcore import heap, waits
 from rlcore.admin_token import read_token
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
+from rlcore.health import SERVER_NONCE_ENV
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
 from rlcore.rundir import RunDir
@@ -300,7 +302,8 @@ async def setup_client(config: OrchestratorConfig, run_dir: RunDir) -> PooledCli
     try:
         with waits.waiting("inference to answer /health", "inference"):
             await pool.wait_ready(config.model.name, client_config.health_timeout_s,
-                                  client_config.api_key, config.seq_len)  # fmt: skip
+                                  client_config.api_key, config.seq_len,
+                                  os.environ.get(SERVER_NONCE_ENV))  # fmt: skip
     except BaseException:
         await pool.close()
         raise

@@ -128,11 +128,13 @@ class ServerPool:
         return counts
 
     async def wait_ready(
-        self, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0
-    ) -> None:
-        """Every server healthy and serving `model` with room for `seq_len` tokens."""
+        self, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0,
+        nonce: str | None = None,
+    ) -> None:  # fmt: skip
+        """Every server healthy (proving `nonce`, when given: rlcore.health) and serving
+        `model` with room for `seq_len` tokens."""
         await asyncio.gather(*(
-            wait_for_server(self.http, s.base_url, model, timeout_s, api_key, seq_len)
+            wait_for_server(self.http, s.base_url, model, timeout_s, api_key, seq_len, nonce)
             for s in self.servers
         ))  # fmt: skip
 

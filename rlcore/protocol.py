@@ -48,6 +48,10 @@ UPDATE_WEIGHTS_ROUTE = "/update_weights"
 RELOAD_WEIGHTS_ROUTE = "/reload_weights"
 MODELS_ROUTE = "/v1/models"
 TOKENIZE_ROUTE = "/tokenize"
+HEALTH_CHALLENGE_HEADER = "X-RL-Challenge"
+"""A /health request's random challenge; a server started with the run's nonce answers it."""
+HEALTH_PROOF_HEADER = "X-RL-Proof"
+"""The answer: HMAC-SHA256 of the challenge keyed by the nonce (rlcore.health.health_proof)."""
 
 # -- training batches --------------------------------------------------------------------------
 BATCH_TENSORS_FILE = "batch.safetensors"

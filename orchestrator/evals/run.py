@@ -5,7 +5,6 @@ examples with seeded rollouts, then results.jsonl, summary.json and the table.""
 import asyncio
 import json
 import logging
-import subprocess
 import sys
 import time
 from contextlib import contextmanager, nullcontext
@@ -17,6 +16,7 @@ from orchestrator.evals.config import EvalsConfig, run_path
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, table, write_results
 from orchestrator.seeds import eval_seeds
+from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.machine import differences, probe, serving_dtypes
 from rlcore.ownership import claim
@@ -116,7 +116,7 @@ def export_policy(run: str, step: int, folder: Path) -> None:
     command = [sys.executable, "-m", "launcher.rl", "export", str(run_path(run)), "--out",
                str(folder)]  # fmt: skip
     command += ["--step", str(step)] if step != -1 else []
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = children.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise ConfigError(f"--run {run} --step {step}: " +
                           done.stderr.strip().removeprefix("rl export: error: "))  # fmt: skip

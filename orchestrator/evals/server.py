@@ -1,22 +1,23 @@
 """The evaluation's own inference server: `inference` started as a command on the model to
-evaluate (its own port, its log in the output folder), ready when /health answers, always
-stopped at the end."""
+evaluate (its own port, its log in the output folder; rlcore.children: its own session, gone
+when the evaluation dies however it dies), ready when /health answers with the proof of the
+nonce it was given (rlcore.health: a stranger on its port is refused), always stopped at the
+end."""
 
 import logging
-import os
-import signal
-import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlcore import children
 from rlcore.errors import ConfigError
-from rlcore.health import free_port, probe_health, server_url
+from rlcore.health import SERVER_NONCE_ENV, free_port, new_nonce, server_url
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
+STOP_GRACE_S = 30.0
+"""Seconds between SIGTERM and SIGKILL when stopping the server."""
 
 
 @contextmanager
@@ -35,40 +36,27 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     write_config(settings, config_file)
     log_path = out / "inference.log"
     logger.info(f"starting an inference server for {model} (log: {log_path})")
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "inference.main", "@", str(config_file)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    nonce = new_nonce()
+    command = [sys.executable, "-m", "inference.main", "@", str(config_file)]
+    child = children.start("inference", command, log_path, {SERVER_NONCE_ENV: nonce})
     try:
         root = server_url(host, server["port"])
-        wait_ready(process, root, timeout_s, log_path)
+        wait_ready(child, root, nonce, timeout_s)
         yield root + "/v1"
     finally:
-        stop(process)
+        children.stop([child], STOP_GRACE_S)
 
 
-def wait_ready(process: subprocess.Popen, root: str, timeout_s: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (problem := probe_health(root, timeout_s=2.0)) is not None:
-        if process.poll() is not None:
-            last = log_path.read_text().strip().splitlines()[-5:]
-            raise ConfigError(
-                f"the evaluation's inference server exited with {process.returncode} before it "
-                f"was ready; the end of {log_path}:\n" + "\n".join(last)
-            )
-        if time.monotonic() > deadline:
-            raise ConfigError(f"the inference server at {root} was not ready in {timeout_s:.0f} "
-                              f"s ({problem}); see {log_path}")  # fmt: skip
-        time.sleep(1.0)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
+def wait_ready(child: children.Child, root: str, nonce: str, timeout_s: float) -> None:
+    """Until the server proves it is the one started here; a ConfigError when it exits first,
+    does not answer in `timeout_s`, or another program answers on its port."""
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        children.wait_healthy({"inference": root}, nonce, timeout_s, [child])
+    except TimeoutError as err:
+        raise ConfigError(f"the evaluation's {err.args[0]}; see {child.log}") from None
+    if child.proc.poll() is not None:
+        last = child.log.read_text().strip().splitlines()[-5:]
+        raise ConfigError(
+            f"the evaluation's inference server exited with {child.proc.returncode} before it "
+            f"was ready; the end of {child.log}:\n" + "\n".join(last)
+        )

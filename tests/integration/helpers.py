@@ -105,6 +105,61 @@ def wait_for(
     raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+MARK_ENV = "RL_TEST_MARK"
+"""A variable the tests put in a command's environment: every process it starts inherits it, so
+`marked` finds them all, however they were regrouped or reparented."""
+
+
+def marked(mark: str) -> list[int]:
+    """Live processes (zombies left out) whose environment has MARK_ENV=`mark`."""
+    needle = f"{MARK_ENV}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and stat[stat.rindex(")") + 2] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def describe(pids: list[int]) -> str:
+    """`pid command` of each process, for a failed assertion's message."""
+    lines = []
+    for pid in pids:
+        try:
+            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            continue
+        lines.append(f"{pid} {cmdline.replace(bytes(1), b' ').decode(errors='replace')[:160]}")
+    return "\n".join(lines)
+
+
+def kill_marked(mark: str) -> None:
+    """Test cleanup: SIGKILL every process that carries `mark`."""
+    for pid in marked(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def gone_within(mark: str, timeout_s: float) -> float:
+    """Seconds until no process carries `mark`; AssertionError naming the survivors when some
+    are still there after `timeout_s`."""
+    started = time.monotonic()
+    while marked(mark):
+        if time.monotonic() - started > timeout_s:
+            left = marked(mark)
+            raise AssertionError(f"alive {timeout_s:g} s later:\n{describe(left)}")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
 def kill_sessions(session_ids: set[int]) -> None:
     """Test cleanup: make sure nothing of a run outlives the test, whatever happened."""
     for pid in session_members(session_ids):

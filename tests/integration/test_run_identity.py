@@ -175,11 +175,12 @@ def test_status_and_list_do_not_report_a_stranger_as_the_run(tmp_path, stranger,
 
 
 STAND_IN = """
-import sys, time
+import sys
 from pathlib import Path
 from launcher.plan import Plan
 from launcher.rl_config import RLConfig
-from launcher.supervisor import Stop, Supervisor, ignore_signals, install_signal_handlers
+from launcher.supervisor import Supervisor
+from rlcore.poll import Stop, ignore_stop_signals, install_stop_handlers, sleep
 from rlcore.runlock import hold_run
 
 plan = Plan(RLConfig.model_validate({"output_dir": sys.argv[1]}),
@@ -188,15 +189,15 @@ plan.command = lambda name: ["sleep", "60"]
 plan.run.claim()
 hold_run(plan.run.root)
 supervisor = Supervisor(plan)
-install_signal_handlers()
+install_stop_handlers()
 try:
     for name in plan.components:
         supervisor.start(name)
     supervisor.write_state("running")
     print("running", flush=True)
-    time.sleep(60)
+    sleep(60)
 except Stop as stop:
-    ignore_signals()
+    ignore_stop_signals("rl")
     supervisor.stop_all(5)
     supervisor.write_state("stopped", signal=stop.signum)
     sys.exit(143)

@@ -89,3 +89,31 @@ def test_body_must_be_a_json_object():
     good = {"Authorization": "Bearer t"}
     assert client.post("/update_weights", content=b"not json", headers=good).status_code == 422
     assert loader.loaded == []
+
+
+def test_health_answers_the_challenge_with_the_proof_of_the_nonce_only():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from inference.admin import add_health_proof
+    from rlcore.health import health_proof
+    from rlcore.protocol import HEALTH_CHALLENGE_HEADER, HEALTH_PROOF_HEADER
+
+    app = FastAPI()
+    app.get("/health")(lambda: None)
+    app.get("/v1/models")(lambda: {"data": []})
+    add_health_proof(app, "the-nonce")
+    client = TestClient(app)
+    challenged = {HEALTH_CHALLENGE_HEADER: "abc"}
+    answer = client.get("/health", headers=challenged)
+    assert answer.status_code == 200
+    assert answer.headers[HEALTH_PROOF_HEADER] == health_proof("the-nonce", "abc")
+    assert health_proof("the-nonce", "abc") != health_proof("another", "abc")
+    assert HEALTH_PROOF_HEADER not in client.get("/health").headers  # no challenge, no proof
+    assert HEALTH_PROOF_HEADER not in client.get("/v1/models", headers=challenged).headers
+    assert "the-nonce" not in str(answer.headers)  # the nonce itself never travels
+
+    plain = FastAPI()
+    plain.get("/health")(lambda: None)
+    add_health_proof(plain, None)  # a server started without a launcher's nonce
+    assert HEALTH_PROOF_HEADER not in TestClient(plain).get("/health", headers=challenged).headers

@@ -1,0 +1,112 @@
+"""rlcore.children with real processes: a child and what it starts go when its launcher is
+killed with SIGKILL; a stop reaches the whole process group and ends with SIGKILL after the
+grace period; children are started from the main thread only."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from rlcore import children
+from tests.integration.helpers import MARK_ENV, REPO, gone_within, kill_marked, marked
+
+pytestmark = pytest.mark.integration
+
+LAUNCHER = """
+import sys, time
+from pathlib import Path
+from rlcore import children
+
+log = Path(sys.argv[1])
+child = children.start("sleeper", [sys.executable, "-c", sys.argv[2]], log)
+while "\\nstarted\\n" not in log.read_text():
+    time.sleep(0.05)
+print(child.pid, flush=True)
+sys.stdin.read()  # until the test kills this launcher
+"""
+# A child that starts a grandchild in its own group and ignores SIGTERM for a while.
+STUBBORN = """
+import signal, subprocess, sys, time
+subprocess.Popen(["sleep", "60"])
+signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM: ignored", flush=True))
+print("started", flush=True)
+time.sleep(60)
+"""
+SLEEPER = "import time; print('started', flush=True); time.sleep(60)"
+
+
+def test_a_child_goes_with_its_launcher_killed_with_sigkill(tmp_path):
+    mark = uuid.uuid4().hex
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "child.log"), SLEEPER], cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, MARK_ENV: mark},
+    )  # fmt: skip
+    try:
+        pid = int(launcher.stdout.readline())
+        assert os.getsid(pid) == pid  # a session (and process group) of its own
+        assert pid in marked(mark)
+        launcher.kill()
+        launcher.wait()
+        gone_within(mark, 5)
+        text = (tmp_path / "child.log").read_text()
+        assert text.startswith(f"\n{children.HEADER} ") and "\nstarted\n" in text
+    finally:
+        kill_marked(mark)
+
+
+def test_stop_reaches_the_whole_group_and_kills_after_the_grace_period(tmp_path):
+    mark = uuid.uuid4().hex
+    log = tmp_path / "stubborn.log"
+    child = children.start("stubborn", [sys.executable, "-c", STUBBORN], log, {MARK_ENV: mark})
+    try:
+        wait_s = 0.0
+        while "\nstarted\n" not in log.read_text() and wait_s < 30:  # not the header's
+            time.sleep(0.1)
+            wait_s += 0.1
+        assert len(marked(mark)) == 2  # the child and its `sleep`
+        started = time.monotonic()
+        children.stop([child], grace_s=1.0)
+        took_s = time.monotonic() - started
+        assert child.proc.returncode == -signal.SIGKILL
+        assert 1.0 <= took_s < 1.0 + children.REAP_S
+        gone_within(mark, 2)
+        assert "\nSIGTERM: ignored\n" in log.read_text()
+    finally:
+        kill_marked(mark)
+
+
+def test_children_are_started_from_the_main_thread_only(tmp_path):
+    errors = []
+
+    def start() -> None:
+        try:
+            children.start("x", ["true"], tmp_path / "x.log")
+        except AssertionError as err:
+            errors.append(str(err))
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert errors and "parent-death signal" in errors[0]
+
+
+def test_wait_healthy_returns_when_a_child_exits_and_names_the_server_at_the_deadline(tmp_path):
+    short = children.start("short", ["true"], tmp_path / "short.log")
+    started = time.monotonic()
+    children.wait_healthy({"inference": "http://127.0.0.1:9"}, "n", 60, [short])
+    assert time.monotonic() - started < 10 and short.proc.returncode == 0
+    long = children.start("long", ["sleep", "60"], tmp_path / "long.log")
+    try:
+        with pytest.raises(TimeoutError) as timed_out:
+            children.wait_healthy({"inference": "http://127.0.0.1:9"}, "n", 1.5, [long])
+        message, name = timed_out.value.args
+        assert name == "inference"
+        assert message.startswith("inference did not answer http://127.0.0.1:9/health within")
+    finally:
+        children.stop([long], 1)

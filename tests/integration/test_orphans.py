@@ -1,0 +1,151 @@
+"""`kill -9` of a launcher at any phase leaves nothing of it alive 10 s later: `rl`, `rl sft`,
+`evals` starting its own inference server, and `rl eval` (rlcore.children: every child leads
+its own session and gets SIGTERM when its launcher dies; inference then stops its engine).
+Every process a command starts carries a mark in its environment (helpers.marked), so a
+survivor is found however it was regrouped or reparented."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import (
+    MARK_ENV,
+    REPO,
+    free_port,
+    gone_within,
+    kill_marked,
+    run_state,
+    tiny_rl_toml,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+KILLED_WITHIN_S = 10.0
+
+
+def launch(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    """`python -m MODULE ...` in a session of its own, marked; (process, mark)."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *argv], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True, env={**os.environ, MARK_ENV: mark},
+    )  # fmt: skip
+    return proc, mark
+
+
+def kill_9_and_measure(proc: subprocess.Popen, mark: str, what: str) -> float:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    took_s = gone_within(mark, KILLED_WITHIN_S)
+    print(f"kill -9 of {what}: every process gone in {took_s:.1f} s")
+    return took_s
+
+
+# -- rl ----------------------------------------------------------------------------------------
+def engine_loading(out: Path) -> bool:
+    """Inference has started its engine process, which loads the model."""
+    log = out / "logs" / "inference.log"
+    return log.exists() and "EngineCore" in log.read_text(errors="replace")
+
+
+RL_MOMENTS = {
+    # the three components just started (the orchestrator waits for inference)
+    "starting": lambda out: len(run_state(out).get("pids", {})) == 3,
+    "engine-loading": engine_loading,
+    "running": lambda out: (out / "metrics.jsonl").exists(),
+}
+
+
+@pytest.mark.parametrize(
+    "moment", ["engine-loading", *(pytest.param(m, marks=pytest.mark.slow)
+                                   for m in ("starting", "running"))]
+)  # fmt: skip
+def test_kill_9_of_rl_leaves_no_process(tiny_model_dir, tmp_path, moment):
+    out, config, log = tmp_path / "run", tmp_path / "rl.toml", tmp_path / "rl.log"
+    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
+    rl, mark = launch(["launcher.rl", "@", str(config)], log)
+    try:
+        wait_for(lambda: RL_MOMENTS[moment](out), 600, moment, interval_s=0.1, proc=rl, log=log)
+        kill_9_and_measure(rl, mark, f"rl ({moment})")
+    finally:
+        kill_marked(mark)
+
+
+# -- rl sft ------------------------------------------------------------------------------------
+def sft_config(tmp_path: Path, model: Path, out: Path) -> Path:
+    rows = tmp_path / "train.jsonl"
+    rows.write_text("".join(
+        json.dumps({"messages": [{"role": "user", "content": f"What is {i} + 1?"},
+                                 {"role": "assistant", "content": str(i + 1)}]}) + "\n"
+        for i in range(16)
+    ))  # fmt: skip
+    config = tmp_path / "sft.toml"
+    config.write_text(
+        f'max_steps = 2000\nseq_len = 64\noutput_dir = "{out}"\n'
+        f'[model]\nname = "{model}"\ndtype = "float32"\n[optim]\nlr = 1e-3\n'
+        f'[data]\nname = "{rows}"\nbatch_size = 8\n'
+    )
+    return config
+
+
+SFT_MOMENTS = {
+    "starting": lambda out: "sft" in run_state(out).get("pids", {}),
+    "training": lambda out: (out / "metrics.jsonl").exists(),
+}
+
+
+@pytest.mark.parametrize("moment", list(SFT_MOMENTS))
+def test_kill_9_of_rl_sft_leaves_no_trainer(tiny_model_dir, tmp_path, moment):
+    """The `sft` child ran on as an orphan holding no lock: `rl delete` then succeeded and the
+    orphan wrote the folder again, unmarked."""
+    out, log = tmp_path / "run", tmp_path / "rl-sft.log"
+    config = sft_config(tmp_path, tiny_model_dir, out)
+    rl_sft, mark = launch(["launcher.rl", "sft", "@", str(config)], log)
+    try:
+        wait_for(lambda: SFT_MOMENTS[moment](out), 600, moment, interval_s=0.1, proc=rl_sft,
+                 log=log)  # fmt: skip
+        kill_9_and_measure(rl_sft, mark, f"rl sft ({moment})")
+    finally:
+        kill_marked(mark)
+
+
+# -- evals and rl eval with their own server ---------------------------------------------------
+def eval_config(tmp_path: Path, model: Path, out: Path) -> Path:
+    config = tmp_path / "eval.toml"
+    config.write_text(
+        f'output_dir = "{out}"\nseq_len = 256\n[model]\nname = "{model}"\n'
+        "[sampling]\nmax_tokens = 8\n"
+        '[[eval.env]]\nid = "rl-add-digits"\nnum_examples = 4\nrollouts_per_example = 3\n'
+        '[inference]\nmodel = { dtype = "float32" }\ncpu = { kvcache_space_gib = 1 }\n'
+    )
+    return config
+
+
+def server_starting(out: Path) -> bool:
+    """The evaluation's own server has started and says it is starting vLLM."""
+    log = out / "inference.log"
+    return log.exists() and "starting vLLM" in log.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    "command", [["orchestrator.evals.main"], ["launcher.rl", "eval"]], ids=["evals", "rl-eval"]
+)  # fmt: skip
+def test_kill_9_of_an_evaluation_starting_its_server_leaves_no_server(
+    tiny_model_dir, tmp_path, command
+):  # fmt: skip
+    """The server (1.9 GB resident) served on, with no owner, on its port."""
+    out, log = tmp_path / "eval", tmp_path / "eval.log"
+    config = eval_config(tmp_path, tiny_model_dir, out)
+    proc, mark = launch([*command, "@", str(config)], log)
+    try:
+        wait_for(lambda: server_starting(out), 600, "its server", interval_s=0.1, proc=proc,
+                 log=log)  # fmt: skip
+        kill_9_and_measure(proc, mark, f"{' '.join(command)} (its server starting)")
+    finally:
+        kill_marked(mark)
