@@ -151,8 +151,8 @@ def test_sft_writes_no_secret(tiny_model_dir, tmp_path, cpu_world, monkeypatch):
 def test_rl_sft_writes_no_secret(tiny_model_dir, tmp_path, monkeypatch):
     import launcher.sft_run
 
-    monkeypatch.setattr(launcher.sft_run, "install_signal_handlers", lambda: None)
-    monkeypatch.setattr(launcher.sft_run.subprocess, "Popen", stop)
+    monkeypatch.setattr(launcher.sft_run, "install_stop_handlers", lambda: None)
+    monkeypatch.setattr(launcher.sft_run.children, "start", stop)
     run = RunDir(tmp_path / "run")
     with pytest.raises(Stopped):
         launcher.sft_run.run_attempt(run, sft_config(tiny_model_dir, run.root), None)
@@ -162,7 +162,7 @@ def test_rl_sft_writes_no_secret(tiny_model_dir, tmp_path, monkeypatch):
 def test_the_evals_server_config_holds_no_secret(tmp_path, monkeypatch):
     import orchestrator.evals.server
 
-    monkeypatch.setattr(orchestrator.evals.server.subprocess, "Popen", stop)
+    monkeypatch.setattr(orchestrator.evals.server.children, "start", stop)
     settings_ = {"vllm_args": {"otlp_traces_endpoint": URL}}
     with pytest.raises(Stopped), orchestrator.evals.server.own_server("m", settings_, tmp_path,
                                                                      64, 1.0):  # fmt: skip
