@@ -239,18 +239,17 @@ def find_stall(views: dict[str, View]) -> Stall | None:
     for view in views.values():
         if view.name in alive or any(w.peers for w in view.waits):
             continue  # works, waits on one that works, or waits: never blamed itself
-        waiters = [w for v in views.values() for w in v.waits if view.name in w.peers]
-        waited_s = max((w.seconds for w in waiters), default=0.0)
         if view.owes_progress or view.idle_s > view.limit_s:
             over_s = view.idle_s
         else:  # an inference server owes work only while it is waited on
-            over_s = min(waited_s, view.work_idle_s)
+            waited_s = [w.seconds for v in views.values() for w in v.waits if view.name in w.peers]
+            over_s = min(max(waited_s, default=0.0), view.work_idle_s)
         if over_s > view.limit_s:
-            stuck.append((over_s - view.limit_s, view, waiters))
+            stuck.append((over_s - view.limit_s, view.name))
     if not stuck:
         return None
-    _, view, _ = max(stuck, key=lambda s: s[0])
-    return Stall(view.name, stuck_message(view, waiting_on(view.name, views)))
+    _, name = max(stuck)
+    return Stall(name, stuck_message(views[name], waiting_on(name, views)))
 
 
 def spared(views: dict[str, View]) -> set[str]:
@@ -303,7 +302,7 @@ def circle_from(start: str, edges: dict[str, set[str]]) -> list[str] | None:
 def deadlock_message(circle: list[str], views: dict[str, View]) -> str:
     parts = []
     for name, peer in zip(circle, [*circle[1:], circle[0]], strict=True):
-        wait = next(w for w in views[name].waits if peer in w.peers)
+        wait = max((w for w in views[name].waits if peer in w.peers), key=lambda w: w.seconds)
         parts.append(f"{the(name)} for {wait.what} ({wait.seconds:.0f} s)")
     if len(circle) == 2:
         who = f"{the(circle[0])} and {the(circle[1])} are waiting for each other"

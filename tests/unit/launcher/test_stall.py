@@ -25,6 +25,19 @@ def test_the_limit_follows_the_longest_gap_between_records():
     assert clock.longest_gap_s == 100.0
     assert clock.limit_s(None) == stall.AUTO_FACTOR * 100.0
     assert clock.limit_s(42.0) == 42.0  # stall_timeout_s set: a fixed limit
+    assert clock.limit_s(1.0) == stall.MIN_LIMIT_S  # a whole CPU sample fits in it
+
+
+def test_time_spent_waiting_on_a_peer_is_not_owed():
+    """A trainer that waited 400 s for its batch and now trains is not 400 s idle (its last
+    CPU sample, taken while it waited, says idle)."""
+    clock = Clock(last_progress=0.0, last_work=0.0)
+    clock.waiting(400.0)  # rl saw it in a recorded wait at its last check
+    assert clock.last_progress == 400.0 and clock.last_work == 0.0
+    clock.record(500.0)
+    clock.waiting(900.0)
+    clock.record(910.0)
+    assert clock.longest_gap_s == 410.0  # the limit still follows the records' pace
 
 
 def test_an_answer_to_health_is_progress_but_not_work():
