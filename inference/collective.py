@@ -4,8 +4,9 @@ workers receive them through vLLM's weight-transfer engine (`gloo`, or vLLM's `n
 
 Consumes: {step, group, rank_offset, update_info} bodies from the orchestrator. Waits for:
 in-flight requests (pause mode), joining the group and the update, each within the group's
-`timeout_s`. A failed or timed-out receive leaves the model half-written and the trainer's
-copy gone, so the server refuses further swaps (503) and the run stops (or restarts) with it.
+`timeout_s` (the last two recorded as a wait on the trainer for `rl`, rlcore.waits). A failed or
+timed-out receive leaves the model half-written and the trainer's copy gone, so the server
+refuses further swaps (503) and the run stops (or restarts) with it.
 """
 
 import asyncio
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from inference.weight_dirs import WeightDirError
+from rlcore import waits
 from rlcore.collective import reach_group, worker_init_info
 from rlcore.rundir import RunDir
 from rlcore.weight_transfer import WeightLoader
@@ -71,15 +73,16 @@ class CollectiveLoader(WeightLoader):
                 f"receives over {ours}: set the same weight_transfer.backend on both")  # fmt: skip
         try:
             clock = [time.monotonic()]
-            if group["id"] != self.group_id:
-                await self.join(group, request["rank_offset"], timeout_s)
-            await self.wait_for("starting the update", self.engine.start_weight_update(), 60)
-            clock.append(time.monotonic())
-            update = {"update_info": request["update_info"]}
-            await self.wait_for(
-                f"receiving policy step {request['step']} from the trainer",
-                self.engine.collective_rpc("update_weights", kwargs=update), timeout_s,
-            )  # fmt: skip
+            with waits.waiting(f"policy step {request['step']}", "trainer"):
+                if group["id"] != self.group_id:
+                    await self.join(group, request["rank_offset"], timeout_s)
+                await self.wait_for("starting the update", self.engine.start_weight_update(), 60)
+                clock.append(time.monotonic())
+                update = {"update_info": request["update_info"]}
+                await self.wait_for(
+                    f"receiving policy step {request['step']} from the trainer",
+                    self.engine.collective_rpc("update_weights", kwargs=update), timeout_s,
+                )  # fmt: skip
             clock.append(time.monotonic())
             await self.wait_for("finishing the update", self.engine.finish_weight_update(),
                                 timeout_s)  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
-from rlcore import heap
+from rlcore import heap, waits
 from rlcore.entry import exit_with
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV, port_problem
@@ -194,6 +194,7 @@ def write_resolved_config(config: InferenceConfig) -> None:
     run_dir = RunDir(config.output_dir)
     run_dir.claim()
     write_config(config, run_dir.config_file(PROG))
+    waits.setup(run_dir.root, waits.component_name(PROG))  # what it waits for, for rl to read
 
 
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:

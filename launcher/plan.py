@@ -22,6 +22,7 @@ from rlcore.machine import (
 )
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
+from rlcore.waits import COMPONENT_ENV, server_name
 from rlcore.weight_transfer import LOOPBACK, Deployment, listen_port_here
 
 
@@ -77,6 +78,7 @@ class Plan:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
         env[LAUNCHER_ENV] = str(os.getpid())  # this launcher holds the run's lock for them
         env[ATTEMPT_ENV] = self.attempt
+        env[COMPONENT_ENV] = component  # the name its recorded waits go under (rlcore.waits)
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token
@@ -140,7 +142,7 @@ def assign_gpus(config: RLConfig, available: list[int], dry_run: bool) -> tuple[
 
 def inference_names(replicas: int) -> list[str]:
     """The inference processes' names: `inference`, then `inference-1`, `inference-2`, ..."""
-    return ["inference"] + [f"inference-{i}" for i in range(1, replicas)]
+    return [server_name(i) for i in range(replicas)]
 
 
 def replica_config(config: RLConfig, name: str):

@@ -58,11 +58,13 @@ class RLConfig(SharedOverrides):
     inference GPUs' neighbour or CPU."""
 
     stall_timeout_s: Annotated[float, Field(gt=0)] | None = None
-    """Stop the run when the trainer or orchestrator, not waiting on the other and idle, writes
-    no metrics record (or inference's /health does not answer) for this many seconds; None
+    """Stop the run when a component that waits on no other and uses no CPU makes no progress
+    for this many seconds (at least 10): the trainer or orchestrator writes no metrics record,
+    an inference server answers no /health or, while a peer waits on it, does no work. None
     follows the run's own pace: 5x the longest gap between a component's records (at least
-    180 s; 900 s before its first). A stopped process or the trainer and orchestrator waiting
-    on each other is named within a minute either way; stacks go to the logs first."""
+    180 s; 900 s before its first). A component that works, or waits on one that works, is
+    never stopped. A stopped process, or components waiting on each other, is named within a
+    minute either way; stacks go to the logs first."""
 
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
     """After a component fails, stop the run and restart all components from the latest

@@ -10,11 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.plan import Plan, numeric_choices, replica_config
-from launcher.stall import STOPPED_AFTER_S, Clock, WaitTimes, dump_stacks, is_stopped
+from launcher.stall import (
+    STOPPED_AFTER_S,
+    Clock,
+    Stall,
+    View,
+    WaitTimes,
+    dump_stacks,
+    find_stall,
+    is_stopped,
+)
 from rlcore import children, procs
 from rlcore.health import ForeignServer, probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
-from rlcore.protocol import HEALTH_ROUTE
 from rlcore.rundir import record_state
 
 STALLED = -1000
@@ -40,7 +48,7 @@ class Supervisor:
         self.stall_message = ""
         self.stopping = False
         self.last_health_probe = 0.0
-        self.waits = WaitTimes(self.run.root, plan.attempt)
+        self.waits = WaitTimes(self.run.root, plan.attempt, plan.inference_names)
         self.identity = procs.identity()
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
@@ -74,7 +82,7 @@ class Supervisor:
         watched = list(self.children.values())
         children.wait_healthy(servers, self.plan.server_nonce, timeout_s, watched)
         for child in self.children.values():
-            child.clock.last_progress = time.monotonic()
+            child.clock.start(time.monotonic())
 
     def healthy(self, name: str) -> bool:
         """Whether server `name` answers /health now, as this attempt's own."""
@@ -127,12 +135,13 @@ class Supervisor:
         self.last_health_probe = now
         for child in self.inference:
             if self.healthy(child.name):
-                child.clock.last_progress = time.monotonic()
+                child.clock.alive(time.monotonic())
 
     def check_stalls(self) -> tuple[str, str] | None:
-        """(component, message) for a stopped component, a trainer and orchestrator waiting on
-        each other, or a component past its progress limit (launcher.stall); None while all
-        move. The stalled component's stacks are then in its log."""
+        """(component, message) for a stopped component, components waiting on each other in
+        a circle, or the stuck root of a chain of waits (launcher.stall); None while every
+        component works, waits on one that works, or is within its limit. The blamed
+        components' stacks are then in their logs."""
         self.probe_inference()
         now = time.monotonic()
         for child in self.children.values():
@@ -145,52 +154,48 @@ class Supervisor:
                     f"not run for {now - child.clock.stopped_since:.0f} s; it was in {where}; "
                     f"the stacks of all its threads are at the end of {child.log}"
                 )
-        deadlock = self.waits.deadlock(now)
-        if deadlock is not None:
-            return "trainer", self.deadlock_message(deadlock)
-        return self.check_progress(now)
+        stall = find_stall(self.views(now))
+        return None if stall is None else (stall.name, self.describe_stall(stall))
 
-    def deadlock_message(self, deadlock: str) -> str:
-        places = []
-        for name in ("trainer", "orchestrator"):
-            child = self.children[name]
-            places.append(f"{name} in {dump_stacks(child.proc.pid, child.log)} ({child.log})")
-        return f"{deadlock}; " + ", ".join(places) + " (the stacks of all threads are there)"
-
-    def check_progress(self, now: float) -> tuple[str, str] | None:
-        """A trainer or orchestrator not waiting on a peer, without a new metrics record and
-        idle, or an inference server whose /health has not answered, past its limit."""
+    def views(self, now: float) -> dict[str, View]:
+        """Each live component's work (its CPU time, sampled), progress, limit and waits."""
         fixed = self.plan.config.stall_timeout_s
-        watched = [self.children[n] for n in ("orchestrator", "trainer") if n in self.children]
-        for child in watched:
-            child.clock.sample_cpu(child.proc.pid, now)
-        watched = [c for c in watched if self.waits.current(c.name, now) is None]
-        watched += self.inference
-        for child in sorted(watched, key=lambda c: c.clock.last_progress):  # longest first
-            idle_s, limit_s = now - child.clock.last_progress, child.clock.limit_s(fixed)
-            if idle_s <= limit_s:
+        live = {c.name for c in self.children.values() if c.proc.poll() is None}
+        views = {}
+        for child in self.children.values():
+            if child.name not in live:
                 continue
-            child = self.root_cause(child)
-            name = child.name
-            where = dump_stacks(child.proc.pid, child.log)
-            lacking = f"answered {HEALTH_ROUTE}" if child in self.inference else "made progress"
-            why = "stall_timeout_s" if fixed is not None else "its own step times"
-            return name, (
-                f"{name} has not {lacking} for {idle_s:.0f} s (limit {limit_s:.0f} s from "
-                f"{why}); it is waiting in {where}; the stacks of all its threads are at the "
-                f"end of {child.log}"
-            )
-        return None
+            clock = child.clock
+            clock.sample_cpu(child.proc.pid, now)
+            waits = self.waits.current(child.name, now, live)
+            if waits:
+                clock.waiting(now)
+            views[child.name] = View(
+                child.name, working=clock.working is not False,  # unknown yet: spared
+                idle_s=now - clock.last_progress, work_idle_s=now - clock.last_work,
+                limit_s=clock.limit_s(fixed),
+                limit_from="stall_timeout_s" if fixed is not None else "its own step times",
+                waits=waits,
+                owes_progress=child not in self.inference,
+                observable=not self.plan.wrappers.get(child.name),
+            )  # fmt: skip
+        return views
 
-    def root_cause(self, stalled: Child) -> Child:
-        """The component to blame for `stalled`: an inference server that does not answer
-        /health now (everything else waits on it), else `stalled` itself."""
-        if stalled in self.inference:
-            return stalled
-        for child in self.inference:
-            if not self.healthy(child.name):
-                return child
-        return stalled
+    def describe_stall(self, stall: Stall) -> str:
+        """The stall's message with where each blamed component is (its stacks dumped)."""
+        if stall.circle:
+            places = []
+            for name in stall.circle:
+                child = self.children[name]
+                places.append(f"{name} in {dump_stacks(child.proc.pid, child.log)} ({child.log})")
+            where = ", ".join(places)
+            return f"{stall.message}; {where} (the stacks of all threads are there)"
+        child = self.children[stall.name]
+        where = dump_stacks(child.proc.pid, child.log)
+        return (
+            f"{stall.message}; it is waiting in {where}; the stacks of all its threads are at "
+            f"the end of {child.log}"
+        )
 
     # -- stop --------------------------------------------------------------------------------
     def stop_all(self, grace_s: float) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import Rollout
+from rlcore import waits
 from rlcore.rundir import RunDir
 from rlcore.wandb_run import Relay, start_wandb
 
@@ -42,15 +43,18 @@ class Monitor:
         if self.wandb is None:
             return
         deadline = time.monotonic() + timeout_s
-        while True:
-            self.trainer.forward(self.wandb)
-            last = self.trainer.last_step
-            if last is None or final_trainer_step is None or last >= final_trainer_step:
-                break
-            if time.monotonic() > deadline:
-                logger.warning(f"W&B: the trainer's records after step {last} were not relayed")
-                break
-            time.sleep(1.0)
+        what = f"the trainer's records up to step {final_trainer_step}"
+        with waits.waiting(what, "trainer"):
+            while True:
+                self.trainer.forward(self.wandb)
+                last = self.trainer.last_step
+                if last is None or final_trainer_step is None or last >= final_trainer_step:
+                    break
+                if time.monotonic() > deadline:
+                    logger.warning(f"W&B: the trainer's records after step {last} were not "
+                                   "relayed")  # fmt: skip
+                    break
+                time.sleep(1.0)
         self.evals.forward(self.wandb)
         self.wandb.finish()
 

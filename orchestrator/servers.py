@@ -9,8 +9,10 @@ first swap and again only when a server refuses it (an inference restarted alone
 one).
 
 Consumes: `client.base_url` (one URL or a list), `<output_dir>/admin_token`. Produces:
-per-server request counts for the step's metrics. Waits for: nothing itself (the client's
-timeouts apply)."""
+per-server request counts for the step's metrics. Waits for: each server's answers, within the
+client's timeouts; while any request or swap is in flight on a server, the orchestrator records
+that it waits on that server (rlcore.waits: server i is the run's i-th inference server), so `rl`
+sees whom a slow batch waits on."""
 
 import asyncio
 import logging
@@ -29,9 +31,12 @@ from orchestrator.client import (
     update_weights,
     wait_for_server,
 )
+from rlcore import waits
 from rlcore.protocol import TOKENIZE_ROUTE, UPDATE_WEIGHTS_ROUTE
 
 logger = logging.getLogger("orchestrator")
+IN_FLIGHT = "completions for the rollouts in flight"
+"""The wait every generation and /tokenize request is in (one entry per server while any is)."""
 DOWN_S = 30.0
 """How long a server that failed a request is left out before it is tried again."""
 # As many connections as OpenAI's own client allows: the pool's client carries generation.
@@ -101,11 +106,13 @@ class ServerPool:
 
     @asynccontextmanager
     async def busy(self, index: int):
-        """Count a request in flight on server `index` while it runs."""
+        """Count a request in flight on server `index` while it runs (and record the wait on
+        that server for `rl`)."""
         server = self.servers[index]
         server.in_flight += 1
         try:
-            yield server
+            with waits.waiting(IN_FLIGHT, "inference", server=index):
+                yield server
         finally:
             server.in_flight -= 1
 
@@ -171,8 +178,7 @@ class ServerPool:
             self.token = self.read_token()
         answers = await asyncio.gather(
             *(
-                self._update_one(s, r, timeout_s or self.timeout_s)
-                for s, r in zip(self.servers, requests, strict=True)
+                self._update_one(i, r, timeout_s or self.timeout_s) for i, r in enumerate(requests)
             ),  # fmt: skip
             return_exceptions=True,
         )
@@ -182,16 +188,17 @@ class ServerPool:
         return self.common_answer(answers)
 
     async def _update_one(
-        self, server: Server, request: dict[str, Any], timeout_s: float
+        self, index: int, request: dict[str, Any], timeout_s: float
     ) -> dict[str, Any] | None:
-        token = self.token
-        try:
-            return await update_weights(self.http, server.base_url, request, timeout_s, token)
-        except AdminTokenError:
-            self.token = self.read_token()
-            if self.token == token:
-                raise
-            return await update_weights(self.http, server.base_url, request, timeout_s, self.token)
+        url, token = self.servers[index].base_url, self.token
+        with waits.waiting(f"the swap to {swap_target(request)}", "inference", server=index):
+            try:
+                return await update_weights(self.http, url, request, timeout_s, token)
+            except AdminTokenError:
+                self.token = self.read_token()
+                if self.token == token:
+                    raise
+                return await update_weights(self.http, url, request, timeout_s, self.token)
 
     def common_answer(self, answers: list[Any]) -> dict[str, Any] | None:
         """The servers' one answer: all swapped and serve the policy under one name, or none
@@ -215,3 +222,12 @@ class ServerPool:
                     "all of them or none)"
                 )
         return first
+
+
+def swap_target(request: dict[str, Any]) -> str:
+    """The policy a /update_weights body asks for, in words."""
+    if "step" in request:
+        return f"policy step {request['step']}"
+    if "weight_dir" in request:
+        return f"the policy in {request['weight_dir']}"
+    return "a new policy"

@@ -33,10 +33,11 @@ def fsync_tree(folder: Path) -> None:
     fsync_path(folder)
 
 
-def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
+def atomic_write_text(path: Path, text: str, mode: int | None = None, sync: bool = True) -> None:
     """Write `text` to `path` through a temporary sibling, fsync'd, then renamed. `mode` (None:
     the umask's default) is the file's from its creation on, so an owner-only file is never
-    readable by others, not even while it is written."""
+    readable by others, not even while it is written. `sync=False`: no fsync (live state that
+    nobody needs after a crash, written often)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.unlink(missing_ok=True)
@@ -45,12 +46,14 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_path(path.parent)
+    if sync:
+        fsync_path(path.parent)
 
 
 def append_line(path: Path, line: str) -> None:

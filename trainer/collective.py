@@ -5,8 +5,9 @@ dtype) into the inference workers' memory; nothing is written to `weights/`.
 Consumes: `transfer/request.json` (the orchestrator asks for the offered step) or
 `transfer/done` (no more asks). Produces: `transfer/offer.json`, then one broadcast per bucket
 from rank 0. Waits for: the ask, up to `data.wait_timeout_s` (the orchestrator asks at its next
-batch boundary); the group and each update, up to the transport's timeout. Every rank takes
-part (FSDP gathers each tensor with `full_tensor()`), only rank 0 broadcasts.
+batch boundary); the group and each update, up to the transport's timeout (both recorded for
+`rl`, rlcore.waits: the ask as a wait on the orchestrator, the send on every inference server).
+Every rank takes part (FSDP gathers each tensor with `full_tensor()`), only rank 0 broadcasts.
 """
 
 import logging
@@ -111,7 +112,8 @@ class CollectiveSender(WeightSender):
             asked = self.world.broadcast_object(self.wait_for_request(step))
         waited = time.perf_counter() - start
         if asked:
-            self.send()
+            with waits.waiting(f"inference to receive policy step {step}", "inference"):
+                self.send()
         sent_s = time.perf_counter() - start - waited if asked else 0.0
         self.timings = {"transfer_wait_s": waited, "transfer_send_s": sent_s}
 

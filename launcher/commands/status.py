@@ -30,11 +30,13 @@ def parser():
 
 
 def waiting(run_dir, name: str) -> str:
-    """What a live component records it is waiting for (rlcore.waits), as text."""
+    """What a live component records it is waiting for (rlcore.waits: each open wait), as
+    text."""
     record = waits.read(run_dir.root, name)
-    if not record or not record.get("waiting_for") or not pid_alive(record.get("pid")):
+    if not record or not pid_alive(record.get("pid")):
         return ""
-    return f", waiting for {record['waiting_for']} from the {record['peer']}"
+    found = [f"{w['waiting_for']} from {waits.peer_words(w)}" for w in waits.open_waits(record)]
+    return f", waiting for {'; '.join(found)}" if found else ""
 
 
 def run(args) -> int:

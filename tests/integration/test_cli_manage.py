@@ -52,8 +52,12 @@ def test_status_names_what_a_live_component_waits_for(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for name, pid in (("trainer", holder.pid), ("orchestrator", 999999999)):
-            record = {"component": name, "waiting_for": "batch 3", "peer": "orchestrator",
-                      "seq": 1, "pid": pid, "attempt": None}  # fmt: skip
+            record = {"component": name, "pid": pid, "attempt": None, "waits": [
+                {"id": 1, "waiting_for": "batch 3", "peer": "orchestrator", "server": None,
+                 "detail": None},
+                {"id": 2, "waiting_for": "policy step 2", "peer": "inference", "server": 1,
+                 "detail": None},
+            ]}  # fmt: skip
             waits.state_file(run.root, name).parent.mkdir(exist_ok=True)
             waits.state_file(run.root, name).write_text(json.dumps(record))
         result = rl("status", str(run.root))
@@ -61,7 +65,8 @@ def test_status_names_what_a_live_component_waits_for(tmp_path):
         holder.kill()
     assert result.returncode == 0, result.stderr
     lines = {line.split(":")[0]: line for line in result.stdout.splitlines()}
-    assert "waiting for batch 3 from the orchestrator" in lines["trainer"], result.stdout
+    trainer = lines["trainer"]
+    assert "waiting for batch 3 from the orchestrator; policy step 2 from inference-1" in trainer
     assert "waiting" not in lines["orchestrator"]  # its process is gone: no stale wait shown
 
 

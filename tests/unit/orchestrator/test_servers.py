@@ -225,3 +225,47 @@ def test_a_policy_served_by_plain_servers_stops_swapping():
     assert (
         swaps == [1] and not policy.can_update and policy.served_model == policy.config.model.name
     )
+
+
+# -- what the orchestrator records it waits on (rlcore.waits), for rl's stall watch ------------
+@pytest.fixture
+def board(tmp_path, monkeypatch):
+    """The orchestrator's recorded waits, as rl reads them: [(what, peer, server)] now."""
+    from rlcore import waits
+
+    monkeypatch.setattr(waits, "_board", None)
+    waits.setup(tmp_path, "orchestrator")
+    yield lambda: sorted(
+        (w["waiting_for"], w["peer"], w["server"])
+        for w in waits.open_waits(waits.read(tmp_path, "orchestrator"))
+    )
+    monkeypatch.setattr(waits, "_board", None)
+
+
+def test_requests_in_flight_are_a_recorded_wait_on_their_server(board):
+    seen = []
+
+    def handler(request):
+        seen.append((request.url.host, board()))
+        return httpx.Response(200, json={"count": 7})
+
+    pool = pool_answering(handler)
+    pool.servers[0].in_flight = 1  # busier: the request goes to the second server
+    assert asyncio.run(pool.tokenize({"messages": []})) == 7
+    assert seen == [("b", [("completions for the rollouts in flight", "inference", 1)])]
+    assert board() == []
+
+
+def test_a_swap_is_a_recorded_wait_on_each_server_until_it_answers(board):
+    seen = []
+
+    def handler(request):
+        seen.append((request.url.host, board()))
+        return ok(request)
+
+    pool = pool_answering(handler)
+    asyncio.run(pool.update_weights([{"step": 4}, {"step": 4}]))
+    for host, found in seen:
+        server = {"a": 0, "b": 1}[host]
+        assert ("the swap to policy step 4", "inference", server) in found, seen
+    assert board() == []
