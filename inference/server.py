@@ -25,6 +25,7 @@ from rlcore.health import port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.rundir import RunDir
+from rlcore.runguard import INFERENCE, open_run
 from rlcore.toml_io import write_config
 
 PROG = "inference"
@@ -189,10 +190,10 @@ def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
 
 
 def write_resolved_config(config: InferenceConfig) -> None:
-    """The first write into the run folder, so claim it first (a ConfigError when it is not
-    one: rlcore.ownership)."""
+    """The first write into the run folder, so claim it first: a ConfigError when it is not an
+    rl run, or new or empty, or another process holds it (rlcore.runguard)."""
     run_dir = RunDir(config.output_dir)
-    run_dir.claim()
+    open_run(run_dir.root, INFERENCE)
     write_config(config, run_dir.config_file(PROG))
 
 
