@@ -25,7 +25,7 @@ from rlcore.health import port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.rundir import RunDir
-from rlcore.runguard import INFERENCE, open_run
+from rlcore.runguard import INFERENCE, check_run, open_run
 from rlcore.toml_io import write_config
 
 PROG = "inference"
@@ -43,6 +43,7 @@ def run(config: InferenceConfig) -> None:
     try:
         model_path = resolve_served_model(config.model.name)
         check_port_free(config.server.host, config.server.port)
+        check_run(config.output_dir, INFERENCE)  # before vLLM's import: its kind, its holders
         os.environ.setdefault("VLLM_LOGGING_LEVEL", config.log.level.upper())
         on_cpu = setup_device_env(config)
         from inference.vllm_args import build_vllm_args
