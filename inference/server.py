@@ -25,6 +25,7 @@ from rlcore.health import SERVER_NONCE_ENV, port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.rundir import RunDir
+from rlcore.runguard import INFERENCE, check_run, open_run
 from rlcore.toml_io import write_config
 
 PROG = "inference"
@@ -42,6 +43,7 @@ def run(config: InferenceConfig) -> None:
     try:
         model_path = resolve_served_model(config.model.name)
         check_port_free(config.server.host, config.server.port)
+        check_run(config.output_dir, INFERENCE)  # before vLLM's import: its kind, its holders
         os.environ.setdefault("VLLM_LOGGING_LEVEL", config.log.level.upper())
         on_cpu = setup_device_env(config)
         from inference.vllm_args import build_vllm_args
@@ -189,10 +191,10 @@ def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
 
 
 def write_resolved_config(config: InferenceConfig) -> None:
-    """The first write into the run folder, so claim it first (a ConfigError when it is not
-    one: rlcore.ownership)."""
+    """The first write into the run folder, so claim it first: a ConfigError when it is not an
+    rl run, or new or empty, or another process holds it (rlcore.runguard)."""
     run_dir = RunDir(config.output_dir)
-    run_dir.claim()
+    open_run(run_dir.root, INFERENCE)
     write_config(config, run_dir.config_file(PROG))
     waits.setup(run_dir.root, waits.component_name(PROG))  # what it waits for, for rl to read
 

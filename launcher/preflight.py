@@ -12,8 +12,8 @@ from rlcore.errors import ConfigError
 from rlcore.health import port_holder, port_problem
 from rlcore.machine import differences
 from rlcore.models import model_folder
-from rlcore.ownership import check_claimable, read_run_id, remove_run_files, verified_run
-from rlcore.runlock import check_not_held, hold_run
+from rlcore.ownership import read_run_id, remove_run_files, verified_run
+from rlcore.runguard import RL, check_run, hold
 from rlcore.secrets import redact_command
 
 
@@ -105,16 +105,16 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     then only what a verified run created (rlcore.ownership)."""
     run = plan.run
     resume_step = plan.config.trainer.ckpt.resume_step
+    check_run(run.root, RL)  # an rl run, or new or empty; nobody else in it; no link out of it
     if read_run_id(run.root) is not None:
-        hold_run(run.root)  # a run that another rl is running is left alone (rlcore.runlock)
+        hold(run.root, RL)  # a run that another rl is running is left alone (rlcore.runlock)
         check_no_job(run, "output_dir")  # nor one a SLURM job may still be writing
     if clean and run.root.exists():
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         clean_run(run.root)
     recorded = read_choices(run.run_json) if resume_step is not None else {}
-    step = run.prepare_attempt(resume_step, produces=("rollouts", "weights"))
-    hold_run(run.root)  # a new folder has its marker now
+    step = run.prepare_attempt(resume_step, ("rollouts", "weights"), RL)  # claimed and held
     changed = differences(recorded, numeric_choices(plan)) if step else []
     if changed:
         print(f"rl: note: resuming step {step} with other numerics than the run had "
@@ -146,13 +146,11 @@ def clean_run(root: Path) -> None:
 def check_output_dir(plan: Plan, clean: bool) -> None:
     """What a start would refuse about output_dir, without writing (dry runs)."""
     root = plan.run.root
-    check_not_held(root)
-    if read_run_id(root) is not None:
-        check_no_job(plan.run, "output_dir")
     if clean and root.is_dir() and (read_run_id(root) is not None or any(root.iterdir())):
         verified_run(root, "--clean: output_dir")
-    else:
-        check_claimable(root)
+    check_run(root, RL)  # its kind, its holders, links, or a new or empty folder
+    if read_run_id(root) is not None:
+        check_no_job(plan.run, "output_dir")
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:

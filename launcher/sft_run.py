@@ -23,7 +23,8 @@ from rlcore.poll import (
     wait_until,
 )
 from rlcore.rundir import RunDir, record_state
-from rlcore.runlock import LAUNCHER_ENV, hold_run
+from rlcore.runguard import RL_SFT, check_run, hold
+from rlcore.runlock import LAUNCHER_ENV
 from rlcore.toml_io import write_config
 from trainer.sft.config import SFTConfig
 
@@ -96,15 +97,14 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
     from launcher.preflight import clean_run
     from rlcore.ownership import read_run_id
 
+    check_run(run.root, RL_SFT)  # an sft run, or new or empty; nobody else in it; no links
     if read_run_id(run.root) is not None:
-        hold_run(run.root)
+        hold(run.root, RL_SFT)
     if clean and run.root.exists():
         if config.ckpt.resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         clean_run(run.root)
-    step = run.prepare_attempt(config.ckpt.resume_step, produces=("weights",))
-    hold_run(run.root)
-    return step
+    return run.prepare_attempt(config.ckpt.resume_step, ("weights",), RL_SFT)
 
 
 def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:

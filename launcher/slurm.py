@@ -25,7 +25,7 @@ from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV
 from rlcore.rundir import record_state
-from rlcore.runlock import hold_run
+from rlcore.runguard import RL, open_run
 from rlcore.user_files import read_user_text
 
 MASTER_PORT = 29517
@@ -104,8 +104,7 @@ def submit(plan, write_configs) -> int:
     run = plan.run
     text = job_script(plan, run.config_file("rl"))  # a bad template is refused before a write
     check_no_job(run, "output_dir")
-    run.claim()
-    hold_run(run.root)  # never beside another rl, nor a component started alone, in this folder
+    open_run(run.root, RL)  # an rl run, never beside another rl nor a component started alone
     write_configs(plan)
     os.environ.update(plan.secret_env)  # sbatch exports them to the job, never to a file
     run.logs.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from rlcore.health import SERVER_NONCE_ENV
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
 from rlcore.rundir import RunDir
+from rlcore.runguard import ORCHESTRATOR
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
@@ -318,7 +319,7 @@ async def setup_client(config: OrchestratorConfig, run_dir: RunDir) -> PooledCli
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:
     """The concrete step to resume from (None: fresh start); drops the batches that step will
     regenerate (and, on a fresh start, every batch of an earlier attempt)."""
-    step = run_dir.prepare_attempt(config.ckpt.resume_step, ("rollouts",), join=True)
+    step = run_dir.prepare_attempt(config.ckpt.resume_step, ("rollouts",), ORCHESTRATOR)
     if step is None:
         if config.ckpt.resume_step == -1:
             logger.info(f"no complete checkpoint in {run_dir.checkpoints}: starting fresh")

@@ -31,14 +31,21 @@ _TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$|^\.shared-probe-")
 
 def read_run_id(root: Path) -> str | None:
     """The run id in `root`'s marker; None when there is no readable marker."""
+    run_id = read_marker(root).get("run_id")
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def read_marker(root: Path) -> dict:
+    """The marker's record (run_id, and since runs record it, kind and entry); {} when there is
+    no readable marker."""
     marker = root / RUN_MARKER
     if marker.is_symlink() or not marker.is_file():
-        return None
+        return {}
     try:
-        run_id = json.loads(marker.read_text()).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return run_id if isinstance(run_id, str) and run_id else None
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def protected_reason(folder: Path) -> str | None:
@@ -64,10 +71,13 @@ def _contents(folder: Path, limit: int = 5) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def claim(root: Path, key: str = "output_dir") -> str:
+def claim(root: Path, key: str = "output_dir", kind: str | None = None,
+          entry: str | None = None) -> str:  # fmt: skip
     """Make sure `root` is a run folder and return its id: a run's folder as it is; a new or
-    empty folder gets the marker; anything else (a file, a protected folder, a folder with
-    other contents) is a ConfigError naming `key`."""
+    empty folder gets the marker (recording the run's `kind` and the `entry` point that made
+    it, rlcore.runguard); anything else (a file, a protected folder, a folder with other
+    contents) is a ConfigError naming `key`. Entry points claim through rlcore.runguard, which
+    also checks the run's kind and holders."""
     run_id = read_run_id(root)
     if run_id is not None:
         return run_id
@@ -95,7 +105,7 @@ def claim(root: Path, key: str = "output_dir") -> str:
             f"{key} = {str(root)!r} cannot be created ({err.strerror or err}): pick another "
             "--output-dir"
         ) from None
-    return _write_marker(root)
+    return _write_marker(root, kind, entry)
 
 
 def _check_creatable(root: Path, key: str) -> None:
@@ -131,12 +141,13 @@ def _only_markers(folder: Path) -> bool:
     return all(p.name.startswith((RUN_MARKER, f".{RUN_MARKER}.tmp")) for p in folder.iterdir())
 
 
-def _write_marker(root: Path) -> str:
+def _write_marker(root: Path, kind: str | None = None, entry: str | None = None) -> str:
     """Create the marker exclusively: of two processes claiming one folder, both end with the
-    winner's id."""
+    winner's id. It is never rewritten (its inode carries the run's lock, rlcore.runlock)."""
     root.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:16]
     record = {"run_id": run_id, "created": time.time(), "folder": str(root.resolve())}
+    record.update({k: v for k, v in (("kind", kind), ("entry", entry)) if v is not None})
     tmp = root / f".{RUN_MARKER}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.write_text(json.dumps(record) + "\n")
     try:

@@ -21,8 +21,8 @@ import psutil
 from rlcore import attempt
 from rlcore.errors import ConfigError
 from rlcore.files import append_line, atomic_write_text, fsync_tree
-from rlcore.ownership import check_claimable, claim
-from rlcore.runlock import join_run
+from rlcore.ownership import claim
+from rlcore.runguard import RL, Entry, check_run, open_run
 
 COMPONENTS = ("trainer", "orchestrator", "inference")
 """The three processes of a run (each has its config and log file here)."""
@@ -184,11 +184,12 @@ class RunDir:
         return True
 
     # -- the lifecycle of an attempt -----------------------------------------------------------
-    def check_attempt(self, resume_step: int | None) -> int | None:
-        """The concrete step a new attempt resumes from (None: a fresh start), without touching
-        anything. A fresh start in a directory that holds complete checkpoints is refused: they
-        are never overwritten silently."""
-        check_claimable(self.root)
+    def check_attempt(self, resume_step: int | None, entry: Entry = RL) -> int | None:
+        """The concrete step a new attempt of `entry` resumes from (None: a fresh start),
+        without touching anything: the folder passes `entry`'s guard (rlcore.runguard: its kind,
+        holders, links), and a fresh start in a directory that holds complete checkpoints is
+        refused: they are never overwritten silently."""
+        check_run(self.root, entry)
         complete = self.complete_checkpoints()
         if resume_step is None and complete:
             raise ConfigError(
@@ -211,14 +212,13 @@ class RunDir:
                 raise AssertionError(f"unknown run-directory output {kind!r}")
 
     def prepare_attempt(
-        self, resume_step: int | None, produces: Iterable[str], join: bool = False
+        self, resume_step: int | None, produces: Iterable[str], entry: Entry = RL
     ) -> int | None:
-        """`check_attempt`, then `claim` (and, for a component, `join_run`: never beside a
-        running `rl`) and `drop_stale` for the outputs this process produces."""
-        step = self.check_attempt(resume_step)
-        self.claim()
-        if join:
-            join_run(self.root)
+        """`check_attempt`, then claim and hold the folder as `entry` does (rlcore.runguard:
+        a component alone never beside a running `rl`) and `drop_stale` for the outputs this
+        process produces."""
+        step = self.check_attempt(resume_step, entry)
+        open_run(self.root, entry)
         self.drop_stale(step or 0, produces)
         return step
 

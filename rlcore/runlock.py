@@ -47,23 +47,28 @@ def join_run(root: Path) -> None:
         hold_run(root, shared=True)
 
 
-def check_not_held(root: Path) -> None:
-    """`hold_run`'s refusal without keeping the lock (dry runs): probed exclusively, so any
-    holder (an `rl`, or a trainer or orchestrator started alone) is reported, as a start
-    would be refused by it."""
+def check_not_held(root: Path, shared: bool = False, what: str = "output_dir") -> None:
+    """`hold_run`'s refusal without keeping the lock (checks before a start, dry runs): probed
+    exclusively, so any holder (an `rl`, or a trainer or orchestrator started alone) is
+    reported, as an exclusive start would be refused by it; `shared`, only an exclusive holder.
+    A folder this process holds already passes."""
     marker = root / RUN_MARKER
-    if marker.is_file() and not marker.is_symlink():
-        fd = _lock(root, fcntl.LOCK_EX)
-        if fd is not None:
-            os.close(fd)
+    if root.resolve() in _held or not marker.is_file() or marker.is_symlink():
+        return
+    fd = _lock(root, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, what)
+    if fd is not None:
+        os.close(fd)
 
 
 @contextmanager
-def locked(root: Path, what: str = "output_dir", shared: bool = False) -> Iterator[None]:
+def locked(
+    root: Path, what: str = "output_dir", shared: bool = False, fix: str | None = None
+) -> Iterator[None]:
     """Hold the run in `root` while the body runs, then let go: exclusively (`rl delete`: a
     ConfigError naming `what`, the folder and every holder when anyone else holds it) or
-    `shared` (`rl export` into a run: refused only beside a running `rl`)."""
-    fd = _lock(root, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, what)
+    `shared` (`rl export` into a run: refused only beside a running `rl`); `fix` replaces the
+    refusal's advice."""
+    fd = _lock(root, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, what, fix)
     try:
         yield
     finally:
@@ -71,7 +76,9 @@ def locked(root: Path, what: str = "output_dir", shared: bool = False) -> Iterat
             os.close(fd)
 
 
-def _lock(root: Path, operation: int, what: str = "output_dir") -> int | None:
+def _lock(
+    root: Path, operation: int, what: str = "output_dir", fix: str | None = None
+) -> int | None:
     """The marker's descriptor, locked with `operation`; None where the filesystem has no
     locks; a ConfigError when another process holds a conflicting lock."""
     marker = root / RUN_MARKER
@@ -87,21 +94,24 @@ def _lock(root: Path, operation: int, what: str = "output_dir") -> int | None:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError(in_use_message(root, what)) from None
+        raise ConfigError(in_use_message(root, what, fix)) from None
     except OSError:
         os.close(fd)  # no locks on this filesystem
         return None
     return fd
 
 
-def in_use_message(root: Path, what: str = "output_dir") -> str:
-    """Who holds the run in `root` (every holder, shared ones included) and what to do."""
+def in_use_message(root: Path, what: str = "output_dir", fix: str | None = None) -> str:
+    """Who holds the run in `root` (every holder, shared ones included) and what to do (`fix`,
+    when given)."""
     holders = lock_holders(root)
     if holders:
         by = "; ".join(holders)
     else:
         by = f"another rl{holder(root)} or a trainer or orchestrator started alone there"
-    if what == "output_dir":
+    if fix is not None:
+        pass
+    elif what == "output_dir":
         fix = (
             f"Wait for it to finish, stop it (`rl stop {root}` for an rl), or pick another "
             "--output-dir"

@@ -23,7 +23,7 @@ from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.protocol import BatchTensors
 from rlcore.rundir import RunDir, is_checkpoint_step
-from rlcore.runlock import join_run
+from rlcore.runguard import TRAINER, open_run
 from rlcore.toml_io import write_config
 from rlcore.weight_transfer import WeightSender
 from trainer.attention import shared_prompt_blocker
@@ -105,10 +105,10 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     ConfigError before anything is written."""
     run_dir = RunDir(config.output_dir)
     # A checkpoint may complete while ranks look: every rank takes rank 0's answer.
-    resume_step = world.broadcast_object(run_dir.check_attempt(config.ckpt.resume_step))
+    step = run_dir.check_attempt(config.ckpt.resume_step, TRAINER)
+    resume_step = world.broadcast_object(step)
     if world.is_main:
-        run_dir.claim()
-        join_run(run_dir.root)  # alone: never beside a running rl (rlcore.runlock)
+        open_run(run_dir.root, TRAINER)  # alone: never beside a running rl (rlcore.runguard)
         waits.setup(run_dir.root, "trainer")  # what it waits for, for rl to read
         place_weights(run_dir, config.weight_transfer.weights_root())
         run_dir.drop_stale(resume_step or 0, produces=("weights",))

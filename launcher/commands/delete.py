@@ -5,21 +5,13 @@ import sys
 from pathlib import Path
 
 from launcher.commands.base import ask, command_parser
-from launcher.commands.runs import (
-    RUN_HELP,
-    disk_use_gib,
-    find_run,
-    is_plain_name,
-    launcher_running,
-    looks_like_run,
-    read_state,
-    run_candidates,
-)
+from launcher.commands.runs import RUN_HELP, disk_use_gib, find_run, launcher_running, read_state
 from launcher.slurm import check_no_job
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_ENTRIES, remove_run_files, verified_run
 from rlcore.paths import user_path
 from rlcore.rundir import RunDir
+from rlcore.runguard import is_plain_name, looks_like_run, run_candidates
 from rlcore.runlock import locked
 
 NAME = "delete"

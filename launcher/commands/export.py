@@ -10,17 +10,15 @@ checkpoint (the fp32 master copy) or, when there is none, from its published `we
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from launcher.lockfile import check_writable
 from rlcore.errors import ConfigError
-from rlcore.ownership import read_run_id
 from rlcore.paths import path_arg
 from rlcore.rundir import RunDir, steps_in
-from rlcore.runlock import locked
+from rlcore.runguard import writing_into
 
 NAME = "export"
 HELP = "the trained policy as a full HF folder (a LoRA adapter merged into the base)"
@@ -70,12 +68,6 @@ def pick_source(run: RunDir, step: int | None) -> tuple[int, str]:
     )
 
 
-def enclosing_run(out: Path) -> Path | None:
-    """The run folder (rlcore.ownership's marker) that `out` is in, if any: the export writes
-    into it only under its lock, like a component started alone."""
-    return next((p for p in (out, *out.parents) if read_run_id(p) is not None), None)
-
-
 def check_out(out: Path) -> Path:
     """A new or empty folder whose parent can be written (the export goes to a sibling first),
     checked before the export starts."""
@@ -93,8 +85,7 @@ def run(options) -> int:
     what = "LoRA adapter merged into the base" if config.lora else "fully fine-tuned model"
     print(f"rl: exporting step {step} ({what}, from its {kind}) of {run.root} to {out}")
     start = time.monotonic()
-    owner = enclosing_run(out)
-    with locked(owner, "--out", shared=True) if owner else nullcontext():
+    with writing_into(out, "--out"):  # in a run: under its lock (rlcore.runguard)
         dtype = run_export(run, step, kind, out, options.dtype)
     size = sum(f.stat().st_size for f in out.rglob("*.safetensors")) / 2**20
     print(f"rl: wrote {out} ({size:.0f} MB of {dtype} weights, {time.monotonic() - start:.1f} s)")

@@ -13,6 +13,7 @@ from launcher.commands.base import command_parser
 from launcher.commands.tasks import check_out, check_servers, print_local_commands, write_dataset
 from rlcore.errors import ConfigError
 from rlcore.paths import user_path
+from rlcore.runguard import writing_into
 from rlcore.secrets import REDACTED, redact_urls
 
 NAME = "hf"
@@ -59,9 +60,11 @@ def run(args) -> int:
     check_servers(tasks, args.file)
     token = None if args.no_push else hub_token()
     print_local_commands(tasks)
-    write_dataset(tasks, folder)
-    update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),
-                                     "updated_at": now_iso()}})  # fmt: skip
+    # In a run folder only under its lock, never beside a running rl (rlcore.runguard).
+    with writing_into(folder, "--name"), writing_into(LOCK_FILE.absolute(), "the lock file"):
+        write_dataset(tasks, folder)
+        update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),
+                                         "updated_at": now_iso()}})  # fmt: skip
     print(f"rl: {len(tasks)} task(s) checked, saved to {folder}; rl.lock.yaml's primary "
           f"dataset is {args.name}")  # fmt: skip
     if not args.no_push:

@@ -14,6 +14,7 @@ from typing import Any
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.runguard import writing_into
 
 NAME = "init"
 HELP = "write a workflow config from an MCP environment's tools, or print an rl.toml"
@@ -105,8 +106,10 @@ def run(args) -> int:
     check_before_writing(args, out, name, spec)
     tools = list_tools(name, spec)
     workflow = workflow_of(name, args.target or args.tasks, tools)
-    write_yaml(out, workflow, FILE_HEADER.format(out=out))
-    update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
+    # In a run folder only under its lock, never beside a running rl (rlcore.runguard).
+    with writing_into(out.absolute(), "-o"), writing_into(LOCK_FILE.absolute(), "the lock file"):
+        write_yaml(out, workflow, FILE_HEADER.format(out=out))
+        update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
     print(f"rl: wrote {out} and {LOCK_FILE} ({len(tools)} tools: "
           f"{', '.join(t['name'] for t in tools)})")  # fmt: skip
     print(f"rl: next: `rl hf tasks.json --name ORG/NAME`, then `rl --config {out}`")

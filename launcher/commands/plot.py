@@ -6,6 +6,7 @@ from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.runguard import writing_into
 
 NAME = "plot"
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -22,14 +23,19 @@ def parser():
 
 
 def run(args) -> int:
-    from launcher.plot import plot_run
+    from launcher.plot import PLOT_FILE, plot_run
 
     run_dir = find_run(args.run)
     if not run_dir.metrics.exists():
         raise ConfigError(f"{run_dir.metrics} does not exist: nothing to plot yet")
     if args.out is not None:
         check_out(args.out)
-    print(f"rl: wrote {plot_run(run_dir, args.out)}")
+    out = args.out or run_dir.root / PLOT_FILE
+    fix = (f"Plot it elsewhere while it runs (`rl plot {args.run} --out plot.png`), or wait for "
+           "it to finish")  # fmt: skip
+    # Into a run only under its lock (never beside a running rl), never through a link.
+    with writing_into(out, "--out" if args.out else "RUN", fix):
+        print(f"rl: wrote {plot_run(run_dir, out)}")
     return 0
 
 

@@ -10,53 +10,22 @@ from pathlib import Path
 
 import psutil
 
-from rlcore import procs
+from rlcore import procs, runguard
 from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
 from rlcore.ownership import RUN_MARKER, read_run_id
-from rlcore.paths import user_path
 from rlcore.rundir import RunDir
+from rlcore.runguard import looks_like_run
 from rlcore.runlock import pid_alive
 
-LEGACY_CONFIGS = ("rl", "trainer", "orchestrator", "inference")
 RUN_HELP = "a run's name under outputs/, or the path of a run folder"
 
 
-def looks_like_run(folder: Path) -> bool:
-    """A folder rl marked as a run, or one an older rl left (run.json or configs/); enough for
-    reading it, never for deleting from it."""
-    if not folder.is_dir():
-        return False
-    known = (RUN_MARKER, "run.json", *(f"configs/{c}.toml" for c in LEGACY_CONFIGS))
-    return any((folder / name).exists() for name in known)
-
-
-def is_plain_name(name: str) -> bool:
-    return name not in ("", ".", "..") and os.sep not in name and "/" not in name
-
-
-def run_candidates(name: str) -> list[Path]:
-    """The folders a RUN argument may mean, as given (not resolved): a plain name is a run
-    under outputs/, else a folder of that name here; anything else is a path."""
-    if is_plain_name(name):
-        return [RUNS_ROOT / name, Path(name)]
-    user_path(name, "RUN")  # an empty or unusable path is an error naming RUN
-    return [Path(name).expanduser()]
-
-
 def find_run(name: str) -> RunDir:
-    """The run `name` means (`run_candidates`), its folder absolute and resolved
-    (rlcore.paths); taken only if it is a run."""
-    candidates = run_candidates(name)
-    for folder in candidates:
-        if looks_like_run(folder):
-            return RunDir(user_path(folder, "RUN"))
-    if len(candidates) == 2:
-        found = f"neither {str(candidates[0])!r} nor {str(candidates[1])!r} is a run folder"
-    else:
-        found = f"{str(candidates[0])!r} is not a run folder"
-    raise ConfigError(f"no run {name!r}: {found}; `rl list` shows the runs under {RUNS_ROOT}/")
+    """The run `name` means (rlcore.runguard.find_run: a name under outputs/, or a path),
+    its folder absolute and resolved; taken only if it is a run."""
+    return RunDir(runguard.find_run(name))
 
 
 def latest_run() -> RunDir:

@@ -8,6 +8,7 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.runguard import writing_into
 from rlcore.secrets import redact_command
 
 NAME = "tasks"
@@ -81,7 +82,8 @@ def run(args) -> int:
         raise ConfigError(str(err)) from None
     check_servers(tasks, args.file)
     print_local_commands(tasks)
-    write_dataset(tasks, folder)
+    with writing_into(folder.absolute(), "--out"):  # in a run: under its lock (rlcore.runguard)
+        write_dataset(tasks, folder)
     servers = sorted({next(iter(t["mcp_config"])) for t in tasks})
     print(f"rl: {len(tasks)} task(s) checked (servers: {', '.join(servers)}), written to {folder}")
     print("rl: train on them with these lines in rl.toml (or orch.toml without `orchestrator.`):")

@@ -5,7 +5,6 @@
 --step N`), or whatever a running server serves (`client.base_url`).
 """
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, model_validator
@@ -105,9 +104,3 @@ class EvalsConfig(BaseConfig):
                 "--watch swaps each new policy into a server of its own; drop --client.base-url"
             )
         return self
-
-
-def run_path(value: str) -> Path:
-    """A run given by path, or by name under outputs/."""
-    path = Path(value).expanduser()
-    return path if path.exists() or path.is_absolute() else RUNS_ROOT / value

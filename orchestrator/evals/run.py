@@ -5,6 +5,7 @@ examples with seeded rollouts, then results.jsonl, summary.json and the table.""
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from contextlib import contextmanager, nullcontext
@@ -12,26 +13,30 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from orchestrator.evals.config import EvalsConfig, run_path
+from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, table, write_results
 from orchestrator.seeds import eval_seeds
 from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.machine import differences, probe, serving_dtypes
-from rlcore.ownership import claim
+from rlcore.runguard import EVALS, find_run, mark_own, open_run, replace_own
+from rlcore.runlock import LAUNCHER_ENV
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
 
 
 def run(config: EvalsConfig) -> dict[str, dict]:
+    source = find_run(config.run, "--run") if config.run is not None else None
     out = config.output_dir
-    claim(out)  # a new or empty folder, or one this tool made: never a user's folder
+    run_id = open_run(out, EVALS)  # an eval run, or new or empty; checked before any write
     write_config(config, out / "eval.toml")
-    model = policy_folder(config, out) if config.run is not None else config.model.name
-    if config.run is not None and not config.client.base_url:
-        note_other_numerics(config)
+    model = config.model.name
+    if source is not None:
+        model = policy_folder(source, config.step, out, run_id)
+        if not config.client.base_url:
+            note_other_numerics(config, source)
     started = time.monotonic()
     with serving(config, model) as urls:
         rows = asyncio.run(evaluate(config, urls, model))
@@ -42,11 +47,12 @@ def run(config: EvalsConfig) -> dict[str, dict]:
     return summary
 
 
-def note_other_numerics(config: EvalsConfig) -> None:
-    """Say so when this machine serves the run's policy with other numerics (ISA, dtypes) than
-    the run's own inference had: its scores may then differ in the last bits."""
+def note_other_numerics(config: EvalsConfig, source: Path) -> None:
+    """Say so when this machine serves the policy of the run in `source` with other numerics
+    (ISA, dtypes) than the run's own inference had: its scores may then differ in the last
+    bits."""
     try:
-        recorded = json.loads((run_path(config.run) / "run.json").read_text())
+        recorded = json.loads((source / "run.json").read_text())
     except (OSError, ValueError):
         return
     choices = recorded.get("numeric_choices") if isinstance(recorded, dict) else None
@@ -98,27 +104,28 @@ def env_labels(config: EvalsConfig) -> list[str]:
     return [i if ids.count(i) == 1 else f"{i}#{n}" for n, i in enumerate(ids)]
 
 
-def policy_folder(config: EvalsConfig, out: Path) -> str:
-    """The run's policy at `step` as a full HF folder (`rl export`: its weights or checkpoint,
-    a LoRA adapter merged)."""
+def policy_folder(source: Path, step: int, out: Path, run_id: str) -> str:
+    """The policy of the run in `source` at `step` as a full HF folder in `out/policy` (`rl
+    export`: its weights or checkpoint, a LoRA adapter merged), marked as this evaluation's
+    own: only its own earlier export is ever replaced (rlcore.runguard)."""
     folder = out / "policy"
-    if folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)  # this evaluation's own earlier export
-    export_policy(config.run, config.step, folder)
+    replace_own(folder, run_id)
+    export_policy(source, step, folder)
+    mark_own(folder, run_id, out)
     return str(folder)
 
 
-def export_policy(run: str, step: int, folder: Path) -> None:
-    """`rl export RUN --step STEP --out FOLDER` (-1: the newest step); a ConfigError with its
-    message when it fails."""
-    command = [sys.executable, "-m", "launcher.rl", "export", str(run_path(run)), "--out",
+def export_policy(source: Path, step: int, folder: Path) -> None:
+    """`rl export RUN --step STEP --out FOLDER` (-1: the newest step) into this evaluation's
+    folder, which this process holds (LAUNCHER_ENV: the export writes under its lock); a
+    ConfigError with its message when it fails."""
+    command = [sys.executable, "-m", "launcher.rl", "export", str(source), "--out",
                str(folder)]  # fmt: skip
     command += ["--step", str(step)] if step != -1 else []
-    done = children.run(command, capture_output=True, text=True)
+    env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
+    done = children.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise ConfigError(f"--run {run} --step {step}: " +
+        raise ConfigError(f"--run {source} --step {step}: " +
                           done.stderr.strip().removeprefix("rl export: error: "))  # fmt: skip
     logger.info(done.stdout.strip().splitlines()[0])
 

@@ -13,19 +13,18 @@ watch started again in the same output_dir skips the steps it already evaluated.
 
 import asyncio
 import logging
-import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from orchestrator.evals.config import EvalsConfig, run_path
+from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import evaluate, export_policy, summarize
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import table, write_results
 from rlcore.admin_token import read_token
 from rlcore.errors import ConfigError
-from rlcore.ownership import claim, read_run_id
 from rlcore.rundir import RunDir, step_name, steps_in
+from rlcore.runguard import EVALS, find_run, mark_own, open_run, replace_own
 from rlcore.runlock import lock_holders
 from rlcore.toml_io import write_config
 from rlcore.wandb_run import continue_wandb
@@ -35,15 +34,12 @@ COMPONENT = "evals"
 
 
 def watch(config: EvalsConfig) -> None:
-    run = RunDir(run_path(config.watch))
-    if read_run_id(run.root) is None:
-        raise ConfigError(f"watch = {config.watch!r}: {run.root} is not a run folder (no "
-                          "marker): give a run's folder or its name under outputs/")  # fmt: skip
+    run = RunDir(find_run(config.watch, "--watch"))
     out = config.output_dir
-    claim(out)  # a new or empty folder, or one this tool made: never a user's folder
+    run_id = open_run(out, EVALS)  # an eval run, or new or empty; checked before any write
     write_config(config, out / "eval.toml")
     done = evaluated_steps(out)
-    server = Server(config, out)
+    server = Server(config, out, run_id)
     wandb = RunWandb(run)
     print(f"evals: watching {run.root} (evaluated already: {sorted(done) or 'none'})", flush=True)
     with ExitStack() as stack:
@@ -59,13 +55,14 @@ def watch(config: EvalsConfig) -> None:
             if len(new) > 1:
                 logger.info(f"evaluating step {step}; skipped steps {new[:-1]} to keep up")
             folder = out / "policy" if server.url is None else server.weights / step_name(step)
-            shutil.rmtree(folder, ignore_errors=True)  # this watch's own unfinished export
+            replace_own(folder, run_id)  # this watch's own earlier export, never another's
             try:
-                export_policy(str(run.root), step, folder)
+                export_policy(run.root, step, folder)
             except ConfigError as err:  # pruned by the run meanwhile: the next one will do
                 logger.warning(f"step {step} could not be exported ({err}); going on")
                 done.add(step)
                 continue
+            mark_own(folder, run_id, out)
             server.serve(stack, folder, step)
             rows = asyncio.run(evaluate(config, [server.url], server.model))
             summary = summarize(config, rows)
@@ -80,8 +77,8 @@ def watch(config: EvalsConfig) -> None:
 class Server:
     """The watch's one inference server: started on the first policy, then swapped."""
 
-    def __init__(self, config: EvalsConfig, out: Path):
-        self.config, self.out = config, out
+    def __init__(self, config: EvalsConfig, out: Path, run_id: str):
+        self.config, self.out, self.run_id = config, out, run_id
         self.url: str | None = None
         self.model = str(out / "policy")
         self.weights = RunDir(out / "server").weights
@@ -98,7 +95,7 @@ class Server:
         asyncio.run(self.swap(folder))
         logger.info(f"the server now serves step {step}")
         if self.current is not None:
-            shutil.rmtree(self.current, ignore_errors=True)  # the export this watch made
+            replace_own(self.current, self.run_id)  # the export this watch made
         self.current = folder
 
     async def swap(self, folder: Path) -> None:

@@ -137,10 +137,10 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
     ("args", "words"),
     [
         (["--step", "3"], "step = 3 needs `run`"),
-        (["--run", "no-such-run"], "--run no-such-run --step -1:"),
+        (["--run", "no-such-run"], "--run: no run 'no-such-run'"),
         (["--eval.env", "[]"], "eval.env is empty"),
         (["--watch", "a", "--run", "b"], "give one (--watch follows a run"),
-        (["--watch", "no-such-run"], "is not a run folder"),
+        (["--watch", "no-such-run"], "--watch: no run 'no-such-run'"),
     ],
 )
 def test_bad_input_exits_2_naming_the_key(tiny_model_dir, tmp_path, args, words):

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -49,16 +50,27 @@ RESTART_CASES = cases([(t, c) for t in TRANSPORTS for c in ("trainer", "inferenc
 
 
 def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) -> None:
-    """The run reached its last checkpoint with one trainer record per step, and the last
-    policy reached inference (written to weights/ or sent over the collective)."""
+    """The run reached its last checkpoint with one trainer record per step, and the policies
+    reached inference: on the filesystem transport the last one is written to weights/; on
+    the collective one, checked across two processes' records, every batch the orchestrator
+    generated came from a policy that inference says it swapped in (or the base model, step
+    0), and none older than async_level allows (batch n from a policy >= n - async_level)."""
     assert run.latest_checkpoint() == max_steps
     records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
     trainer = [r for r in records if r["component"] == "trainer"]
     assert {r["step"] for r in trainer} == set(range(1, max_steps + 1))
     if transport == "filesystem":
         assert run.weights_stable(max_steps)
-    else:
-        assert "now serving step_" in run.log_file("inference").read_text()
+        return
+    log = run.log_file("inference").read_text()
+    served = {int(step) for step in re.findall(r"now serving step_(\d+) ", log)}
+    async_level = tomllib.loads(run.config_file("orchestrator").read_text())["async_level"]
+    batches = [r for r in records if r["component"] == "orchestrator" and "policy_step" in r]
+    assert {r["step"] for r in batches} == set(range(max_steps)), batches
+    for batch in batches:
+        policy = batch["policy_step"]
+        assert policy >= batch["step"] - async_level, (batch["step"], policy, async_level)
+        assert policy == 0 or policy in served, (batch["step"], policy, sorted(served))
 
 
 QUICKSTART = REPO / "configs" / "quickstart"

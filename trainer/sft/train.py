@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlcore import runguard
 from rlcore.errors import ConfigError
 from rlcore.models import resolve_model
 from rlcore.rundir import RunDir, is_checkpoint_step
@@ -106,7 +107,7 @@ def setup_run_dir(config: SFTConfig, world: World) -> tuple[RunDir, int | None]:
     run_dir = RunDir(config.output_dir)
     resume_step = None
     if world.is_main:
-        resume_step = run_dir.prepare_attempt(config.ckpt.resume_step, ("weights",), join=True)
+        resume_step = run_dir.prepare_attempt(config.ckpt.resume_step, ("weights",), runguard.SFT)
     resume_step = world.broadcast_object(resume_step)
     world.barrier()
     return run_dir, resume_step

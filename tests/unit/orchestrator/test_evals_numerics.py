@@ -26,7 +26,7 @@ def test_another_isa_is_named(tmp_path, caplog):
     other = "amx" if probe().isa != "amx" else "avx2"
     run = recorded_run(tmp_path, isa=other, **{"inference.model.dtype": "float32"})
     with caplog.at_level(logging.WARNING, logger="orchestrator"):
-        note_other_numerics(evals_config(run, model={"dtype": "float32"}))
+        note_other_numerics(evals_config(run, model={"dtype": "float32"}), run)
     assert f"isa {other} -> {probe().isa}" in caplog.text
     assert "inference.model.dtype" not in caplog.text  # the same: not named
 
@@ -37,7 +37,7 @@ def test_the_same_numerics_or_an_older_run_say_nothing(tmp_path, caplog):
     older.mkdir()
     (older / "run.json").write_text(json.dumps({"status": "finished"}))
     with caplog.at_level(logging.WARNING, logger="orchestrator"):
-        note_other_numerics(evals_config(run))
-        note_other_numerics(evals_config(older))
-        note_other_numerics(evals_config(tmp_path / "missing"))
+        note_other_numerics(evals_config(run), run)
+        note_other_numerics(evals_config(older), older)
+        note_other_numerics(evals_config(tmp_path / "missing"), tmp_path / "missing")
     assert caplog.text == ""

@@ -52,14 +52,19 @@ def rl_config(**extra) -> RLConfig:
     return RLConfig.model_validate({"weight_transfer": {"type": "collective"}, **extra})
 
 
-def test_rl_fills_port_workers_and_backend_everywhere():
+@pytest.mark.parametrize(("gpus", "backend"), [([], "gloo"), ([0, 1, 2], "nccl")],
+                         ids=["no GPU", "three GPUs"])  # fmt: skip
+def test_rl_fills_port_workers_and_backend_everywhere(monkeypatch, gpus, backend):
+    """The machine is fixed here (the GPUs `rl` finds), so the expected backend is known
+    before the plan is made: gloo with no GPU, nccl when inference gets GPUs. Two servers,
+    each one worker (a CPU server; a GPU server with tp 1 x dp 1)."""
+    monkeypatch.setattr("launcher.prepare.detect_gpus", lambda: list(gpus))
     plan = build_plan(rl_config(inference={"replicas": 2}), dry_run=True)
     config = plan.config
     transfer = config.trainer.weight_transfer
     assert transfer.port is not None
-    on_gpus = bool(plan.gpu_map.get("inference"))  # this host's GPUs, if any
-    assert transfer.backend == ("nccl" if on_gpus else "gloo")
-    assert on_gpus or transfer.inference_workers == 2  # one worker per CPU server
+    assert transfer.backend == backend
+    assert transfer.inference_workers == 2
     assert config.orchestrator.weight_transfer == transfer == config.inference.weight_transfer
 
 

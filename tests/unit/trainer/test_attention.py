@@ -77,37 +77,80 @@ def test_flash_attention_without_the_package_names_the_fix(monkeypatch):
         choose_attention("flash_attention_2", torch.device("cuda"), torch.bfloat16)
 
 
+def by_hand(q, k, v, cu_seqlens: list[int], scale: float, left: int = -1) -> torch.Tensor:
+    """Attention written out, the oracle: for each sample, each query head h and position i,
+    softmax(scale * q.k) over positions j of the same sample with i - left <= j <= i (left -1:
+    all earlier ones), then the weighted sum of v; query head h reads key/value head
+    h // (query heads per key/value head)."""
+    out = torch.zeros_like(q)
+    groups = q.shape[1] // k.shape[1]
+    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=False):
+        for i in range(start, end):
+            first = start if left < 0 else max(start, i - left)
+            for h in range(q.shape[1]):
+                keys, values = k[first : i + 1, h // groups], v[first : i + 1, h // groups]
+                weights = torch.softmax(scale * (keys @ q[i, h]), dim=0)
+                out[i, h] = weights @ values
+    return out
+
+
+def window_of(left_right: tuple[int, int]) -> int:
+    assert left_right[1] == 0, "causal kernels only"
+    return left_right[0]
+
+
 def torch_2_10_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
                       is_causal=False):  # fmt: skip
     assert is_causal and k.shape[1] == q.shape[1], "torch 2.10's kernel: causal, no GQA"
-    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, -1)
+    return by_hand(q, k, v, cu_q.tolist(), scale)
 
 
 def torch_2_11_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
                       window_size=(-1, -1)):  # fmt: skip
     assert k.shape[1] == q.shape[1], "torch 2.11's kernel has no enable_gqa"
-    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, window_size[0])
+    return by_hand(q, k, v, cu_q.tolist(), scale, window_of(window_size))
 
 
 def torch_2_13_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
                       window_size=(-1, -1), enable_gqa=False):  # fmt: skip
     assert enable_gqa == (k.shape[1] != q.shape[1])
-    return attention.per_sample_sdpa(q, k, v, cu_q.tolist(), scale, window_size[0])
+    return by_hand(q, k, v, cu_q.tolist(), scale, window_of(window_size))
 
 
-@pytest.mark.parametrize("kernel", [torch_2_10_kernel, torch_2_11_kernel, torch_2_13_kernel])
-@pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_each_torchs_varlen_signature_gets_the_same_grouped_attention(kernel, kv_heads):
-    """The keywords differ between torch releases (the GPU machine's torch 2.11 has no
-    enable_gqa): every one gets causal attention within each sample, query heads sharing
-    their group's key/value head as sdpa's enable_gqa shares them."""
+def qkv(kv_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    q, k, v = torch.randn(9, 4, 8), torch.randn(9, kv_heads, 8), torch.randn(9, kv_heads, 8)
-    cu_seqlens = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
-    choice = attention.varlen_options(kernel, inspect.signature(kernel).parameters, (-1, 0))
-    out = attention.call_varlen(choice, q, k, v, cu_seqlens, 4, 0.5)
-    expected = attention.per_sample_sdpa(q, k, v, cu_seqlens.tolist(), 0.5, -1)
-    torch.testing.assert_close(out, expected)
+    return torch.randn(9, 4, 8), torch.randn(9, kv_heads, 8), torch.randn(9, kv_heads, 8)
+
+
+CU_SEQLENS = [0, 3, 5, 9]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "left"),
+    [(torch_2_10_kernel, -1), (torch_2_11_kernel, -1), (torch_2_11_kernel, 1),
+     (torch_2_13_kernel, -1), (torch_2_13_kernel, 1)],
+)  # fmt: skip
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_each_torchs_varlen_signature_gets_the_same_grouped_attention(kernel, left, kv_heads):
+    """The keywords differ between torch releases (the GPU machine's torch 2.11 has no
+    enable_gqa): every one gets causal attention (within its window) inside each sample,
+    query heads sharing their group's key/value head, as attention written out by hand
+    gives it."""
+    q, k, v = qkv(kv_heads)
+    choice = attention.varlen_options(kernel, inspect.signature(kernel).parameters, (left, 0))
+    out = attention.call_varlen(choice, q, k, v, torch.tensor(CU_SEQLENS, dtype=torch.int32), 4,
+                                0.5)  # fmt: skip
+    torch.testing.assert_close(out, by_hand(q, k, v, CU_SEQLENS, 0.5, left))
+
+
+@pytest.mark.parametrize("left", [-1, 0, 1, 3])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_the_per_sample_path_is_attention_by_hand(kv_heads, left):
+    """The path taken where no kernel applies the window (and the reference the packed-row
+    tests stand on): causal, within each sample and window, grouped heads, the given scale."""
+    q, k, v = qkv(kv_heads)
+    out = attention.per_sample_sdpa(q, k, v, CU_SEQLENS, 0.5, left)
+    torch.testing.assert_close(out, by_hand(q, k, v, CU_SEQLENS, 0.5, left))
 
 
 def test_a_sliding_window_on_torch_2_10_takes_the_per_sample_path():
