@@ -7,6 +7,8 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
+from rlcore.files import atomic_write_text
+
 
 def pass_at_k(num: int, passed: int, k: int) -> float:
     """Probability that at least one of k rollouts drawn from `num` (of which `passed`
@@ -45,9 +47,20 @@ def env_summary(rows: list[dict[str, Any]], rollouts: int, threshold: float) -> 
 
 
 def write_results(out: Path, rows: list[dict], summary: dict[str, dict]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    """results.jsonl, then summary.json, each whole or not at all (temporary sibling +
+    rename): a summary.json that exists says its evaluation is complete."""
+    atomic_write_text(out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def read_summary(path: Path) -> dict | None:
+    """A complete summary.json's figures; None where it is missing or torn (not a JSON object,
+    as a file an older version wrote in place and was interrupted in may be)."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def table(summary: dict[str, dict]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import evaluate, export_policy, summarize
 from orchestrator.evals.server import own_server
-from orchestrator.evals.summary import table, write_results
+from orchestrator.evals.summary import read_summary, table, write_results
 from rlcore.admin_token import read_token
 from rlcore.errors import ConfigError
 from rlcore.rundir import RunDir, step_name, steps_in
@@ -117,7 +117,17 @@ def policy_steps(run: RunDir) -> list[int]:
 
 
 def evaluated_steps(out: Path) -> set[int]:
-    return {s for s in steps_in(out) if (out / step_name(s) / "summary.json").is_file()}
+    """Steps whose evaluation is complete; a torn summary.json is named and its step redone."""
+    done = set()
+    for step in steps_in(out):
+        path = out / step_name(step) / "summary.json"
+        if read_summary(path) is not None:
+            done.add(step)
+        elif path.exists():
+            logger.warning(
+                f"{path} is torn (not a whole JSON object): evaluating step {step} again"
+            )
+    return done
 
 
 def is_live(run: RunDir) -> bool:

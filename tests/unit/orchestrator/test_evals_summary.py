@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import env_labels
-from orchestrator.evals.summary import env_summary, pass_at_k, table
+from orchestrator.evals.summary import env_summary, pass_at_k, table, write_results
 
 
 @pytest.mark.parametrize(("num", "passed"), [(4, 0), (4, 1), (4, 3), (5, 2), (6, 6)])
@@ -103,3 +103,24 @@ def test_watch_of_a_run_without_wandb_starts_none(tmp_path, fake_wandb):
     watched.log(1, {"add/pass@1": 0.5})
     watched.finish()
     assert fake_wandb.inits == [] and fake_wandb.logged == []
+
+
+def test_a_torn_summary_is_named_and_its_step_evaluated_again(tmp_path, caplog):
+    """A summary.json cut off mid-write (as an in-place write killed half way leaves it) does
+    not count as evaluated; a whole one does, and write_results leaves no temporary file."""
+    import logging
+
+    from orchestrator.evals.watch import evaluated_steps
+
+    write_results(tmp_path / "step_2", [{"env": "e", "reward": 1.0}], {"e": {"reward": 1.0}})
+    (tmp_path / "step_3").mkdir()
+    (tmp_path / "step_3" / "summary.json").write_text('{"e": {"reward": 0.5, "pass@1"')
+    (tmp_path / "step_4").mkdir()
+    (tmp_path / "step_4" / "summary.json").write_text("[1, 2]")  # whole, but not a summary
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        assert evaluated_steps(tmp_path) == {2}
+    assert "step_3/summary.json is torn" in caplog.text and "step 3 again" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "step_2").iterdir()) == [
+        "results.jsonl",
+        "summary.json",
+    ]
