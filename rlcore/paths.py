@@ -19,10 +19,25 @@ def resolve_path(value: str | os.PathLike) -> Path:
     text = os.fspath(value)
     if not text.strip():
         raise ValueError("is empty: give a path, e.g. outputs/my-run")
+    if text.startswith("~"):
+        text = expand_home(text)
     try:
-        return Path(text).expanduser().resolve()
-    except (OSError, RuntimeError, ValueError) as err:  # no home, a link loop, a NUL byte
+        return Path(text).resolve()
+    except (OSError, RuntimeError, ValueError) as err:  # a link loop, a NUL byte
         raise ValueError(f"is not a usable path ({err})") from None
+
+
+def expand_home(text: str) -> str:
+    """`~` or `~user` at the start of `text` expanded; a ValueError naming the user who does
+    not exist, or the missing home directory, instead of Python's "Could not determine home
+    directory" for both."""
+    head = text[1:].split("/", 1)[0]
+    expanded = os.path.expanduser(text)
+    if expanded != text:
+        return expanded
+    if head:
+        raise ValueError(f"names user {head!r}, who does not exist here: spell the path out")
+    raise ValueError("starts with ~ but this process has no home directory (HOME is unset)")
 
 
 def user_path(value: str | os.PathLike, key: str) -> Path:

@@ -108,3 +108,14 @@ def test_a_torn_append_is_cut_back_off(tmp_path):
         with pytest.raises(Full):
             files.append_line(path, '{"step": 2, "reward": 0.5}')
     assert path.read_text() == '{"step": 1}\n'
+
+
+def test_a_path_of_a_user_who_does_not_exist_names_the_user():
+    """`~nosuchuser/x` was blamed on the home directory ("Could not determine home directory")."""
+    from rlcore.errors import ConfigError
+    from rlcore.paths import user_path
+
+    with pytest.raises(ConfigError, match=r"--output-dir '~nosuchuser-rl/x' names user "
+                                          r"'nosuchuser-rl', who does not exist"):  # fmt: skip
+        user_path("~nosuchuser-rl/x", "--output-dir")
+    assert user_path("~/x", "--output-dir") == Path.home().resolve() / "x"
