@@ -55,7 +55,7 @@ def shared_server(tiny_model_dir, tmp_path_factory):
     config = root / "infer.toml"
     config.write_text(
         f'output_dir = "{run}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
-        "max_model_len = 1024\n[cpu]\nkvcache_space_gib = 1\n"
+        'max_model_len = 1024\n[cpu]\nkvcache_space_gib = 1\nmatmul_dtype = "model"\n'
     )
     args = ["@", str(config), "--server.port", str(free_port())]
     process = InferenceProcess(

@@ -46,7 +46,8 @@ def test_random_arrivals_give_the_same_bits(tiny_model_dir, tmp_path):
     model = str(tiny_model_dir)
     args = ["--model.name", model, "--model.dtype", "float32", "--deterministic",
             "--output-dir", str(tmp_path / "run"), "--weight-transfer.type", "filesystem",
-            "--server.port", str(free_port()), "--cpu.kvcache-space-gib", "1"]  # fmt: skip
+            "--server.port", str(free_port()), "--cpu.kvcache-space-gib", "1",
+            "--cpu.matmul-dtype", "model"]  # fmt: skip
     with InferenceProcess(args, tmp_path / "inference.log") as server:
         server.wait_ready(timeout_s=900)
         jitters = [(0.0, 0.02, 0.05, 0.2)[r % 4] for r in range(ROUNDS)]

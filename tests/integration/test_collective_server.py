@@ -84,7 +84,7 @@ def collective_server(tiny_model_dir, tmp_path_factory):
     config = root.parent / "infer.toml"
     config.write_text(
         f'output_dir = "{root}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
-        "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n"
+        'max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\nmatmul_dtype = "model"\n'
         '[weight_transfer]\ntype = "collective"\n'
     )
     port = free_port()

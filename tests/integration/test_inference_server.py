@@ -240,7 +240,8 @@ def test_a_timed_out_weight_apply_is_never_sent_again(run_dir, tiny_model_dir, t
     config = tmp_path / "infer.toml"
     config.write_text(
         f'output_dir = "{run_dir}"\n[model]\nname = "{tiny_model_dir}"\ndtype = "float32"\n'
-        "max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\n[weights]\ntimeout_s = 3\n"
+        'max_model_len = 512\n[cpu]\nkvcache_space_gib = 1\nmatmul_dtype = "model"\n'
+        "[weights]\ntimeout_s = 3\n"
     )
     port = free_port()
     slow = {faults.RELOAD_DELAY_ENV: "20"}

@@ -100,7 +100,7 @@ SFT_MOMENTS = {
 }
 
 
-@pytest.mark.parametrize("moment", list(SFT_MOMENTS))
+@pytest.mark.parametrize("moment", ["training", pytest.param("starting", marks=pytest.mark.slow)])
 def test_kill_9_of_rl_sft_leaves_no_trainer(tiny_model_dir, tmp_path, moment):
     """The `sft` child ran on as an orphan holding no lock: `rl delete` then succeeded and the
     orphan wrote the folder again, unmarked."""
@@ -134,8 +134,13 @@ def server_starting(out: Path) -> bool:
 
 
 @pytest.mark.parametrize(
-    "command", [["orchestrator.evals.main"], ["launcher.rl", "eval"]], ids=["evals", "rl-eval"]
-)  # fmt: skip
+    "command",
+    [
+        pytest.param(["orchestrator.evals.main"], id="evals"),
+        # `rl eval` execs evals: the same process, so the default run checks evals alone
+        pytest.param(["launcher.rl", "eval"], id="rl-eval", marks=pytest.mark.slow),
+    ],
+)
 def test_kill_9_of_an_evaluation_starting_its_server_leaves_no_server(
     tiny_model_dir, tmp_path, command
 ):  # fmt: skip

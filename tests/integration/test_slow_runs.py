@@ -119,4 +119,4 @@ def run_held(tiny_model_dir: Path, tmp_path: Path, case: str, caps: dict[str, Cp
     print(f"{case}: longest gaps between records {gaps}")
     assert max(gaps.values()) > STALL_LIMIT_S, gaps
     assert ("orchestrator", "completions for the rollouts in flight", "inference") in seen
-    assert ("trainer", "batch #", "orchestrator") in seen
+    assert any(who == "trainer" and on == "orchestrator" for who, _, on in seen), seen
