@@ -22,8 +22,6 @@ native on the CPU, fp32 elsewhere (`compute_dtype`)."""
 import functools
 import os
 import platform
-import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -149,25 +147,29 @@ def arm_facts(flags: set[str]) -> dict:
             "bf16_matmul": native, "bf16_native": native}  # fmt: skip
 
 
-def gpus() -> tuple[int, str]:
-    """Visible NVIDIA GPUs (CUDA_VISIBLE_DEVICES honoured) and the first one's name."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and not visible.strip():
-        return 0, ""
-    if shutil.which("nvidia-smi") is None:
-        return 0, ""
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+def gpus(root: Path = NVIDIA_GPUS) -> tuple[int, str]:
+    """Visible NVIDIA GPUs and the first one's model, from the driver's /proc entries (one
+    folder per GPU; no subprocess, no CUDA): CUDA_VISIBLE_DEVICES narrows the count."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+        folders = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
         return 0, ""
-    rows = [line.split(",", 1) for line in out.stdout.splitlines() if "," in line]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = len(folders)
     if visible is not None:
-        wanted = {v.strip() for v in visible.split(",")}
-        rows = [r for r in rows if r[0].strip() in wanted]
-    return len(rows), rows[0][1].strip() if rows else ""
+        count = min(count, len([v for v in visible.split(",") if v.strip()]))
+    name = ""
+    if count:
+        try:
+            info = (folders[0] / "information").read_text()
+        except OSError:
+            info = ""
+        name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                     if line.startswith("Model:")), "")  # fmt: skip
+    return count, name
 
 
 def read_machine(cpuinfo: str, env: dict[str, str], arch: str) -> Machine:

@@ -36,8 +36,11 @@ def expand_home(text: str) -> str:
     if expanded != text:
         return expanded
     if head:
-        raise ValueError(f"names user {head!r}, who does not exist here: spell the path out")
-    raise ValueError("starts with ~ but this process has no home directory (HOME is unset)")
+        raise ValueError(
+            f"is not a usable path (it names user {head!r}, who does not exist here): spell "
+            "the path out"
+        )
+    raise ValueError("is not a usable path (~, but this process has no home directory)")
 
 
 def user_path(value: str | os.PathLike, key: str) -> Path:

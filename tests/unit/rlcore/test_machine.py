@@ -143,3 +143,18 @@ def test_serving_dtypes(flags, served, matmul, on_gpu, trainer, want):
     from rlcore.machine import serving_dtypes
 
     assert serving_dtypes(served, matmul, on_gpu, machine(flags), trainer) == want
+
+
+def test_gpus_are_read_from_the_drivers_entries(tmp_path, monkeypatch):
+    from rlcore.machine import gpus
+
+    for bus in ("0000:01:00.0", "0000:02:00.0"):
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text("Model: \t NVIDIA H100 80GB HBM3\nIRQ: 1\n")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpus(tmp_path) == (2, "NVIDIA H100 80GB HBM3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpus(tmp_path)[0] == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpus(tmp_path) == (0, "")
+    assert gpus(tmp_path / "none") == (0, "")
