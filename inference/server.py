@@ -195,8 +195,9 @@ def write_resolved_config(config: InferenceConfig) -> None:
     rl run, or new or empty, or another process holds it (rlcore.runguard)."""
     run_dir = RunDir(config.output_dir)
     open_run(run_dir.root, INFERENCE)
-    write_config(config, run_dir.config_file(PROG))
-    waits.setup(run_dir.root, waits.component_name(PROG))  # what it waits for, for rl to read
+    name = waits.component_name(PROG)  # a replica's own name: each writes its own config
+    write_config(config, run_dir.config_file(name))
+    waits.setup(run_dir.root, name)  # what it waits for, for rl to read
 
 
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:

@@ -344,3 +344,6 @@ def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_mode
         for name in ("inference", "inference-1")
     ]  # fmt: skip
     assert len(swaps[0]) == 3 and swaps[0] == swaps[1], swaps  # every update reached both
+    ports = [tomllib.loads((out / "configs" / f"{n}.toml").read_text())["server"]["port"]
+             for n in ("inference", "inference-1")]  # fmt: skip
+    assert ports[1] == ports[0] + 1, ports  # each replica's own resolved config, none overwritten
