@@ -5,7 +5,6 @@ import signal
 import sys
 from pathlib import Path
 
-from launcher.literal_secrets import externalize
 from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
@@ -14,6 +13,7 @@ from rlcore import poll
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.health import ForeignServer, new_nonce, port_holder
+from rlcore.literal_secrets import externalize
 from rlcore.metrics import read_records, reward_curve
 from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
 from rlcore.secrets import redact_urls

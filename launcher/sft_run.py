@@ -15,6 +15,7 @@ from pathlib import Path
 from rlcore import children, procs
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
+from rlcore.literal_secrets import write_for_child
 from rlcore.poll import (
     STOP_EXIT_CODES,
     Stop,
@@ -25,7 +26,6 @@ from rlcore.poll import (
 from rlcore.rundir import RunDir, record_state
 from rlcore.runguard import RL_SFT, check_run, hold
 from rlcore.runlock import LAUNCHER_ENV
-from rlcore.toml_io import write_config
 from trainer.sft.config import SFTConfig
 
 USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"
@@ -114,10 +114,10 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     with their identities (rlcore.procs), then how the attempt ended."""
     config.ckpt.resume_step = step
     config_file = run.config_file("sft")
-    write_config(config, config_file)
+    secret_env = write_for_child(config, config_file)
     install_stop_handlers()
     log = run.log_file("sft")
-    env = {LAUNCHER_ENV: str(os.getpid())}
+    env = {**secret_env, LAUNCHER_ENV: str(os.getpid())}
     shown = Output(log)
     child = children.start("sft", sft_command(config_file), log, env)
     identities = {procs.LAUNCHER: procs.identity(), "sft": child.identity}

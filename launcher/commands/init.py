@@ -122,8 +122,8 @@ def check_before_writing(args, out: Path, name: str, spec: dict[str, Any]) -> No
     `$VAR`s set and its command on PATH."""
     from rl_tasks.taskfile import TaskError, check_server, environment
 
-    from launcher.literal_secrets import refuse_literal_secrets
     from launcher.lockfile import LOCK_FILE, check_writable, read_lock
+    from rlcore.literal_secrets import refuse_literal_secrets
 
     if out.exists() and not out.is_dir() and not args.force:
         raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
