@@ -35,6 +35,13 @@ def default_bound(folder: Path, share: float = DEFAULT_SHARE) -> tuple[int, str]
     return int(free * share), f"{share:.0%} of the {free / 2**30:.1f} GiB free at start"
 
 
+def size_text(num_bytes: float) -> str:
+    """`1.25 GiB`, or `3.40 MiB` below a hundredth of a GiB."""
+    if num_bytes >= 2**30 / 100:
+        return f"{num_bytes / 2**30:.2f} GiB"
+    return f"{num_bytes / 2**20:.2f} MiB"
+
+
 def oldest_to_drop(sizes: dict[int, int], bound: int) -> list[int]:
     """The oldest steps whose files must go so that the rest fit in `bound` bytes."""
     total, drop = sum(sizes.values()), []
@@ -153,7 +160,7 @@ class Archive:
             self.bound, how = default_bound(folder)
             how += "; samples.max_gib sets it"
         logger.info(f"rollout archive: every rollout to {folder}/step_<n>.parquet, up to "
-                    f"{self.bound / 2**30:.2f} GiB ({how})")  # fmt: skip
+                    f"{size_text(self.bound)} ({how})")  # fmt: skip
 
     def drop_from(self, step: int) -> None:
         """Delete the files of steps >= `step` (an attempt regenerates them), then count the
@@ -198,7 +205,7 @@ class Archive:
         if drop and not self.warned:
             self.warned = True
             logger.warning(
-                f"rollout archive: over its bound of {self.bound / 2**30:.2f} GiB; deleting the "
+                f"rollout archive: over its bound of {size_text(self.bound)}; deleting the "
                 f"oldest steps' files from now on (first: step {drop[0]}); raise "
                 "[orchestrator.samples] max_gib to keep more"
             )
@@ -215,5 +222,5 @@ class Archive:
         if self.write_s:
             mean_ms = 1000 * sum(self.write_s) / len(self.write_s)
             logger.info(f"rollout archive: {len(self.sizes)} steps, "
-                        f"{sum(self.sizes.values()) / 2**20:.2f} MiB; "
+                        f"{size_text(sum(self.sizes.values()))}; "
                         f"{mean_ms:.0f} ms a step to write, in its own thread")  # fmt: skip
