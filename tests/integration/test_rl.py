@@ -90,7 +90,9 @@ def assert_archive_holds_every_step(run: RunDir, max_steps: int = 4) -> None:
             assert row["error"] is None and row["kept"], row
             texts = zip(row["token_text"], row["token_mask"], strict=True)
             mine = "".join(t for t, policy in texts if policy and t not in special)
-            assert mine == json.loads(row["completion"])[-1]["content"], row  # as vLLM decoded
+            answer = json.loads(row["completion"])[-1]["content"]
+            # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
+            assert mine.rstrip("\ufffd") == answer, row
 
 
 QUICKSTART = REPO / "configs" / "quickstart"

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.archive import Archive, TokenTexts, completion_tokens, oldest_to_drop, rollout_row
+from orchestrator.archive import (
+    Archive,
+    TokenTexts,
+    completion_tokens,
+    load_token_texts,
+    oldest_to_drop,
+    rollout_row,
+)
 from orchestrator.config import OrchestratorConfig, SamplesConfig
 from orchestrator.dynamic import sample_batch
 from orchestrator.envs import Rollout, Turn
@@ -20,9 +27,9 @@ from rlcore import samples_store
 
 @pytest.fixture(scope="module")
 def token_texts(tiny_model_dir) -> TokenTexts:
-    from transformers import AutoTokenizer
-
-    return TokenTexts(AutoTokenizer.from_pretrained(tiny_model_dir))
+    texts = load_token_texts(str(tiny_model_dir))  # the model folder's tokenizer.json
+    assert texts is not None
+    return texts
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,16 +49,18 @@ def test_the_oldest_steps_go_and_no_more_than_needed(sizes, bound):
 def test_token_texts_join_to_the_decoded_text(token_texts, text):
     """Emoji and CJK characters span several byte-level tokens: the texts still add up (a
     mutant without the merge of U+FFFD pieces fails on them)."""
-    ids = token_texts.tokenizer.encode(text, add_special_tokens=False)
+    ids = token_texts.tokenizer.encode(text, add_special_tokens=False).ids
     texts = token_texts.texts(ids)
     assert len(texts) == len(ids)
-    assert "".join(texts) == token_texts.tokenizer.decode(ids)
+    assert "".join(texts) == token_texts.decode(ids)
 
 
 def test_a_multi_turn_rollout_with_tool_calls_becomes_one_row(token_texts):
     tokenizer = token_texts.tokenizer
-    first, call = tokenizer.encode("user: 3+4?"), tokenizer.encode("<tool>add(3, 4)</tool>")
-    result, answer = tokenizer.encode("tool: 7"), tokenizer.encode("7")
+    first, call, result, answer = (
+        tokenizer.encode(text).ids
+        for text in ("user: 3+4?", "<tool>add(3, 4)</tool>", "tool: 7", "7<|im_end|>")
+    )
     turns = [
         Turn(first, call, [-0.5] * len(call)),
         Turn(first + call + result, answer, [-0.25] * len(answer), is_truncated=True),
@@ -69,7 +78,7 @@ def test_a_multi_turn_rollout_with_tool_calls_becomes_one_row(token_texts):
     assert ids == call + result + answer  # the tool's result between the two model turns
     assert mask == [True] * len(call) + [False] * len(result) + [True] * len(answer)
     assert logprobs == [-0.5] * len(call) + [0.0] * len(result) + [-0.25] * len(answer)
-    assert "".join(row["token_text"]) == tokenizer.decode(ids)
+    assert "".join(row["token_text"]) == "<tool>add(3, 4)</tool>tool: 77<|im_end|>"
     assert json.loads(row["completion"]) == completion
     assert row["num_prompt_tokens"] == len(first) and row["num_completion_tokens"] == len(ids)
     assert row["is_truncated"] and row["kept"] and row["advantage"] == 0.75
