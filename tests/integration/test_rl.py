@@ -76,10 +76,11 @@ def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) 
 def assert_archive_holds_every_step(run: RunDir, max_steps: int = 4) -> None:
     """samples/ holds one file per step (regenerated steps replaced, no temporary left), each
     with batch_size rows whose token texts are the answer the environment saw."""
-    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
 
     orchestrator = tomllib.loads(run.config_file("orchestrator").read_text())
-    special = set(AutoTokenizer.from_pretrained(orchestrator["model"]["name"]).all_special_tokens)
+    tokenizer = Tokenizer.from_file(str(Path(orchestrator["model"]["name"]) / "tokenizer.json"))
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
     batch_size = orchestrator["batch_size"]
     assert sorted(p.name for p in run.samples.iterdir()) == [
         f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)]  # fmt: skip
