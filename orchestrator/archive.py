@@ -4,8 +4,9 @@ every step into `samples/step_<n>.parquet`, within the bound `[samples]` sets.
 Consumes: each step's generated groups (kept, errored and dynamic-sampling-dropped alike) once
 the batch is written. Produces: one archive file per step, written by one background thread (the
 loop only hands the step over; `flush` waits for it), and, when the archive grows past its
-bound, deletes the oldest steps' files (said once). Waits for nothing else; a write's error
-surfaces at the next step or at `flush`.
+bound, deletes the oldest steps' files (said once). Waits for nothing else. A step whose file
+fails is warned about and skipped (training never needs it); a full disk surfaces at the next
+step or at `flush` and stops the orchestrator, as for every other write.
 """
 
 import json
@@ -21,6 +22,7 @@ from orchestrator.envs import Rollout
 from orchestrator.evals.summary import jsonable
 from orchestrator.rollouts import extends
 from rlcore import samples_store
+from rlcore.files import is_disk_full
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_SHARE = 0.05
@@ -209,6 +211,17 @@ class Archive:
 
     def write(self, step: int, policy_step: int, env_ids: list[str],
               groups: list[list[Rollout]]) -> None:  # fmt: skip
+        """One step's file; a failure costs that file only (a warning), except a full disk,
+        which stops the orchestrator as it stops every other write."""
+        try:
+            self.write_file(step, policy_step, env_ids, groups)
+        except Exception as err:
+            if is_disk_full(err):
+                raise
+            logger.warning(f"rollout archive: step {step} not written: {err!r}")
+
+    def write_file(self, step: int, policy_step: int, env_ids: list[str],
+                   groups: list[list[Rollout]]) -> None:  # fmt: skip
         if not self.tokenizer_tried:  # loaded once, off the loop
             self.tokenizer_tried = True
             self.texts = load_token_texts(self.model_name)

@@ -150,12 +150,14 @@ class Orchestrator:
     async def close(self) -> None:
         """The end, also on an error: a trainer waiting to be asked for a policy goes on."""
         self.policy.close()
-        self.archive.close()
-        finished = self.state.step >= self.config.max_steps
-        max_steps = self.config.max_steps if finished else None
-        self.monitor.close(max_steps, self.config.weights_timeout_s)
-        await asyncio.gather(*(env.close() for env in [*self.envs, *self.eval_envs]))
-        await self.client.close()
+        try:
+            self.archive.close()  # the last step's file (a full disk raises here)
+        finally:
+            finished = self.state.step >= self.config.max_steps
+            max_steps = self.config.max_steps if finished else None
+            self.monitor.close(max_steps, self.config.weights_timeout_s)
+            await asyncio.gather(*(env.close() for env in [*self.envs, *self.eval_envs]))
+            await self.client.close()
 
     async def train_step(self) -> None:
         """Generate, score and write batch `state.step`, then log it."""

@@ -180,3 +180,26 @@ def test_every_rollout_is_archived_kept_errored_and_dropped_alike(tmp_path):
     assert rows[4]["error"] == "tool server died" and rows[4]["advantage"] is None
     assert [r["advantage"] for r in rows[:4]] == [None] * 4
     assert all(r["advantage"] is not None for r in rows[5:])
+
+
+def test_a_step_that_cannot_be_written_costs_its_file_only_but_a_full_disk_stops(
+    tmp_path, caplog, monkeypatch
+):
+    archive = Archive(SamplesConfig(), tmp_path, "no-such-model")
+    archive.tokenizer_tried = True
+    odd = step_groups(1)
+    odd[0][0].metrics = {"x": object()}  # not JSON: this step's rows cannot be built
+    with caplog.at_level(logging.WARNING, "orchestrator"):
+        for step, groups in enumerate([step_groups(0), odd, step_groups(2)]):
+            archive.submit(step, 0, ["env"], groups)
+        archive.flush()
+    assert samples_store.list_steps(tmp_path) == [0, 2]
+    assert "rollout archive: step 1 not written" in caplog.text
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(samples_store, "write_step", full)
+    archive.submit(3, 0, ["env"], step_groups(3))
+    with pytest.raises(OSError, match="No space left"):
+        archive.close()
