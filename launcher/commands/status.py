@@ -64,7 +64,9 @@ def run(args) -> int:
         print(f"{name + ':':<14}{up}{step}{waiting(run_dir, name)}")
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
-    print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB")
+    archive = disk_use_gib(run_dir.samples) * 1024
+    print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
+          f"{archive:.1f} MiB)")  # fmt: skip
     return 0
 
 

@@ -46,9 +46,12 @@ def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monk
 
 def test_run_names_resolve_under_outputs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    make_run(tmp_path / "outputs" / "mine")
+    run = make_run(tmp_path / "outputs" / "mine")
+    run.samples.mkdir()
+    (run.samples / "step_0.parquet").write_bytes(bytes(3 * 2**20))  # the archive counts
     assert run_command("status", ["mine"]) == 0
-    assert "outputs/mine" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "outputs/mine" in out and "rollout archive samples/: 3.0 MiB" in out
     assert run_command("status", ["nope"]) == 2
     assert "rl list" in capsys.readouterr().err
 
