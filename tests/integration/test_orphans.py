@@ -17,21 +17,25 @@ import pytest
 from tests.integration.helpers import (
     MARK_ENV,
     REPO,
+    describe,
     free_port,
     gone_within,
     kill_marked,
+    marked,
     run_state,
     tiny_rl_toml,
     wait_for,
 )
+from tests.integration.test_mcp_tasks import task, tasks_data, tasks_toml
 
 pytestmark = pytest.mark.integration
 KILLED_WITHIN_S = 10.0
 
 
-def launch(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    """`python -m MODULE ...` in a session of its own, marked; (process, mark)."""
-    mark = uuid.uuid4().hex
+def launch(argv: list[str], log: Path, mark: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m MODULE ...` in a session of its own, marked (`mark`, default a new one);
+    (process, mark)."""
+    mark = mark or uuid.uuid4().hex
     proc = subprocess.Popen(
         [sys.executable, "-m", *argv], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
         start_new_session=True, env={**os.environ, MARK_ENV: mark},
@@ -152,5 +156,34 @@ def test_kill_9_of_an_evaluation_starting_its_server_leaves_no_server(
         wait_for(lambda: server_starting(out), 600, "its server", interval_s=0.1, proc=proc,
                  log=log)  # fmt: skip
         kill_9_and_measure(proc, mark, f"{' '.join(command)} (its server starting)")
+    finally:
+        kill_marked(mark)
+
+
+# -- grandchildren: a task's MCP server ----------------------------------------------------------
+def tool_server_running(mark: str) -> bool:
+    """A rollout's MCP server runs (one that never reads its input, so it does not end when the
+    orchestrator's pipe to it closes)."""
+    return any("time.sleep(600)" in describe([pid]) for pid in marked(mark))
+
+
+def test_kill_9_of_rl_leaves_no_tool_server(tiny_model_dir, tmp_path):
+    """The MCP client starts each stdio server in a session of its own, out of reach of the
+    SIGTERM to the orchestrator's process group: the orchestrator stops its descendants."""
+    mark = uuid.uuid4().hex
+    hang = {"command": "python", "args": ["-c", "import time; time.sleep(600)"]}
+    tasks = [task(i, hang, tmp_path / "calls.jsonl") for i in range(2)]
+    for each in tasks:
+        each["mcp_config"]["locker"]["env"][MARK_ENV] = mark  # a server's environment is its own
+    data, _ = tasks_data(tmp_path, tasks)
+    out, config, log = tmp_path / "run", tmp_path / "rl.toml", tmp_path / "rl.log"
+    config.write_text(
+        tasks_toml(tiny_model_dir, data, out).replace("tool_timeout_s = 10", "tool_timeout_s = 600")
+    )
+    rl, _ = launch(["launcher.rl", "@", str(config)], log, mark)
+    try:
+        wait_for(lambda: tool_server_running(mark), 600, "a tool server", interval_s=0.2,
+                 proc=rl, log=log)  # fmt: skip
+        kill_9_and_measure(rl, mark, "rl (its orchestrator's tool servers running)")
     finally:
         kill_marked(mark)
