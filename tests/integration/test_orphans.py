@@ -167,9 +167,11 @@ def tool_server_running(mark: str) -> bool:
     return any("time.sleep(600)" in describe([pid]) for pid in marked(mark))
 
 
+@pytest.mark.slow
 def test_kill_9_of_rl_leaves_no_tool_server(tiny_model_dir, tmp_path):
     """The MCP client starts each stdio server in a session of its own, out of reach of the
-    SIGTERM to the orchestrator's process group: the orchestrator stops its descendants."""
+    SIGTERM to the orchestrator's process group: the orchestrator stops its descendants
+    (without: all 8 alive 12 s later). Default tier: test_children's sessions of their own."""
     mark = uuid.uuid4().hex
     hang = {"command": "python", "args": ["-c", "import time; time.sleep(600)"]}
     tasks = [task(i, hang, tmp_path / "calls.jsonl") for i in range(2)]
@@ -185,5 +187,42 @@ def test_kill_9_of_rl_leaves_no_tool_server(tiny_model_dir, tmp_path):
         wait_for(lambda: tool_server_running(mark), 600, "a tool server", interval_s=0.2,
                  proc=rl, log=log)  # fmt: skip
         kill_9_and_measure(rl, mark, "rl (its orchestrator's tool servers running)")
+    finally:
+        kill_marked(mark)
+
+
+# -- grandchildren: torchrun's ranks -----------------------------------------------------------
+TORCHRUN_LAUNCHER = """
+import sys
+from pathlib import Path
+from rlcore import children
+children.start("trainer", sys.argv[2:], Path(sys.argv[1]))
+sys.stdin.read()  # until the test kills this launcher
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_launcher_leaves_no_torchrun_rank(tiny_model_dir, tmp_path):
+    """A trainer with several ranks is torchrun and one process per rank, each rank in a
+    session of its own (torch's elastic agent starts them so): torchrun stops them on the
+    SIGTERM that its launcher's death sends it."""
+    out, config, log = tmp_path / "trainer", tmp_path / "trainer.toml", tmp_path / "trainer.log"
+    config.write_text(
+        f'max_steps = 100000\nseq_len = 32\noutput_dir = "{out}"\n[model]\n'
+        f'name = "{tiny_model_dir}"\ndtype = "float32"\n[data.fake]\nbatch_size = 2\n'
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node=2", "-m", "trainer.main", "@", str(config)]  # fmt: skip
+    mark = uuid.uuid4().hex
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", TORCHRUN_LAUNCHER, str(log), *torchrun], cwd=REPO,
+        stdin=subprocess.PIPE, env={**os.environ, MARK_ENV: mark, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        wait_for(lambda: (out / "metrics.jsonl").exists(), 300, "the ranks' first step",
+                 interval_s=0.2, proc=launcher, log=log)  # fmt: skip
+        ranks = [pid for pid in marked(mark) if "trainer.main" in describe([pid])]
+        assert len(ranks) == 3, describe(marked(mark))  # torchrun and its two ranks
+        kill_9_and_measure(launcher, mark, "a launcher of torchrun (its ranks training)")
     finally:
         kill_marked(mark)
