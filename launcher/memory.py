@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlcore import procs
+from rlcore import children, procs
 
 ACTIVATION_BYTES_PER_HIDDEN = 85
 """Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
@@ -123,7 +123,7 @@ def gpu_memory(gpu_ids: list[int]) -> int | None:
         return None
     query = ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
+        out = children.run(query, capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     sizes = {}

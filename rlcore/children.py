@@ -1,6 +1,6 @@
 """The one way a launcher starts a process and stops it: `rl`'s components, `rl sft`'s `sft`,
-`evals`' own inference server (also under `rl eval`), and the short commands they run to the
-end (`sft --check-data`, `rl export`).
+`evals`' own inference server (also under `rl eval`), and the commands they run to the end
+(`sft --check-data`, `rl export`'s trainer export, the SLURM tools, nvidia-smi, docker).
 
 A child
 - leads a session of its own: a stop reaches it and everything it started (its process group),
@@ -113,19 +113,26 @@ def start(name: str, command: list[str], log: Path, env: dict[str, str] | None =
     return Child(name, proc, log, identity=procs.identity(proc.pid))
 
 
-def run(command: list[str], grace_s: float = 10.0, **kwargs: Any) -> subprocess.CompletedProcess:
-    """`subprocess.run` for a short child (`kwargs` as for it: capture_output, text, stdout):
-    started as every child is, and stopped (`stop`) if this process is interrupted."""
+def run(
+    command: list[str], grace_s: float = 10.0, timeout: float | None = None, check: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess:  # fmt: skip
+    """`subprocess.run` for a short child (`timeout`, `check` and `kwargs` as for it:
+    capture_output, text, stdout, env): started as every child is, and stopped (`stop`) when
+    it outlasts `timeout` (subprocess.TimeoutExpired) or this process is interrupted."""
     capture = kwargs.pop("capture_output", False)
     if capture:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc = popen(command, **kwargs)
     try:
-        out, err = proc.communicate()
+        out, err = proc.communicate(timeout=timeout)
     except BaseException:
         stop([Child("command", proc, None)], grace_s)
         raise
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    done = subprocess.CompletedProcess(command, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def stop(children: list[Child], grace_s: float) -> None:
