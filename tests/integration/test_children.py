@@ -147,3 +147,19 @@ def test_wait_healthy_returns_when_a_child_exits_and_names_the_server_at_the_dea
         assert message.startswith("inference did not answer http://127.0.0.1:9/health within")
     finally:
         children.stop([long], 1)
+
+
+def test_run_stops_a_command_that_outlasts_its_timeout(tmp_path):
+    """The group goes too (mutant: no stop on TimeoutExpired leaves both sleeps running)."""
+    mark = uuid.uuid4().hex
+    command = ["sh", "-c", "sleep 60 & sleep 60"]
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            children.run(command, grace_s=1.0, timeout=0.5, env={**os.environ, MARK_ENV: mark})
+        gone_within(mark, 3)
+        done = children.run(["sh", "-c", "echo hi; exit 3"], capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (3, "hi\n")
+        with pytest.raises(subprocess.CalledProcessError):
+            children.run(["false"], check=True)
+    finally:
+        kill_marked(mark)

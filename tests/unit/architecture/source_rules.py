@@ -11,6 +11,16 @@ PROC_READERS = {
 """The modules that may name /proc, and why."""
 POLL_MODULE = "rlcore/poll.py"
 """The one module whose loops may sleep on a clock."""
+CHILDREN_MODULE = "rlcore/children.py"
+"""The one module that starts processes."""
+STARTS = {
+    "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput"},
+    "os": {"fork", "forkpty", "system", "popen", "spawnv", "spawnl", "posix_spawn",
+           "posix_spawnp"},
+    "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
+    "multiprocessing": {"Process"},
+}  # fmt: skip
+"""module -> its functions that start a process (`os.exec*` replaces this one: not a start)."""
 CLOCKS = {"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"}
 SLEEPS = {"sleep", "wait_procs"}
 
@@ -70,6 +80,30 @@ def is_clock(node: ast.AST) -> bool:
     if called_name(node) in CLOCKS:
         return True
     return isinstance(node, ast.Name) and "deadline" in node.id.lower()
+
+
+def process_starts(source: str) -> list[int]:
+    """Lines that start a process: `module.function(...)` for a function of STARTS, or the
+    function called by a name imported from its module."""
+    tree = ast.parse(source)
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in STARTS
+        for alias in node.names
+        if alias.name in STARTS[node.module]
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.attr in STARTS.get(func.value.id, ()):
+                lines.append(node.lineno)
+        elif isinstance(func, ast.Name) and func.id in imported:
+            lines.append(node.lineno)
+    return sorted(lines)
 
 
 def modules(root: Path, packages: dict[str, Path]) -> dict[str, Path]:
