@@ -9,7 +9,10 @@ A child
   Linux's parent-death signal (PR_SET_PDEATHSIG). Linux sends it when the *thread* that started
   the child ends, so children are started from the main thread only. A child that starts
   processes of its own stops them on SIGTERM (inference stops its engine processes:
-  inference/server.py, whose forked engine processes also die with it: inference/cpu_fork.py);
+  inference/server.py, whose forked engine processes also die with it: inference/cpu_fork.py;
+  torchrun its ranks); descendants that lead sessions of their own, out of reach of a signal to
+  the group, are stopped by `stop_descendants` (the orchestrator's and evals' environments'
+  MCP servers: `stop_descendants_on_exit`);
 - writes stdout and stderr to its log, appended under a header line, unbuffered;
 - is recorded by identity (rlcore.procs) right after the start, for `rl stop` and `rl status`.
 
@@ -47,7 +50,7 @@ REAP_S = 5.0
 HEADER = "===== attempt"
 """How the line that `start` writes to a child's log before the child's output begins."""
 DESCENDANTS_GRACE_S = 5.0
-"""How long a child stopped by SIGTERM gives its descendants (`stop_descendants_on_sigterm`):
+"""How long a child stopped by SIGTERM gives its descendants (`stop_descendants_on_exit`):
 well within the launcher's grace period for the child itself."""
 DESCENDANTS_POLL_S = 0.5
 

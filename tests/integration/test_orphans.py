@@ -1,7 +1,8 @@
 """`kill -9` of a launcher at any phase leaves nothing of it alive 10 s later: `rl`, `rl sft`,
 `evals` starting its own inference server, and `rl eval` (rlcore.children: every child leads
-its own session and gets SIGTERM when its launcher dies; inference then stops its engine).
-Every process a command starts carries a mark in its environment (helpers.marked), so a
+its own session and gets SIGTERM when its launcher dies; inference then stops its engine), and
+the grandchildren in sessions of their own: an environment's MCP servers (the orchestrator
+stops its descendants) and torchrun's ranks (torchrun stops them). Every process a command starts carries a mark in its environment (helpers.marked), so a
 survivor is found however it was regrouped or reparented."""
 
 import json
