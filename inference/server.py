@@ -18,7 +18,7 @@ from pathlib import Path
 from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
-from rlcore import heap, waits
+from rlcore import children, heap, waits
 from rlcore.entry import exit_with
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV, port_problem
@@ -313,47 +313,7 @@ def stop_during_startup(signum: int, _frame) -> None:
 
 def stop_children() -> None:
     """Terminate every process this one started (engine core, workers), then kill what is left
-    after CHILD_GRACE_S. Descendants are re-listed while waiting, since an engine core may
-    still be spawning workers; multiprocessing's resource tracker is left alone: it exits by
-    itself, after cleaning up, once every process holding its pipe has gone."""
-    import psutil
-
+    after CHILD_GRACE_S (rlcore.children.stop_descendants: an engine core may still be spawning
+    workers; multiprocessing's resource tracker is left to exit by itself)."""
     STOPPING.set()  # a process forked from now on exits by itself (cpu_fork.child_forgets)
-    known: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + CHILD_GRACE_S
-    while True:
-        for child in psutil.Process().children(recursive=True):
-            if child.pid not in known and not is_tracker(child):
-                known[child.pid] = child
-                with_suppressed(child.terminate)
-        alive = [c for c in known.values() if is_alive(c)]
-        if not alive:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
-            logger.info(f"killing child processes that ignored SIGTERM: {names}")
-            for child in alive:
-                with_suppressed(child.kill)
-            psutil.wait_procs(alive, timeout=5)
-            return
-        psutil.wait_procs(alive, timeout=0.5)
-
-
-def is_alive(process) -> bool:
-    import psutil
-
-    return with_suppressed(process.status) not in (None, psutil.STATUS_ZOMBIE)
-
-
-def is_tracker(process) -> bool:
-    return "resource_tracker" in " ".join(with_suppressed(process.cmdline) or [])
-
-
-def with_suppressed(action):
-    """`action()`, or None if the process is already gone."""
-    import psutil
-
-    try:
-        return action()
-    except psutil.Error:
-        return None
+    children.stop_descendants(CHILD_GRACE_S, say=logger.info)

@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlcore import children, procs
+
 ACTIVATION_BYTES_PER_HIDDEN = 85
 """Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
 LOSS_HEAD_COPIES = 4
@@ -108,14 +110,8 @@ def describe(parts: dict[str, float]) -> str:
 
 
 def available_ram() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes; None where there is no /proc."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """This machine's available memory in bytes (rlcore.procs); None where it cannot be read."""
+    return procs.available_memory()
 
 
 def gpu_memory(gpu_ids: list[int]) -> int | None:
@@ -127,7 +123,7 @@ def gpu_memory(gpu_ids: list[int]) -> int | None:
         return None
     query = ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
+        out = children.run(query, capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     sizes = {}

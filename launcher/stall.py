@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from rlcore import waits
+from rlcore import procs, waits
 from rlcore.logs import STACK_DUMP_SIGNAL
 
 PROJECT_DIRS = ("trainer", "orchestrator", "inference", "rlcore", "launcher")
@@ -134,20 +134,6 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
             continue
         used[process.pid] = times.user + times.system
     return used
-
-
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text.rsplit(")", 1)[-1].split()
-
-
-def is_stopped(pid: int) -> bool:
-    fields = proc_stat(pid)
-    return fields is not None and fields[0] in ("T", "t")
 
 
 # -- the waits, as rl sees them ----------------------------------------------------------------
@@ -358,7 +344,7 @@ def dump_stacks(pid: int, log: Path) -> str:
     size = log.stat().st_size if log.exists() else 0
     try:
         os.kill(pid, STACK_DUMP_SIGNAL)
-        if is_stopped(pid):
+        if procs.is_stopped(pid):
             os.kill(pid, signal.SIGCONT)  # a stopped process handles the signal once continued
     except ProcessLookupError:
         return "(the process is gone)"

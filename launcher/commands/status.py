@@ -15,9 +15,9 @@ from launcher.commands.runs import (
     pid_alive,
     read_state,
     recorded_pid,
+    run_processes,
 )
 from rlcore import procs, waits
-from rlcore.rundir import COMPONENTS
 
 NAME = "status"
 HELP = "components, step, latest checkpoint and disk use of a run"
@@ -56,8 +56,7 @@ def run(args) -> int:
     if launcher is not None:
         print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
     steps = last_steps(run_dir)
-    pids = state.data.get("pids", {}) if isinstance(state.data.get("pids"), dict) else {}
-    for name in [*COMPONENTS, *sorted(n for n in pids if n not in COMPONENTS)]:  # "sft" too
+    for name in run_processes(run_dir, state):
         found = check_process(run_dir, state, name)
         up = "not running" if found is None else described(found, recorded_pid(state, name))
         step = f", last logged step {steps[name]}" if name in steps else ""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.launch import oom_kills
+from launcher.exits import oom_kills
 from rlcore import faults, samples_store
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (

@@ -140,7 +140,7 @@ def test_run_is_a_synonym(capsys):
 
 
 def test_exit_messages_name_the_real_code_and_oom_kills():
-    from launcher.launch import exit_message
+    from launcher.exits import exit_message
 
     assert "most likely" in exit_message("trainer", -9) and "micro-batch-tokens" in exit_message(
         "trainer", 137
@@ -190,7 +190,7 @@ def test_plot_takes_the_watched_eval_rewards_per_environment():
 
 
 def test_the_oom_kill_count_is_read_from_the_cgroup(tmp_path, monkeypatch):
-    from launcher import launch
+    from launcher import exits as launch
 
     v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
     monkeypatch.setattr(launch, "OOM_COUNTERS", ((str(v2), "oom_kill"), (str(v1), "oom_kill")))
