@@ -2,8 +2,9 @@
 `evals` starting its own inference server, and `rl eval` (rlcore.children: every child leads
 its own session and gets SIGTERM when its launcher dies; inference then stops its engine), and
 the grandchildren in sessions of their own: an environment's MCP servers (the orchestrator
-stops its descendants) and torchrun's ranks (torchrun stops them). Every process a command starts carries a mark in its environment (helpers.marked), so a
-survivor is found however it was regrouped or reparented."""
+stops its descendants) and torchrun's ranks (torchrun stops them). Every process a command
+starts carries a mark in its environment (helpers.marked), so a survivor is found however it
+was regrouped or reparented."""
 
 import json
 import os
