@@ -8,6 +8,7 @@ then make sure no engine process outlives this one.
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV, port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
+from rlcore.poll import wait_until_async
 from rlcore.rundir import RunDir
 from rlcore.runguard import INFERENCE, check_run, open_run
 from rlcore.toml_io import write_config
@@ -266,8 +268,11 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
 async def announce_ready(app, engine, config: InferenceConfig, start: float) -> None:
     """Once uvicorn serves: say so, and take over SIGTERM/SIGINT from vLLM's handlers so that
     a requested stop (exit 0) can be told apart from an engine that died (exit 1)."""
-    while not getattr(getattr(app.state, "server", None), "started", False):
-        await asyncio.sleep(0.1)
+
+    def started() -> bool:
+        return getattr(getattr(app.state, "server", None), "started", False)
+
+    await wait_until_async(started, math.inf, 0.1, "uvicorn to serve")
     READY.set()
     from vllm.platforms import current_platform
 

@@ -38,6 +38,9 @@ from rlcore import procs, waits
 from rlcore.logs import STACK_DUMP_SIGNAL
 
 PROJECT_DIRS = ("trainer", "orchestrator", "inference", "rlcore", "launcher")
+WAIT_HELPERS = ("rlcore/poll.py",)
+"""Frames passed over when naming where a process waits: the one poll loop, which every wait
+goes through; its caller says what is waited for."""
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_S = 3.0
 STOPPED_AFTER_S = 20.0
@@ -357,7 +360,7 @@ def dump_stacks(pid: int, log: Path) -> str:
 
 def innermost_project_frame(dump: str) -> str | None:
     """`file:line in func` of the innermost frame of this project's code in the main thread
-    (faulthandler prints it first, most recent call first)."""
+    (faulthandler prints it first, most recent call first), the poll loop's own passed over."""
     main = dump.split("Current thread", 1)[-1] if "Current thread" in dump else dump
     main = re.split(r"\nThread 0x", main, maxsplit=1)[0]
     for match in FRAME.finditer(main):
@@ -365,5 +368,7 @@ def innermost_project_frame(dump: str) -> str | None:
         for i, part in enumerate(parts[:-1]):
             if part in PROJECT_DIRS and ".venv" not in parts and "site-packages" not in parts:
                 where = "/".join(parts[i:])
+                if where in WAIT_HELPERS:
+                    break
                 return f"{where}:{match['line']} in {match['func']}"
     return None

@@ -2,6 +2,7 @@
 clock (a deadline loop written by hand instead of rlcore.poll's)."""
 
 import ast
+import functools
 from pathlib import Path
 
 PROC_READERS = {
@@ -25,10 +26,16 @@ CLOCKS = {"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"}
 SLEEPS = {"sleep", "wait_procs"}
 
 
+@functools.cache
+def parse(source: str) -> ast.Module:
+    """The tree of `source`, parsed once for every rule."""
+    return ast.parse(source)
+
+
 def proc_paths(source: str) -> list[int]:
     """Lines of string constants (f-string parts included) that name /proc; docstrings and
     other bare string statements are left out."""
-    tree = ast.parse(source)
+    tree = parse(source)
     bare = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
     return sorted(
         node.lineno
@@ -47,7 +54,7 @@ def clock_loops(source: str) -> list[int]:
     deadline-poll loop (nested functions are their own loops)."""
     return sorted(
         node.lineno
-        for node in ast.walk(ast.parse(source))
+        for node in ast.walk(parse(source))
         if isinstance(node, (ast.While, ast.For, ast.AsyncFor))
         and any(is_sleep(n) for n in loop_nodes(node))
         and any(is_clock(n) for n in loop_nodes(node))
@@ -85,7 +92,7 @@ def is_clock(node: ast.AST) -> bool:
 def process_starts(source: str) -> list[int]:
     """Lines that start a process: `module.function(...)` for a function of STARTS, or the
     function called by a name imported from its module."""
-    tree = ast.parse(source)
+    tree = parse(source)
     imported = {
         alias.asname or alias.name
         for node in ast.walk(tree)

@@ -4,6 +4,8 @@ is started by rlcore.children. Read from
 the source of the product and the bundled environments; benchmarks, which measure other
 programs, are left out. Each rule is also shown to catch a planted offender."""
 
+import functools
+
 from import_graph import REPO, tree_packages
 from source_rules import (
     CHILDREN_MODULE,
@@ -45,6 +47,7 @@ os.execv("/bin/true", ["true"])
 """
 
 
+@functools.cache
 def checked_modules() -> dict:
     packages = {name: root for name, root in tree_packages().items() if name != "benchmarks"}
     found = modules(REPO, packages)

@@ -171,6 +171,13 @@ def test_the_wait_is_read_off_the_main_threads_stack():
         '  File "/work/repo/trainer/train.py", line 140 in next_batch\n'
     )
     assert innermost_project_frame(dump) == "trainer/data.py:31 in wait_for_batch"
+    through_poll = dump.replace(  # the wait goes through rlcore.poll: its caller is named
+        '  File "/work/repo/trainer/data.py"',
+        '  File "/work/repo/rlcore/poll.py", line 91 in sleep\n'
+        '  File "/work/repo/rlcore/poll.py", line 110 in wait_until\n'
+        '  File "/work/repo/trainer/data.py"',
+    )
+    assert innermost_project_frame(through_poll) == "trainer/data.py:31 in wait_for_batch"
     assert innermost_project_frame("nothing here") is None
 
 
