@@ -5,6 +5,8 @@ attempt's regenerated steps, and its config."""
 import asyncio
 import json
 import logging
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -203,3 +205,48 @@ def test_a_step_that_cannot_be_written_costs_its_file_only_but_a_full_disk_stops
     archive.submit(3, 0, ["env"], step_groups(3))
     with pytest.raises(OSError, match="No space left"):
         archive.close()
+
+
+text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["assistant", "tool", "user"]), "content": text},
+    optional={"tool_calls": st.lists(st.fixed_dictionaries(
+        {"id": text, "type": st.just("function"),
+         "function": st.fixed_dictionaries({"name": text, "arguments": text})}), max_size=2)},
+)  # fmt: skip
+token_ids = st.lists(st.integers(0, 49151), max_size=6)
+
+
+@st.composite
+def rollouts(draw) -> Rollout:
+    """A rollout of 0-3 turns, each extending the last or not (a re-tokenized context), with
+    empty, long or unicode completions, tool calls, maybe an error."""
+    turns, context = [], draw(token_ids)
+    for _ in range(draw(st.integers(0, 3))):
+        prompt = context + draw(token_ids) if draw(st.booleans()) else draw(token_ids)
+        length = draw(st.sampled_from([0, 1, 5, 2048]))
+        ids = (draw(token_ids) or [7]) * length
+        turns.append(Turn(prompt, ids[:length], [-0.5] * length, draw(st.booleans())))
+        context = prompt + ids[:length]
+    completion = draw(st.one_of(text, st.lists(message, max_size=3)))
+    return Rollout(draw(st.integers(0, 10**6)), draw(st.lists(message, max_size=2)), completion,
+                   draw(st.floats(-1, 1)), draw(st.dictionaries(text, st.floats(0, 1), max_size=2)),
+                   turns, error=draw(st.one_of(st.none(), text)))  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None)
+@given(group=st.lists(rollouts(), min_size=1, max_size=3))
+def test_generated_rollouts_read_back_from_the_archive(token_texts, group):
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Archive(SamplesConfig(), Path(tmp), "unused")
+        archive.tokenizer_tried, archive.texts = True, token_texts
+        archive.submit(0, 0, ["env"], [group])
+        archive.close()
+        rows = samples_store.read_step(samples_store.step_file(Path(tmp), 0)).to_pylist()
+    assert len(rows) == len(group)
+    for rollout, row in zip(group, rows, strict=True):
+        assert {k: v for k, v in row.items() if k not in ("step", "policy_step")} == rollout_row(
+            rollout, "env", 0, row["member"], token_texts)  # fmt: skip
+        assert json.loads(row["completion"]) == rollout.completion
+        assert len(row["token_text"]) == len(row["token_mask"]) == row["num_completion_tokens"]
+        assert sum(row["token_mask"]) == sum(len(t.completion_ids) for t in rollout.turns)
