@@ -1,0 +1,221 @@
+"""The routes of `rl view`. Pages are Jinja2 templates (templates/), curves are drawn in the
+browser by Plotly.js from JSON routes under /api/ that the pages poll, and static files come
+from a fixed list (static/ and the plotly wheel's own plotly.min.js). A run is named by the id
+the server gave it (launcher.view.library), steps and pages by integers; any other input is
+checked by launcher.view.safe. Errors are a page (or JSON under /api/) with their status."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException
+
+from launcher.view import archive, compare, safe
+from launcher.view.curves import panels
+from launcher.view.data import RunData
+from launcher.view.guard import Guard
+from launcher.view.library import Library
+
+HERE = Path(__file__).parent
+MAX_COMPARED = 4
+POLL_MS = 2000
+
+
+def plotly_js() -> Path:
+    """plotly.min.js as the plotly wheel installs it (no CDN, nothing fetched)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the plotly package is not installed")
+    return Path(spec.submodule_search_locations[0]) / "package_data" / "plotly.min.js"
+
+
+STATIC = {"app.js": HERE / "static" / "app.js", "view.css": HERE / "static" / "view.css"}
+
+
+class ViewError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def make_app(library: Library, token: str | None = None, loopback: bool = True) -> FastAPI:
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, token=token, loopback=loopback)
+    templates = Environment(loader=FileSystemLoader(HERE / "templates"),
+                            autoescape=select_autoescape(["html"]))  # fmt: skip
+    templates.filters["num"] = number
+    static = {**STATIC, "plotly.min.js": plotly_js()}
+
+    def page(name: str, status: int = 200, **context) -> HTMLResponse:
+        html = templates.get_template(name).render(poll_ms=POLL_MS, **context)
+        return HTMLResponse(html, status_code=status)
+
+    def run_of(rid: str) -> RunData:
+        run = library.get(rid)
+        if run is None:
+            raise ViewError(404, f"no run with id {rid!r} (the runs list names every run found)")
+        return run
+
+    @app.exception_handler(ViewError)
+    async def view_error(request: Request, err: ViewError):
+        return error_response(request, err.status, str(err), page)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException):
+        return error_response(request, err.status_code, str(err.detail), page)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(request: Request, err: RequestValidationError):
+        found = [f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in err.errors()]
+        return error_response(request, 400, f"bad request: {'; '.join(found)}", page)
+
+    async def known_error(request: Request, err: Exception):
+        return error_response(request, *classify(err), page)
+
+    for kind in (safe.Refused, safe.Missing, archive.Unreadable, OSError):
+        app.add_exception_handler(kind, known_error)
+
+    @app.exception_handler(Exception)
+    async def any_error(request: Request, err: Exception):
+        # A page saying what failed; the server's own log keeps the traceback.
+        print(f"rl view: {request.url.path}: {err.__class__.__name__}: {err}", file=sys.stderr)
+        return error_response(request, *classify(err), page)
+
+    @app.get("/static/{name}")
+    def static_file(name: str):
+        if name not in static:
+            raise ViewError(404, f"no static file {name!r}")
+        return FileResponse(static[name], headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/", response_class=HTMLResponse)
+    def runs_page():
+        return page("runs.html", runs=runs_json(), folders=library.folders)
+
+    @app.get("/api/runs")
+    def runs_json():
+        return [dict(id=rid, **run.summary()) for rid, run in sorted(
+            library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
+
+    @app.get("/at/{relative:path}")
+    def run_at(relative: str):
+        return RedirectResponse(f"/run/{find_at(library, relative)}", status_code=303)
+
+    @app.get("/run/{rid}", response_class=HTMLResponse)
+    def run_page(rid: str):
+        run = run_of(rid)
+        return page("run.html", rid=rid, run=run.summary(), configs=run.config_texts(),
+                    checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
+                    restarts=run.restarts(), has_samples=bool(archive.sample_steps(run)),
+                    has_evals=bool(run.eval_steps()))  # fmt: skip
+
+    @app.get("/api/run/{rid}/curves")
+    def curves_json(rid: str, key: str = "", points: int = 600):
+        run = run_of(rid)
+        curves = run.curves()
+        version = "-".join(map(str, curves.key))
+        if key and key == version:
+            return {"key": version, "unchanged": True}
+        limit = min(max(points, 10), 5000)
+        return {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
+                "summary": run.summary(), "waits": run.waits()}  # fmt: skip
+
+    @app.get("/api/run/{rid}/logs")
+    def logs_json(rid: str, lines: int = 40):
+        return {name: tail for name, tail in run_of(rid).log_tails(min(max(lines, 1), 500))}
+
+    @app.get("/run/{rid}/rollouts", response_class=HTMLResponse)
+    def rollouts_page(rid: str, step: int | None = None, env: str = "", low: float | None = None,
+                      high: float | None = None, page_index: int = 0):  # fmt: skip
+        run = run_of(rid)
+        steps = archive.sample_steps(run)
+        view = None
+        if steps:
+            chosen = steps[-1] if step is None else step
+            view = archive.groups_page(run, chosen, env, low, high, page_index)
+        return page("rollouts.html", rid=rid, run=run.summary(), steps=steps, view=view,
+                    env=env, low=low, high=high)  # fmt: skip
+
+    @app.get("/api/run/{rid}/rollouts")
+    def rollouts_json(rid: str, step: int, env: str = "", low: float | None = None,
+                      high: float | None = None, page_index: int = 0):  # fmt: skip
+        return archive.groups_page(run_of(rid), step, env, low, high, page_index)
+
+    @app.get("/run/{rid}/evals", response_class=HTMLResponse)
+    def evals_page(rid: str, step: int | None = None, env: str = "", failed: bool = False,
+                   page_index: int = 0):  # fmt: skip
+        run = run_of(rid)
+        steps = run.eval_steps()
+        samples = None
+        if steps:
+            chosen = steps[-1] if step is None else step
+            samples = archive.eval_samples(run, chosen, env, failed, page_index)
+        return page("evals.html", rid=rid, run=run.summary(), table=archive.eval_table(run),
+                    steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
+
+    @app.get("/api/run/{rid}/evals")
+    def evals_json(rid: str, step: int | None = None, env: str = "", page_index: int = 0):
+        run = run_of(rid)
+        found = {"table": archive.eval_table(run)}
+        if step is not None:
+            found["samples"] = archive.eval_samples(run, step, env, False, page_index)
+        return found
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(runs: str = ""):
+        chosen = compared(runs)
+        return page("compare.html", ids=[rid for rid, _ in chosen],
+                    names=[run.name for _, run in chosen],
+                    diff=compare.config_diff([run for _, run in chosen]),
+                    resumes=[compare.resume_note(run) for _, run in chosen],
+                    all_runs=runs_json())  # fmt: skip
+
+    def compared(runs: str) -> list[tuple[str, RunData]]:
+        ids = [r for r in runs.split(",") if r]
+        if not 2 <= len(ids) <= MAX_COMPARED or len(set(ids)) != len(ids):
+            raise ViewError(400, f"compare takes 2 to {MAX_COMPARED} different runs "
+                                 "(?runs=ID,ID), from the runs list")  # fmt: skip
+        return [(rid, run_of(rid)) for rid in ids]
+
+    return app
+
+
+def find_at(library: Library, relative: str) -> str:
+    try:
+        run = library.at(relative)
+    except safe.Refused as err:
+        raise ViewError(400, f"refused: {err}") from None
+    except safe.Missing as err:
+        raise ViewError(404, str(err)) from None
+    return next(rid for rid, found in library.scan().items() if found is run)
+
+
+def classify(err: Exception) -> tuple[int, str]:
+    if isinstance(err, safe.Refused):
+        return 400, f"refused: {err}"
+    if isinstance(err, safe.Missing):
+        return 404, str(err)
+    if isinstance(err, archive.Unreadable):
+        return 422, str(err)
+    if isinstance(err, PermissionError):
+        return 403, f"cannot read {err.filename}: permission denied"
+    if isinstance(err, OSError):
+        return 500, f"cannot read {err.filename or 'a file'}: {err.strerror or err}"
+    return 500, f"internal error ({err.__class__.__name__}): {err}"
+
+
+def error_response(request: Request, status: int, message: str, page):
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message, "status": status}, status_code=status)
+    return page("error.html", status=status, status_code=status, message=message)
+
+
+def number(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)

@@ -1,0 +1,150 @@
+"""A run's `metrics.jsonl` as curves: read once per change of the file (its inode, size and
+modification time), only the new bytes when it grew, kept in memory as one series per
+(component, metric), and sent downsampled. Torn lines are skipped (rlcore.metrics). A step
+that comes again (a restart or a resume) marks the curves there; the record read last wins."""
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlcore.metrics import is_training_step, read_records
+
+# (panel title, unit, [(component, metric key, trace name)]): the names the processes write
+# (orchestrator/loop.py, trainer/train.py, rlcore.rundir.append_metrics' rss_mib).
+PANELS = (
+    ("reward", "", [("orchestrator", "reward", "training")]),
+    ("loss", "", [("trainer", "loss", "loss")]),
+    ("entropy", "nats", [("trainer", "entropy", "entropy")]),
+    ("mismatch_kl", "", [("trainer", "mismatch_kl", "mismatch_kl")]),
+    ("grad norm", "", [("trainer", "grad_norm", "grad_norm")]),
+    ("step time", "s", [
+        ("orchestrator", "time/generate_s", "generate"),
+        ("orchestrator", "time/wait_weights_s", "orchestrator wait (weights)"),
+        ("trainer", "data_wait_s", "trainer wait (batch)"),
+        ("trainer", "step_time_s", "train"),
+        ("trainer", "publish_s", "publish"),
+    ]),
+    ("tokens/s", "", [
+        ("trainer", "tokens_per_s", "trainer"),
+        ("orchestrator", "throughput_tokens_per_s", "rollouts"),
+    ]),
+    ("memory", "GiB", [
+        ("trainer", "rss_mib", "trainer resident"),
+        ("orchestrator", "rss_mib", "orchestrator resident"),
+        ("trainer", "peak_memory_gib", "trainer peak (device)"),
+    ]),
+)  # fmt: skip
+MIB_KEYS = ("rss_mib",)
+MAX_POINTS = 600
+"""Points per trace sent to a page; longer series are averaged into this many buckets."""
+
+
+@dataclass
+class Curves:
+    """Everything read from one metrics.jsonl so far."""
+
+    series: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    last_step: dict[str, int] = field(default_factory=dict)
+    markers: list[dict] = field(default_factory=list)
+    first_time: float | None = None
+    last_time: float | None = None
+    offset: int = 0
+    key: tuple = ()
+
+    def add(self, record: dict) -> None:
+        component, step = record.get("component"), record.get("step")
+        if not isinstance(component, str) or not isinstance(step, int) or isinstance(step, bool):
+            return
+        when = record.get("time")
+        if isinstance(when, int | float) and math.isfinite(when):
+            self.first_time = when if self.first_time is None else min(self.first_time, when)
+            self.last_time = when if self.last_time is None else max(self.last_time, when)
+        before = self.last_step.get(component)
+        if before is not None and step <= before and component in ("trainer", "orchestrator"):
+            self.mark(step, component)
+        self.last_step[component] = step
+        for name, value in record.items():
+            if name in ("component", "step", "time") or not is_number(value):
+                continue
+            if component == "orchestrator" and name == "reward" and not is_training_step(record):
+                continue
+            self.series.setdefault((component, name), {})[step] = float(value)
+
+    def mark(self, step: int, component: str) -> None:
+        if not any(m["step"] == step for m in self.markers):
+            self.markers.append({"step": step, "text": f"resumed at step {step} ({component})"})
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def file_key(path: Path) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def refresh(curves: Curves, path: Path) -> Curves:
+    """`curves` brought up to date with `path`: unchanged, extended by the lines appended since,
+    or read again from the start when the file was replaced or shrank."""
+    key = file_key(path)
+    if key == curves.key:
+        return curves
+    grown = curves.key and key and key[0] == curves.key[0] and key[1] >= curves.offset
+    if not grown:
+        curves = Curves()
+    records, curves.offset = read_records(path, curves.offset)
+    for record in records:
+        curves.add(record)
+    curves.key = key
+    return curves
+
+
+def downsample(steps: list[int], values: list[float], limit: int = MAX_POINTS):
+    """At most `limit` points: the means of equal runs of steps (the last point kept as is)."""
+    if len(steps) <= limit:
+        return steps, values
+    size = math.ceil(len(steps) / limit)
+    xs, ys = [], []
+    for i in range(0, len(steps), size):
+        chunk = values[i : i + size]
+        xs.append(steps[i + len(chunk) // 2])
+        ys.append(sum(chunk) / len(chunk))
+    xs[-1], ys[-1] = steps[-1], values[-1]
+    return xs, ys
+
+
+def trace(curves: Curves, component: str, key: str, limit: int = MAX_POINTS) -> tuple[list, list]:
+    by_step = curves.series.get((component, key), {})
+    steps = sorted(by_step)
+    values = [by_step[s] / 1024 if key in MIB_KEYS else by_step[s] for s in steps]
+    return downsample(steps, values, limit)
+
+
+def panels(curves: Curves, limit: int = MAX_POINTS) -> list[dict]:
+    """The run's panels as a page draws them; the evaluation rewards `evals --watch` wrote join
+    the reward panel."""
+    found = []
+    for title, unit, specs in PANELS:
+        traces = []
+        for component, key, name in specs:
+            xs, ys = trace(curves, component, key, limit)
+            if xs:
+                traces.append({"name": name, "x": xs, "y": ys})
+        if title == "reward":
+            for component, key in sorted(curves.series):
+                if component == "evals" and key.endswith("/reward"):
+                    xs, ys = trace(curves, component, key, limit)
+                    traces.append({"name": f"eval {key[: -len('/reward')]}", "x": xs, "y": ys})
+        found.append({"title": title, "unit": unit, "traces": traces})
+    return found
+
+
+def last_mean(curves: Curves, component: str, key: str, window: int = 5) -> float | None:
+    by_step = curves.series.get((component, key), {})
+    last = [by_step[s] for s in sorted(by_step)[-window:]]
+    return sum(last) / len(last) if last else None
