@@ -6,6 +6,7 @@ into the runs."""
 import pytest
 from fastapi.testclient import TestClient
 
+from launcher.commands import run_command
 from launcher.commands.view import token_for
 from launcher.view.app import make_app
 from launcher.view.library import Library, run_id
@@ -176,3 +177,21 @@ def test_the_token_rule(monkeypatch):
         token_for("0.0.0.0", "VIEW_TOKEN")
     monkeypatch.setenv("VIEW_TOKEN", "a-long-enough-token-1234")
     assert token_for("10.0.0.1", "VIEW_TOKEN") == "a-long-enough-token-1234"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["{root}/nothere"], "does not exist"),
+        (["{root}/a/metrics.jsonl"], "is not a folder"),
+        (["{root}", "--port", "70000"], "is not a port"),
+        (["{root}", "--port", "x"], "invalid int value"),
+        (["{root}", "--host", "no.such.host.invalid"], "is not an address"),
+        (["{root}", "--token-env", "RL_VIEW_UNSET_VAR"], "RL_VIEW_UNSET_VAR"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_problem(runs, capsys, args, words):
+    root, _, _ = runs
+    assert run_command("view", [a.format(root=root) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.startswith("rl view: error:"), err
