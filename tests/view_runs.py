@@ -46,6 +46,7 @@ def make_run(
     lr: float = 3e-5,
     envs=("rl-add-digits",),
     host: str | None = None,
+    ckpt_every: int = 2,
 ) -> Path:
     """A finished (or, with `live`, running: this process stands in for its launcher) run of
     `steps` steps with every file a run has but the archive (add it with `write_samples`)."""
@@ -68,7 +69,7 @@ def make_run(
             f"\n===== attempt 2026-11-27 10:00:00 : python -m {name}.main\n"
             + "".join(f"{name}: line {i}\n" for i in range(60)))  # fmt: skip
     append_metrics(root, range(steps))
-    for step in range(2, steps + 1, 2):
+    for step in range(ckpt_every, steps + 1, ckpt_every):
         folder = root / "checkpoints" / f"step_{step}"
         for part in ("trainer", "orchestrator"):
             (folder / part).mkdir(parents=True, exist_ok=True)

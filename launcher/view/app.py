@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException
 
 from launcher.view import archive, compare, safe
-from launcher.view.curves import panels
+from launcher.view.curves import Curves, add_columns, panels
 from launcher.view.data import RunData
 from launcher.view.guard import Guard
 from launcher.view.library import Library
@@ -49,6 +49,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
                             autoescape=select_autoescape(["html"]))  # fmt: skip
     templates.filters["num"] = number
     static = {**STATIC, "plotly.min.js": plotly_js()}
+    warm_up(templates)
 
     def page(name: str, status: int = 200, **context) -> HTMLResponse:
         html = templates.get_template(name).render(poll_ms=POLL_MS, **context)
@@ -181,6 +182,16 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         return [(rid, run_of(rid)) for rid in ids]
 
     return app
+
+
+def warm_up(templates: Environment) -> None:
+    """Compile every template, import the archive reader and read one metrics line as columns
+    once, at start: a page's first load then costs what reading its run costs."""
+    import pyarrow.parquet  # noqa: F401
+
+    add_columns(Curves(), b'{"component": "trainer", "step": 1, "loss": 0.5, "time": 1.0}\n')
+    for name in templates.list_templates():
+        templates.get_template(name)
 
 
 def find_at(library: Library, relative: str) -> str:
