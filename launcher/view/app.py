@@ -110,7 +110,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         run = run_of(rid)
         return page("run.html", rid=rid, run=run.summary(), configs=run.config_texts(),
                     checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
-                    restarts=run.restarts(), has_samples=bool(archive.sample_steps(run)),
+                    restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
                     has_evals=bool(run.eval_steps()))  # fmt: skip
 
     @app.get("/api/run/{rid}/curves")
@@ -121,29 +121,31 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         if key and key == version:
             return {"key": version, "unchanged": True}
         limit = min(max(points, 10), 5000)
-        return {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
-                "summary": run.summary(), "waits": run.waits()}  # fmt: skip
+        found = {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
+                 "summary": run.summary(), "waits": run.waits()}  # fmt: skip
+        return JSONResponse(found)  # json.dumps at once: FastAPI's encoder walks every number
 
     @app.get("/api/run/{rid}/logs")
     def logs_json(rid: str, lines: int = 40):
         return {name: tail for name, tail in run_of(rid).log_tails(min(max(lines, 1), 500))}
 
     @app.get("/run/{rid}/rollouts", response_class=HTMLResponse)
-    def rollouts_page(rid: str, step: int | None = None, env: str = "", low: float | None = None,
-                      high: float | None = None, page_index: int = 0):  # fmt: skip
+    def rollouts_page(rid: str, step: str = "", env: str = "", low: str = "", high: str = "",
+                      page_index: int = 0, tokens: bool = False):  # fmt: skip
         run = run_of(rid)
         steps = archive.sample_steps(run)
-        view = None
+        view, bounds = None, (number_arg(low, "low"), number_arg(high, "high"))
         if steps:
-            chosen = steps[-1] if step is None else step
-            view = archive.groups_page(run, chosen, env, low, high, page_index)
+            chosen = steps[-1] if not step.strip() else int(number_arg(step, "step", int))
+            view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens)
         return page("rollouts.html", rid=rid, run=run.summary(), steps=steps, view=view,
-                    env=env, low=low, high=high)  # fmt: skip
+                    env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
 
     @app.get("/api/run/{rid}/rollouts")
-    def rollouts_json(rid: str, step: int, env: str = "", low: float | None = None,
-                      high: float | None = None, page_index: int = 0):  # fmt: skip
-        return archive.groups_page(run_of(rid), step, env, low, high, page_index)
+    def rollouts_json(rid: str, step: int, env: str = "", low: str = "", high: str = "",
+                      page_index: int = 0, tokens: bool = True):  # fmt: skip
+        bounds = (number_arg(low, "low"), number_arg(high, "high"))
+        return archive.groups_page(run_of(rid), step, env, *bounds, page_index, tokens)
 
     @app.get("/run/{rid}/evals", response_class=HTMLResponse)
     def evals_page(rid: str, step: int | None = None, env: str = "", failed: bool = False,
@@ -202,6 +204,19 @@ def find_at(library: Library, relative: str) -> str:
     except safe.Missing as err:
         raise ViewError(404, str(err)) from None
     return next(rid for rid, found in library.scan().items() if found is run)
+
+
+def number_arg(text: str, name: str, kind=float):
+    """A form field's number (an empty field is None); a 400 naming the field otherwise."""
+    if not text.strip():
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ViewError(400, f"bad request: {name} must be a number, got {text[:40]!r}") from None
+    if kind is float and value != value:
+        raise ViewError(400, f"bad request: {name} must be a number, got {text[:40]!r}")
+    return value
 
 
 def classify(err: Exception) -> tuple[int, str]:

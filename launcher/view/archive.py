@@ -7,6 +7,7 @@ folder, or `summary.json` and `results.jsonl` directly in an `evals` output fold
 evaluation, shown as step "-"). A file that cannot be read is a clear error, never a traceback."""
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ class Unreadable(Exception):
 
 
 def sample_steps(run) -> list[int]:
-    found = (STEP_FILE.match(p.name) for p in run.listing(SAMPLES))
+    found = (STEP_FILE.match(name) for name in run.names(SAMPLES))
     return sorted(int(m.group(1)) for m in found if m)
 
 
@@ -54,10 +55,12 @@ def read_step(run, step: int, columns=ROW_COLUMNS) -> list[dict]:
     return table.to_pylist()
 
 
-def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 0) -> dict:
+def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 0,
+                with_tokens: bool = False) -> dict:  # fmt: skip
     """One page of a step's groups (GROUPS_PER_PAGE), side by side: every member's prompt,
-    turns, reward, advantage, tokens and cut-off; only groups with a member in `env` and in
-    the reward range [low, high] are listed."""
+    turns, reward, advantage, token count and cut-off (`with_tokens`: each token with its
+    logprob, read only then); only groups with a member in `env` and in the reward range
+    [low, high] are listed."""
     rows = read_step(run, step)
     envs = sorted({str(r.get("env")) for r in rows})
     groups: dict[tuple, list[dict]] = {}
@@ -68,7 +71,7 @@ def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 
     num_pages = max(1, -(-len(keys) // GROUPS_PER_PAGE))
     page = min(max(page, 0), num_pages - 1)
     shown = keys[page * GROUPS_PER_PAGE : (page + 1) * GROUPS_PER_PAGE]
-    tokens = token_rows(run, step, {k[1] for k in shown})
+    tokens = token_rows(run, step, {k[1] for k in shown}) if with_tokens else {}
     cards = []
     for key in shown:
         members = sorted(groups[key], key=lambda r: r.get("member") or 0)
@@ -105,9 +108,17 @@ def member_view(row: dict, tokens: dict) -> dict:
         "completion_tokens": row.get("num_completion_tokens"),
         "truncated": bool(row.get("is_truncated")), "error": row.get("error"),
         "turns": turns(row.get("completion")),
-        "tokens": [{"t": t, "lp": lp, "policy": bool(m)}
+        "tokens": [{"t": t, "lp": lp, "policy": bool(m), "shade": shade(lp) if m else None}
                    for t, lp, m in zip(texts, logprobs, mask, strict=False)],
     }  # fmt: skip
+
+
+def shade(logprob) -> float | None:
+    """How strongly a policy token is shaded: 0 for a certain one, 1 for an unlikely one
+    (1 - its probability)."""
+    if not isinstance(logprob, int | float) or not math.isfinite(logprob):
+        return None
+    return round(1 - math.exp(min(logprob, 0.0)), 2)
 
 
 def loads(text: Any) -> Any:

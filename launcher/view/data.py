@@ -6,6 +6,7 @@ it held), summary, curves (launcher.view.curves, cached by the file's identity),
 Every file goes through launcher.view.safe."""
 
 import json
+import os
 import re
 import time
 import tomllib
@@ -39,6 +40,7 @@ class RunData:
         self.run = RunDir(root)
         self.curves_cache = Curves()
         self.disk: tuple[float, float] | None = None
+        self.listings: dict[tuple, tuple[int, list[str]]] = {}
 
     @property
     def name(self) -> str:
@@ -219,6 +221,21 @@ class RunData:
             return safe.inside(self.root, *parts, kind="dir")
         except (safe.Missing, safe.Refused):
             return None
+
+    def names(self, *parts: str) -> list[str]:
+        """The entry names of a folder of the run, cached until the folder changes (its
+        modification time): the archive's 10,000 names are listed once per new step."""
+        folder = self.file_dir(*parts)
+        if folder is None:
+            return []
+        try:
+            changed = folder.stat().st_mtime_ns
+            cached = self.listings.get(parts)
+            if cached is None or cached[0] != changed:
+                cached = self.listings[parts] = (changed, sorted(os.listdir(folder)))
+        except OSError:
+            return []
+        return cached[1]
 
     def listing(self, *parts: str) -> list[Path]:
         folder = self.file_dir(*parts)

@@ -90,8 +90,10 @@ def test_a_group_of_eight_rollouts_side_by_side(server, browser, tree):
     assert len(members) == 8
     assert "reward 1.000" in members[0].text and "cut off" in members[1].text
     assert "tool call add" in members[2].text
-    css(browser, "#show-tokens")[0].click()
-    tokens = members[0].find_elements("css selector", ".tokens .tok")
+    css(browser, "#show-tokens")[0].click()  # the page again, each completion as tokens
+    wait_until(browser, lambda s: "tokens=1" in s.current_url, what="the tokens view")
+    member = css(browser, "section.group article.member")[0]
+    tokens = member.find_elements("css selector", ".tokens .tok")
     assert len(tokens) == 12 and tokens[0].is_displayed()
     assert "rgba(230, 80, 60" in tokens[0].get_attribute("style")
 

@@ -134,10 +134,5 @@ const rlView = (() => {
     return false;
   }
 
-  function toggleTokens(on) {
-    document.querySelectorAll(".member .tokens").forEach((el) => { el.hidden = !on; });
-    document.querySelectorAll(".member .turns").forEach((el) => { el.hidden = on; });
-  }
-
-  return { runPage, comparePage, compareSubmit, toggleTokens };
+  return { runPage, comparePage, compareSubmit };
 })();

@@ -37,6 +37,7 @@ def every_page(a: str, b: str) -> list[str]:
     return [
         "/", "/api/runs", f"/run/{a}", f"/api/run/{a}/curves", f"/api/run/{a}/logs",
         f"/run/{a}/rollouts", f"/run/{a}/rollouts?step=1&env=rl-add-digits&low=0.5",
+        f"/run/{a}/rollouts?step=&env=&low=&high=", f"/run/{a}/rollouts?step=2&tokens=1",
         f"/api/run/{a}/rollouts?step=2", f"/run/{a}/evals", f"/run/{a}/evals?step=2&failed=true",
         f"/api/run/{a}/evals?step=2", f"/compare?runs={a},{b}", f"/run/{b}", f"/run/{b}/rollouts",
         f"/run/{b}/evals", "/static/app.js", "/static/view.css", "/static/plotly.min.js",
@@ -90,6 +91,8 @@ def test_secrets_in_configs_are_redacted_again_on_display(runs):
         ("/run/nosuchid", 404),
         ("/run/{a}/rollouts?step=99", 404),
         ("/run/{a}/rollouts?step=abc", 400),
+        ("/run/{a}/rollouts?low=abc", 400),
+        ("/run/{a}/rollouts?high=nan", 400),
         ("/run/{a}/evals?step=7", 404),
         ("/compare?runs={a}", 400),
         ("/compare?runs={a},{a}", 400),

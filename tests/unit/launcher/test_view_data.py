@@ -127,7 +127,8 @@ def test_a_page_of_groups_shows_every_member_turns_tool_calls_and_tokens(tmp_pat
     write_samples(run, [0, 1], groups=3, envs=("a", "b"))
     data = RunData(run, tmp_path)
     assert archive.sample_steps(data) == [0, 1]
-    page = archive.groups_page(data, 1)
+    assert archive.groups_page(data, 1)["groups"][0]["members"][0]["tokens"] == []  # not read
+    page = archive.groups_page(data, 1, with_tokens=True)
     assert page["num_groups"] == 6 and page["envs"] == ["a", "b"] and page["num_rows"] == 48
     group = page["groups"][0]
     assert [m["member"] for m in group["members"]] == list(range(8))
@@ -136,7 +137,9 @@ def test_a_page_of_groups_shows_every_member_turns_tool_calls_and_tokens(tmp_pat
     assert tool_member["turns"][0]["tool_calls"][0]["name"] == "add"
     assert group["members"][1]["truncated"] and group["members"][7]["error"]
     assert len(group["members"][0]["tokens"]) == 12
-    assert group["members"][0]["tokens"][4]["policy"] is False  # the mask is read
+    first = group["members"][0]["tokens"]
+    assert first[4]["policy"] is False and first[4]["shade"] is None  # the mask is read
+    assert 0 <= first[0]["shade"] <= 1 and first[0]["shade"] == archive.shade(first[0]["lp"])
     only_b = archive.groups_page(data, 1, env="b")
     assert {g["env"] for g in only_b["groups"]} == {"b"} and only_b["num_groups"] == 3
     assert archive.groups_page(data, 1, low=1.5)["num_groups"] == 0
