@@ -116,22 +116,30 @@ def make_big_runs(root: Path, steps: int, size_gb: float) -> tuple[Path, Path, f
     return big, other, size
 
 
-def first_loads(root: Path, pages: dict[str, str]) -> dict[str, tuple[float, float, int]]:
-    """Per page: (first load s, second load s, bytes), each on a fresh `rl view`."""
+def first_loads(root: Path, pages: dict[str, list[str]]) -> dict[str, tuple[float, float, int]]:
+    """Per page: (first load s, second load s, bytes) on a fresh `rl view`. A load is the page,
+    then the JSON it fetches as it opens, all at once as the browser does (the static files,
+    the same for every page, are left out: a browser keeps them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import httpx
 
     from tests.integration.view_server import ViewServer
 
     found = {}
-    for name, path in pages.items():
+    for name, paths in pages.items():
         with ViewServer(str(root)) as server, httpx.Client(base_url=server.base) as web:
-            times = []
+            times, size = [], 0
             for _ in range(2):
                 started = time.perf_counter()
-                response = web.get(path)
+                responses = [web.get(paths[0])]
+                with ThreadPoolExecutor(max(1, len(paths) - 1)) as pool:
+                    responses += list(pool.map(web.get, paths[1:]))
                 times.append(time.perf_counter() - started)
-                assert response.status_code == 200, (path, response.status_code, response.text)
-            found[name] = (times[0], times[1], len(response.content))
+                for path, response in zip(paths, responses, strict=True):
+                    assert response.status_code == 200, (path, response.status_code)
+                    size += len(response.content)
+            found[name] = (times[0], times[1], size // 2)
     return found
 
 
@@ -151,11 +159,16 @@ def main() -> None:
 
         a, b = run_id(big.resolve()), run_id(other.resolve())
         middle = args.steps // 2
+        curves = [f"/api/run/{a}/curves"]
         pages = {
-            "runs list": "/", "run page": f"/run/{a}", "run curves (JSON it polls)":
-            f"/api/run/{a}/curves", "rollouts (last step)": f"/run/{a}/rollouts",
-            f"rollouts (step {middle})": f"/run/{a}/rollouts?step={middle}",
-            "evals": f"/run/{a}/evals", "compare (2 runs)": f"/compare?runs={a},{b}",
+            "runs list": ["/"],
+            "run page (+ its curves JSON)": [f"/run/{a}", *curves],
+            "rollouts (last step)": [f"/run/{a}/rollouts"],
+            f"rollouts (step {middle}, tokens shaded)": [
+                f"/run/{a}/rollouts?step={middle}&tokens=1"],
+            "evals (+ a step's samples)": [f"/run/{a}/evals"],
+            "compare (+ both runs' curves JSON)": [
+                f"/compare?runs={a},{b}", *curves, f"/api/run/{b}/curves"],
         }  # fmt: skip
         loads = first_loads(root, pages)
     rows = [(name, f"{first:.3f} s", f"limit {LIMIT_S:.1f} s; again {again:.3f} s, "

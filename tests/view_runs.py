@@ -93,47 +93,42 @@ def write_configs(root: Path, steps: int, lr: float, envs) -> None:
     (configs / "inference.toml").write_text('[model]\nname = "tiny-qwen3"\n')
 
 
+ORCHESTRATOR_EXTRA = (
+    "metrics/correct_sum", "metrics/num_turns", "seq_len", "completion_len",
+    "truncated_fraction", "num_split_rollouts", "num_dropped_rollouts", "num_errors",
+    "mixed_reward_groups", "num_skipped_groups", "num_generation_rounds", "policy_step",
+    "progress/num_tokens", "num_capped_requests",
+)  # fmt: skip
+TRAINER_EXTRA = (
+    "clip_frac", "mask_frac", "lr", "num_tokens", "forward_s", "backward_s", "optimizer_s",
+    "skipped_update", "transfer_wait_s", "transfer_send_s", "ckpt_wait_s", "ckpt_write_s",
+    "ckpt_staging_wait_s", "ckpt_s",
+)  # fmt: skip
+"""The other fields the quick start's records carry (orchestrator/loop.py, trainer/train.py)."""
+
+
 def metrics_lines(steps, seed: int = 0) -> str:
+    """An orchestrator and a trainer record per step, with every field the quick start's
+    records carry."""
     rng = random.Random(seed)
     lines = []
     for step in steps:
         now = 1_795_780_000.0 + 4 * step
-        lines.append(
-            json.dumps(
-                {
-                    "component": "orchestrator",
-                    "step": step,
-                    "time": now,
-                    "reward": min(1.0, 0.1 + step / 20 + rng.random() / 10),
-                    "num_samples": 64,
-                    "num_tokens": 4000,
-                    "time/step_s": 3.0,
-                    "time/generate_s": 2.5,
-                    "time/wait_weights_s": 0.4,
-                    "throughput_tokens_per_s": 1300.0,
-                    "rss_mib": 250.0,
-                }
-            )
-        )
-        lines.append(
-            json.dumps(
-                {
-                    "component": "trainer",
-                    "step": step + 1,
-                    "time": now + 2,
-                    "loss": 0.1 / (step + 1),
-                    "entropy": 2.0 - step / 100,
-                    "mismatch_kl": 1e-3,
-                    "grad_norm": 0.5,
-                    "tokens_per_s": 900.0,
-                    "peak_memory_gib": 1.0,
-                    "step_time_s": 2.0,
-                    "data_wait_s": 0.3,
-                    "publish_s": 0.2,
-                    "rss_mib": 900.0,
-                }
-            )
-        )
+        orchestrator = {
+            "component": "orchestrator", "step": step, "time": now,
+            "reward": min(1.0, 0.1 + step / 20 + rng.random() / 10), "num_samples": 64,
+            "num_tokens": 4000, "time/step_s": 3.0, "time/generate_s": 2.5,
+            "time/wait_weights_s": 0.4, "throughput_tokens_per_s": 1300.0, "rss_mib": 250.0,
+            **{name: round(rng.random(), 4) for name in ORCHESTRATOR_EXTRA},
+        }  # fmt: skip
+        trainer = {
+            "component": "trainer", "step": step + 1, "time": now + 2, "loss": 0.1 / (step + 1),
+            "entropy": 2.0 - step / 100, "mismatch_kl": 1e-3, "grad_norm": 0.5,
+            "tokens_per_s": 900.0, "peak_memory_gib": 1.0, "step_time_s": 2.0,
+            "data_wait_s": 0.3, "publish_s": 0.2, "rss_mib": 900.0,
+            **{name: round(rng.random(), 4) for name in TRAINER_EXTRA},
+        }  # fmt: skip
+        lines += [json.dumps(orchestrator), json.dumps(trainer)]
     return "".join(line + "\n" for line in lines)
 
 

@@ -138,7 +138,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         if steps:
             chosen = steps[-1] if not step.strip() else int(number_arg(step, "step", int))
             view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens)
-        return page("rollouts.html", rid=rid, run=run.summary(), steps=steps, view=view,
+        return page("rollouts.html", rid=rid, run={"name": run.name}, steps=steps, view=view,
                     env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
 
     @app.get("/api/run/{rid}/rollouts")
@@ -156,7 +156,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         if steps:
             chosen = steps[-1] if step is None else step
             samples = archive.eval_samples(run, chosen, env, failed, page_index)
-        return page("evals.html", rid=rid, run=run.summary(), table=archive.eval_table(run),
+        return page("evals.html", rid=rid, run={"name": run.name}, table=archive.eval_table(run),
                     steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
 
     @app.get("/api/run/{rid}/evals")
@@ -173,8 +173,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         return page("compare.html", ids=[rid for rid, _ in chosen],
                     names=[run.name for _, run in chosen],
                     diff=compare.config_diff([run for _, run in chosen]),
-                    resumes=[compare.resume_note(run) for _, run in chosen],
-                    all_runs=runs_json())  # fmt: skip
+                    resumes=[compare.resume_note(run) for _, run in chosen])  # fmt: skip
 
     def compared(runs: str) -> list[tuple[str, RunData]]:
         ids = [r for r in runs.split(",") if r]

@@ -6,6 +6,7 @@ Evaluations: `step_<n>/{summary.json,results.jsonl}` under a run's `evals/` or a
 folder, or `summary.json` and `results.jsonl` directly in an `evals` output folder (one
 evaluation, shown as step "-"). A file that cannot be read is a clear error, never a traceback."""
 
+import html
 import json
 import math
 import re
@@ -110,7 +111,23 @@ def member_view(row: dict, tokens: dict) -> dict:
         "turns": turns(row.get("completion")),
         "tokens": [{"t": t, "lp": lp, "policy": bool(m), "shade": shade(lp) if m else None}
                    for t, lp, m in zip(texts, logprobs, mask, strict=False)],
+        "tokens_html": tokens_html(texts, logprobs, mask),
     }  # fmt: skip
+
+
+def tokens_html(texts: list, logprobs: list, mask: list) -> str:
+    """A completion's tokens as spans, each policy token shaded by its logprob (built here:
+    a template loop over a page's tens of thousands of tokens takes most of a second)."""
+    spans = []
+    for text, logprob, policy in zip(texts, logprobs, mask, strict=False):
+        alpha = shade(logprob) if policy else None
+        body = html.escape(str(text))
+        if alpha is None:
+            spans.append(f'<span class="tok{"" if policy else " env-tok"}">{body}</span>')
+        else:
+            spans.append(f'<span class="tok" style="background: rgba(230, 80, 60, {alpha})" '
+                         f'title="{logprob:.3f}">{body}</span>')  # fmt: skip
+    return "".join(spans)
 
 
 def shade(logprob) -> float | None:

@@ -69,6 +69,9 @@ def test_the_pages_show_what_the_run_holds(runs):
     rollouts = web.get(f"/run/{a}/rollouts?step=1").text
     assert rollouts.count('<article class="member') == 16 and "tool call <b>add</b>" in rollouts
     assert "cut off" in rollouts and "tool server timed out" in rollouts
+    tokens = web.get(f"/run/{a}/rollouts?step=2&tokens=1").text
+    assert tokens.count('<span class="tok') == 16 * 12 and "rgba(230, 80, 60" in tokens
+    assert "&lt;tool&gt;" in tokens and "<tool>" not in tokens  # model text is escaped
     evals = web.get(f"/run/{a}/evals").text
     assert "pass@4 <b>1.000</b>" in evals and "eval answer 5 try 0" in evals
     compare = web.get(f"/compare?runs={a},{b}").text
