@@ -3,12 +3,13 @@ modification time), only the new bytes when it grew, kept in memory as one serie
 (component, metric), and sent downsampled. Torn lines are skipped (rlcore.metrics). A step
 that comes again (a restart or a resume) marks the curves there; the record read last wins."""
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlcore.metrics import is_training_step, read_records
+from rlcore.metrics import is_training_step
 
 # (panel title, unit, [(component, metric key, trace name)]): the names the processes write
 # (orchestrator/loop.py, trainer/train.py, rlcore.rundir.append_metrics' rss_mib).
@@ -36,6 +37,10 @@ PANELS = (
     ]),
 )  # fmt: skip
 MIB_KEYS = ("rss_mib",)
+BLOCK_BYTES = 4 * 2**20
+"""metrics.jsonl is read in blocks of about this size: a bad line costs its block the slow path."""
+EVALS_MARK = b'"evals"'
+
 MAX_POINTS = 600
 """Points per trace sent to a page; longer series are averaged into this many buckets."""
 
@@ -101,49 +106,81 @@ def refresh(curves: Curves, path: Path) -> Curves:
         f.seek(curves.offset)
         chunk = f.read()
     chunk = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next
-    if not add_columns(curves, chunk):
-        records, _ = read_records(path, curves.offset)  # a torn line: record by record
-        for record in records:
-            curves.add(record)
+    for block in blocks(chunk):
+        add_block(curves, block)
     curves.offset += len(chunk)
     curves.key = key
     return curves
 
 
+def blocks(chunk: bytes, size: int | None = None):
+    """`chunk` in pieces of about `size` bytes (BLOCK_BYTES), each ending at a line's end."""
+    size = size or BLOCK_BYTES
+    start = 0
+    while start < len(chunk):
+        end = chunk.find(b"\n", start + size)
+        end = len(chunk) if end < 0 else end + 1
+        yield chunk[start:end]
+        start = end
+
+
+def add_block(curves: Curves, block: bytes) -> None:
+    """Whole lines: the metrics the panels draw read as columns, then the few `evals` records
+    (`<env>/reward`, names known only when read) one by one; a block with a line the column
+    reader refuses (torn, `NaN`, a field of another type) is read record by record."""
+    if add_columns(curves, block):
+        lines = [line for line in block.splitlines() if EVALS_MARK in line]
+    else:
+        lines = block.splitlines()
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a killed writer
+        if isinstance(record, dict):
+            curves.add(record)
+
+
 def add_columns(curves: Curves, chunk: bytes) -> bool:
-    """Add whole lines of metrics.jsonl read as columns (pyarrow's JSON reader: a 10,000-step
-    run in tens of milliseconds, where json.loads per line takes seconds); False when a line
-    is not a JSON object of consistent types (a torn line), for the record-by-record path."""
+    """Add the metrics PANELS draw from whole lines of metrics.jsonl, read as columns of a
+    fixed schema (pyarrow's JSON reader: a 10,000-step run's 12 MB in a few tenths of a second
+    where json.loads per line takes a second or more); False when a line does not fit (the
+    caller reads that block record by record)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.json as pa_json
 
     if not chunk.strip():
         return True
+    options = pa_json.ParseOptions(explicit_schema=column_schema(),
+                                   unexpected_field_behavior="ignore")  # fmt: skip
     try:
-        table = pa_json.read_json(pa.BufferReader(chunk))
+        table = pa_json.read_json(pa.BufferReader(chunk), parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return False
-    names = set(table.column_names)
-    if not {"component", "step"} <= names or not pa.types.is_integer(table["step"].type):
-        return False
     steps, valid = numbers(table["step"], pa.int64(), np.int64)
-    if not valid.all():
-        return False
     components = np.array(table["component"].to_pylist(), dtype=object)
-    if "time" in names and is_numeric(table["time"].type):
-        times, known = numbers(table["time"], pa.float64(), np.float64)
-        add_times(curves, times[known])
+    if not valid.all() or any(not isinstance(c, str) for c in components.tolist()):
+        return False
+    times, known = numbers(table["time"], pa.float64(), np.float64)
+    add_times(curves, times[known])
     for component in dict.fromkeys(components.tolist()):
-        if not isinstance(component, str):
-            continue
         rows = components == component
+        if component == "evals":
+            continue  # its records are read whole (add_block)
         add_steps(curves, component, steps[rows])
-        for name in sorted(names - {"component", "step", "time"}):
-            if is_numeric(table[name].type):
-                values, known = numbers(table[name], pa.float64(), np.float64)
-                add_series(curves, (component, name), steps, values, rows & known)
+        for name in table.column_names[3:]:
+            values, known = numbers(table[name], pa.float64(), np.float64)
+            add_series(curves, (component, name), steps, values, rows & known)
     return True
+
+
+def column_schema():
+    import pyarrow as pa
+
+    keys = sorted({key for _, _, specs in PANELS for _, key, _ in specs})
+    fields = [("component", pa.string()), ("step", pa.int64()), ("time", pa.float64())]
+    return pa.schema(fields + [(key, pa.float64()) for key in keys])
 
 
 def is_numeric(kind) -> bool:

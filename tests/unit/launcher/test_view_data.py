@@ -200,3 +200,16 @@ def test_a_run_from_an_older_version_lacking_files_still_reads(tmp_path):
     assert summary["status"] == "no run.json" and summary["step"] is None
     assert data.checkpoints() == [] and data.log_tails() == [] and data.waits() == []
     assert archive.sample_steps(data) == [] and data.eval_steps() == []
+
+
+def test_a_nan_or_a_field_of_another_type_costs_only_its_block_the_slow_path(tmp_path, monkeypatch):
+    run = make_run(tmp_path / "r", steps=40)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"component": "trainer", "step": 41, "loss": NaN, "entropy": 1.5}\n')
+        f.write('{"component": "trainer", "step": 42, "loss": "high", "entropy": 1.25}\n')
+    append_metrics(run, range(43, 45))
+    monkeypatch.setattr(curves, "BLOCK_BYTES", 2000)  # several blocks, one of them bad
+    found = curves.refresh(curves.Curves(), run / "metrics.jsonl")
+    loss, entropy = found.series["trainer", "loss"], found.series["trainer", "entropy"]
+    assert 41 not in loss and 42 not in loss and entropy[41] == 1.5 and entropy[42] == 1.25
+    assert sorted(found.series["orchestrator", "reward"]) == [*range(40), 43, 44]
