@@ -122,6 +122,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
             return {"key": version, "unchanged": True}
         limit = min(max(points, 10), 5000)
         found = {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
+                 "sampled": curves.sampled,
                  "summary": run.summary(), "waits": run.waits()}  # fmt: skip
         return JSONResponse(found)  # json.dumps at once: FastAPI's encoder walks every number
 

@@ -1,7 +1,10 @@
 """A run's `metrics.jsonl` as curves: read once per change of the file (its inode, size and
 modification time), only the new bytes when it grew, kept in memory as one series per
 (component, metric), and sent downsampled. Torn lines are skipped (rlcore.metrics). A step
-that comes again (a restart or a resume) marks the curves there; the record read last wins."""
+that comes again (a restart or a resume) marks the curves there; the record read last wins.
+A file of more than SAMPLE_ABOVE lines is read in evenly spaced runs of lines (`sampled`) and
+its last lines whole: a curve gets at most MAX_POINTS points, so a 10,000-step run's first
+view costs what a 2,000-step run's does."""
 
 import json
 import math
@@ -40,6 +43,10 @@ MIB_KEYS = ("rss_mib",)
 BLOCK_BYTES = 4 * 2**20
 """metrics.jsonl is read in blocks of about this size: a bad line costs its block the slow path."""
 EVALS_MARK = b'"evals"'
+SAMPLE_ABOVE = 8000
+SAMPLED_LINES = 4000
+WINDOW = 8
+TAIL_LINES = 400
 
 MAX_POINTS = 600
 """Points per trace sent to a page; longer series are averaged into this many buckets."""
@@ -56,6 +63,8 @@ class Curves:
     last_time: float | None = None
     offset: int = 0
     key: tuple = ()
+    sampled: float = 1.0
+    """1, or how many records each one read stands for (a long file read in runs of lines)."""
 
     def add(self, record: dict) -> None:
         component, step = record.get("component"), record.get("step")
@@ -106,11 +115,27 @@ def refresh(curves: Curves, path: Path) -> Curves:
         f.seek(curves.offset)
         chunk = f.read()
     chunk = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next
-    for block in blocks(chunk):
+    for block in blocks(sampled(curves, chunk)):
         add_block(curves, block)
     curves.offset += len(chunk)
     curves.key = key
     return curves
+
+
+def sampled(curves: Curves, chunk: bytes) -> bytes:
+    """The lines of `chunk` to read: all of them up to SAMPLE_ABOVE; beyond, evenly spaced
+    runs of WINDOW consecutive lines (a run holds every component's record of its steps, as
+    they write one each per step) to about SAMPLED_LINES, and the last TAIL_LINES whole (the
+    last steps, the last-5 reward). A curve has at most MAX_POINTS points anyway."""
+    lines = chunk.split(b"\n")[:-1]
+    if len(lines) <= SAMPLE_ABOVE:
+        return chunk
+    head, tail = lines[:-TAIL_LINES], lines[-TAIL_LINES:]
+    every = max(1, len(head) * WINDOW // SAMPLED_LINES)
+    kept = [line for start in range(0, len(head), every) for line in head[start : start + WINDOW]]
+    kept += [line for line in head if EVALS_MARK in line]  # few, and each a point of its own
+    curves.sampled = max(curves.sampled, every / WINDOW)
+    return b"\n".join(kept + tail) + b"\n"
 
 
 def blocks(chunk: bytes, size: int | None = None):

@@ -83,6 +83,9 @@ const rlView = (() => {
           const any = data.panels.some((p) => p.traces.length);
           document.getElementById("no-metrics").hidden = any;
           draw(charts, data.panels, data.markers);
+          const note = document.getElementById("sampled-note");
+          note.hidden = data.sampled <= 1;
+          note.textContent = `A long run: its curves are drawn from one record in ${Math.round(data.sampled)} (runs of consecutive records, the last 400 whole).`;
           setText("run-step", num(data.summary.step));
           setText("run-reward", num(data.summary.last5_reward));
           setText("run-status", data.summary.status);

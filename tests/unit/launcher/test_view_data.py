@@ -213,3 +213,20 @@ def test_a_nan_or_a_field_of_another_type_costs_only_its_block_the_slow_path(tmp
     loss, entropy = found.series["trainer", "loss"], found.series["trainer", "entropy"]
     assert 41 not in loss and 42 not in loss and entropy[41] == 1.5 and entropy[42] == 1.25
     assert sorted(found.series["orchestrator", "reward"]) == [*range(40), 43, 44]
+
+
+def test_a_long_file_is_read_in_runs_of_lines_every_component_in_each(tmp_path, monkeypatch):
+    run = make_run(tmp_path / "r", steps=3000)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"component": "evals", "step": 10, "rl-add-digits/reward": 0.4}) + "\n")
+    append_metrics(run, [3000])
+    monkeypatch.setattr(curves, "SAMPLE_ABOVE", 1000)
+    monkeypatch.setattr(curves, "SAMPLED_LINES", 800)
+    found = curves.refresh(curves.Curves(), run / "metrics.jsonl")
+    assert 6.5 <= found.sampled <= 8
+    rewards, losses = found.series["orchestrator", "reward"], found.series["trainer", "loss"]
+    assert 80 < len(rewards) < 1000 and 80 < len(losses) < 1000  # both components sampled
+    assert sum(1000 < s < 2000 for s in rewards) > 20  # spread over the whole run
+    assert min(rewards) == 0 and all(s in rewards for s in range(2801, 3001))  # the tail whole
+    assert found.series["evals", "rl-add-digits/reward"] == {10: 0.4}
+    assert found.last_step == {"orchestrator": 3000, "trainer": 3001, "evals": 10}
