@@ -98,7 +98,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
 
     @app.get("/api/runs")
     def runs_json():
-        return [dict(id=rid, **run.summary()) for rid, run in sorted(
+        return [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(
             library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
 
     @app.get("/at/{relative:path}")

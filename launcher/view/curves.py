@@ -138,6 +138,29 @@ def sampled(curves: Curves, chunk: bytes) -> bytes:
     return b"\n".join(kept + tail) + b"\n"
 
 
+def ends(path: Path, tail_bytes: int = 256 * 1024) -> Curves:
+    """What a list of runs needs from a metrics.jsonl of any length (its first time, the last
+    steps, the last rewards), from its first line and its last `tail_bytes` only."""
+    found = Curves()
+    with path.open("rb") as f:
+        first = f.readline()
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(f.tell(), size - tail_bytes))
+        tail = f.read(tail_bytes)
+    if size > len(first) + len(tail):
+        tail = tail[tail.find(b"\n") + 1 :]  # the first line of the tail may be cut
+    tail = tail[: tail.rfind(b"\n") + 1]
+    for line in [first if first.endswith(b"\n") else b"", *tail.splitlines()]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            found.add(record)
+    found.key = file_key(path)
+    return found
+
+
 def blocks(chunk: bytes, size: int | None = None):
     """`chunk` in pieces of about `size` bytes (BLOCK_BYTES), each ending at a line's end."""
     size = size or BLOCK_BYTES

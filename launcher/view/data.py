@@ -17,7 +17,7 @@ import psutil
 
 from launcher.commands.runs import RunState, identities, read_state, recorded_pid
 from launcher.view import safe
-from launcher.view.curves import Curves, last_mean, refresh
+from launcher.view.curves import Curves, ends, file_key, last_mean, refresh
 from rlcore import procs, waits
 from rlcore.ownership import read_marker
 from rlcore.rundir import COMPONENTS, RunDir, steps_in
@@ -120,10 +120,22 @@ class RunData:
             self.curves_cache = refresh(self.curves_cache, path)
         return self.curves_cache
 
-    def summary(self) -> dict[str, Any]:
+    def brief_curves(self) -> Curves:
+        """The curves read so far when they are current, else the file's ends only (enough
+        for a list of runs, whatever the run's length)."""
+        path = self.file("metrics.jsonl")
+        if path is None:
+            return Curves()
+        if self.curves_cache.key and self.curves_cache.key == file_key(path):
+            return self.curves_cache
+        return ends(path)
+
+    def summary(self, brief: bool = False) -> dict[str, Any]:
+        """The run in one record (the runs list, a page's heading); `brief` reads only the
+        ends of metrics.jsonl unless its curves are in memory already."""
         state = self.state()
         status, why = self.status(state)
-        curves = self.curves()
+        curves = self.brief_curves() if brief else self.curves()
         configs = self.config_data()
         machine = state.data.get("machine") if isinstance(state.data.get("machine"), dict) else {}
         wall = None

@@ -230,3 +230,16 @@ def test_a_long_file_is_read_in_runs_of_lines_every_component_in_each(tmp_path, 
     assert min(rewards) == 0 and all(s in rewards for s in range(2801, 3001))  # the tail whole
     assert found.series["evals", "rl-add-digits/reward"] == {10: 0.4}
     assert found.last_step == {"orchestrator": 3000, "trainer": 3001, "evals": 10}
+
+
+def test_the_runs_list_reads_only_the_ends_of_a_long_metrics_file(tmp_path):
+    run = make_run(tmp_path / "r", steps=3000)
+    brief = curves.ends(run / "metrics.jsonl", tail_bytes=20_000)
+    full = curves.refresh(curves.Curves(), run / "metrics.jsonl")
+    assert brief.last_step == full.last_step and brief.first_time == full.first_time
+    assert brief.last_time == full.last_time and len(brief.series["trainer", "loss"]) < 100
+    assert curves.last_mean(brief, "orchestrator", "reward") == pytest.approx(
+        curves.last_mean(full, "orchestrator", "reward")
+    )
+    summary = RunData(run, tmp_path).summary(brief=True)
+    assert summary["step"] == 3000 and summary["wall_s"] == pytest.approx(4 * 2999 + 2)
