@@ -108,7 +108,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
     @app.get("/run/{rid}", response_class=HTMLResponse)
     def run_page(rid: str):
         run = run_of(rid)
-        return page("run.html", rid=rid, run=run.summary(), configs=run.config_texts(),
+        return page("run.html", rid=rid, run=run.summary(disk=False), configs=run.config_texts(),
                     checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
                     restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
                     has_evals=bool(run.eval_steps()))  # fmt: skip
@@ -123,7 +123,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
         limit = min(max(points, 10), 5000)
         found = {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
                  "sampled": curves.sampled,
-                 "summary": run.summary(), "waits": run.waits()}  # fmt: skip
+                 "summary": run.summary(disk=False), "waits": run.waits()}  # fmt: skip
         return JSONResponse(found)  # json.dumps at once: FastAPI's encoder walks every number
 
     @app.get("/api/run/{rid}/logs")

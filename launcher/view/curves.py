@@ -43,8 +43,8 @@ MIB_KEYS = ("rss_mib",)
 BLOCK_BYTES = 4 * 2**20
 """metrics.jsonl is read in blocks of about this size: a bad line costs its block the slow path."""
 EVALS_MARK = b'"evals"'
-SAMPLE_ABOVE = 8000
-SAMPLED_LINES = 4000
+SAMPLE_ABOVE = 4800
+SAMPLED_LINES = 2400
 WINDOW = 8
 TAIL_LINES = 400
 
