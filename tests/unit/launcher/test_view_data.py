@@ -216,10 +216,10 @@ def test_a_nan_or_a_field_of_another_type_costs_only_its_block_the_slow_path(tmp
 
 
 def test_a_long_file_is_read_in_runs_of_lines_every_component_in_each(tmp_path, monkeypatch):
-    run = make_run(tmp_path / "r", steps=3000)
-    with (run / "metrics.jsonl").open("a") as f:
+    run = make_run(tmp_path / "r", steps=1500)
+    with (run / "metrics.jsonl").open("a") as f:  # in the middle: not in the tail read whole
         f.write(json.dumps({"component": "evals", "step": 10, "rl-add-digits/reward": 0.4}) + "\n")
-    append_metrics(run, [3000])
+    append_metrics(run, range(1500, 3001))
     monkeypatch.setattr(curves, "SAMPLE_ABOVE", 1000)
     monkeypatch.setattr(curves, "SAMPLED_LINES", 800)
     found = curves.refresh(curves.Curves(), run / "metrics.jsonl")
@@ -241,5 +241,7 @@ def test_the_runs_list_reads_only_the_ends_of_a_long_metrics_file(tmp_path):
     assert curves.last_mean(brief, "orchestrator", "reward") == pytest.approx(
         curves.last_mean(full, "orchestrator", "reward")
     )
-    summary = RunData(run, tmp_path).summary(brief=True)
+    data = RunData(run, tmp_path)
+    summary = data.summary(brief=True)
     assert summary["step"] == 3000 and summary["wall_s"] == pytest.approx(4 * 2999 + 2)
+    assert data.curves_cache.key == ()  # the whole file was not read
