@@ -78,8 +78,12 @@ def test_a_live_runs_curve_grows_while_we_watch(server, browser, tree):
     wait_until(browser, lambda s: points(s) == 3, what="the reward curve's 3 points")
     assert "running" in css(browser, "#run-status")[0].text
     append_metrics(root / "live", range(3, 6))
+    with (root / "live" / "logs" / "trainer.log").open("a") as log:
+        log.write("trainer: a line written while we watch\n")
     wait_until(browser, lambda s: points(s) == 6, what="the curve to grow to 6 points")
     assert css(browser, "#run-step")[0].text == "6"
+    trainer_log = "pre.log[data-log='trainer']"
+    wait_until(browser, lambda s: "while we watch" in css(s, trainer_log)[0].text, what="the log")
 
 
 def test_a_group_of_eight_rollouts_side_by_side(server, browser, tree):

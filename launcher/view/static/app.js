@@ -71,6 +71,14 @@ const rlView = (() => {
     return data;
   }
 
+  async function refreshLogs(rid) {
+    const logs = await fetchJSON(`/api/run/${rid}/logs`);
+    document.querySelectorAll("pre.log").forEach((pre) => {
+      const lines = logs[pre.dataset.log];
+      if (lines) pre.textContent = lines.join("\n");
+    });
+  }
+
   function runPage(charts) {
     const rid = charts.dataset.run;
     const every = Number(charts.dataset.poll) || 2000;
@@ -97,6 +105,7 @@ const rlView = (() => {
             waits.appendChild(li);
           });
           charts.dataset.key = key;
+          refreshLogs(rid);
         }
       } catch (err) {
         setText("no-metrics", "could not refresh: " + err.message);
