@@ -26,6 +26,7 @@ from rlcore.secrets import redact, redact_urls
 
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 64_000
+LOG_SCAN_BYTES = 4_000_000
 MAX_CONFIG_BYTES = 1_000_000
 DISK_CACHE_S = 30.0
 LIVE = ("starting", "running")
@@ -222,12 +223,14 @@ class RunData:
         return tails
 
     def restarts(self) -> int:
-        """Attempts after the first, counted from the attempt headers in the trainer's log."""
+        """Attempts after the first, counted from the attempt headers in the trainer's log (its
+        last LOG_SCAN_BYTES: in a longer log the first attempt's header lies before them)."""
         path = self.file("logs", "trainer.log") or self.file("logs", "orchestrator.log")
         if path is None:
             return 0
-        head = safe.read_tail(path, 4_000_000)
-        return max(0, len(ATTEMPT_HEADER.findall(head)) - 1)
+        tail = safe.read_tail(path, LOG_SCAN_BYTES)
+        first = 1 if path.stat().st_size <= LOG_SCAN_BYTES else 0
+        return max(0, len(ATTEMPT_HEADER.findall(tail)) - first)
 
     # -- folders -------------------------------------------------------------------------------
     def file_dir(self, *parts: str) -> Path | None:

@@ -245,3 +245,12 @@ def test_the_runs_list_reads_only_the_ends_of_a_long_metrics_file(tmp_path):
     summary = data.summary(brief=True)
     assert summary["step"] == 3000 and summary["wall_s"] == pytest.approx(4 * 2999 + 2)
     assert data.curves_cache.key == ()  # the whole file was not read
+
+
+def test_restarts_are_counted_from_the_attempt_headers(tmp_path):
+    run = make_run(tmp_path / "r")
+    data = RunData(run, tmp_path)
+    assert data.restarts() == 0
+    with (run / "logs" / "trainer.log").open("a") as f:
+        f.write("===== attempt 2026-11-27 10:05:00 : python -m trainer.main\ntrainer: again\n")
+    assert data.restarts() == 1
