@@ -42,40 +42,57 @@ class ViewError(Exception):
         self.status = status
 
 
-def make_app(library: Library, token: str | None = None, loopback: bool = True) -> FastAPI:
-    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(Guard, token=token, loopback=loopback)
-    templates = Environment(loader=FileSystemLoader(HERE / "templates"),
-                            autoescape=select_autoescape(["html"]))  # fmt: skip
-    templates.filters["num"] = number
-    static = {**STATIC, "plotly.min.js": plotly_js()}
-    warm_up(templates)
+class Site:
+    """What every route uses: the runs (launcher.view.library), the templates, the static
+    files."""
 
-    def page(name: str, status: int = 200, **context) -> HTMLResponse:
-        html = templates.get_template(name).render(poll_ms=POLL_MS, **context)
+    def __init__(self, library: Library):
+        self.library = library
+        self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
+                                     autoescape=select_autoescape(["html"]))  # fmt: skip
+        self.templates.filters["num"] = number
+        self.static = {**STATIC, "plotly.min.js": plotly_js()}
+        warm_up(self.templates)
+
+    def page(self, name: str, status: int = 200, **context) -> HTMLResponse:
+        html = self.templates.get_template(name).render(poll_ms=POLL_MS, **context)
         return HTMLResponse(html, status_code=status)
 
-    def run_of(rid: str) -> RunData:
-        run = library.get(rid)
+    def run_of(self, rid: str) -> RunData:
+        run = self.library.get(rid)
         if run is None:
             raise ViewError(404, f"no run with id {rid!r} (the runs list names every run found)")
         return run
 
+
+def make_app(library: Library, token: str | None = None, loopback: bool = True) -> FastAPI:
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, token=token, loopback=loopback)
+    site = Site(library)
+    for add in (add_error_handlers, add_list_routes, add_run_routes, add_sample_routes,
+                add_compare_routes):  # fmt: skip
+        add(app, site)
+    return app
+
+
+def add_error_handlers(app: FastAPI, site: Site) -> None:
+    """Every error a page (or JSON under /api/) with its status; never a traceback."""
+
     @app.exception_handler(ViewError)
     async def view_error(request: Request, err: ViewError):
-        return error_response(request, err.status, str(err), page)
+        return error_response(request, err.status, str(err), site.page)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException):
-        return error_response(request, err.status_code, str(err.detail), page)
+        return error_response(request, err.status_code, str(err.detail), site.page)
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameter(request: Request, err: RequestValidationError):
         found = [f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in err.errors()]
-        return error_response(request, 400, f"bad request: {'; '.join(found)}", page)
+        return error_response(request, 400, f"bad request: {'; '.join(found)}", site.page)
 
     async def known_error(request: Request, err: Exception):
-        return error_response(request, *classify(err), page)
+        return error_response(request, *classify(err), site.page)
 
     for kind in (safe.Refused, safe.Missing, archive.Unreadable, OSError):
         app.add_exception_handler(kind, known_error)
@@ -84,38 +101,47 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
     async def any_error(request: Request, err: Exception):
         # A page saying what failed; the server's own log keeps the traceback.
         print(f"rl view: {request.url.path}: {err.__class__.__name__}: {err}", file=sys.stderr)
-        return error_response(request, *classify(err), page)
+        return error_response(request, *classify(err), site.page)
+
+
+def add_list_routes(app: FastAPI, site: Site) -> None:
+    """The static files, the runs list and a run by its relative path."""
 
     @app.get("/static/{name}")
     def static_file(name: str):
-        if name not in static:
+        if name not in site.static:
             raise ViewError(404, f"no static file {name!r}")
-        return FileResponse(static[name], headers={"Cache-Control": "max-age=3600"})
+        return FileResponse(site.static[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/", response_class=HTMLResponse)
     def runs_page():
-        return page("runs.html", runs=runs_json(), folders=library.folders)
+        return site.page("runs.html", runs=runs_json(), folders=site.library.folders)
 
     @app.get("/api/runs")
     def runs_json():
         return [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(
-            library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
+            site.library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
 
     @app.get("/at/{relative:path}")
     def run_at(relative: str):
-        return RedirectResponse(f"/run/{find_at(library, relative)}", status_code=303)
+        return RedirectResponse(f"/run/{find_at(site.library, relative)}", status_code=303)
+
+
+def add_run_routes(app: FastAPI, site: Site) -> None:
+    """One run's page and the JSON it polls."""
 
     @app.get("/run/{rid}", response_class=HTMLResponse)
     def run_page(rid: str):
-        run = run_of(rid)
-        return page("run.html", rid=rid, run=run.summary(disk=False), configs=run.config_texts(),
-                    checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
-                    restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
-                    has_evals=bool(run.eval_steps()))  # fmt: skip
+        run = site.run_of(rid)
+        summary = run.summary(disk=False)
+        return site.page("run.html", rid=rid, run=summary, configs=run.config_texts(),
+                         checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
+                         restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
+                         has_evals=bool(run.eval_steps()))  # fmt: skip
 
     @app.get("/api/run/{rid}/curves")
     def curves_json(rid: str, key: str = "", points: int = 600):
-        run = run_of(rid)
+        run = site.run_of(rid)
         curves = run.curves()
         version = "-".join(map(str, curves.key))
         if key and key == version:
@@ -128,62 +154,69 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
 
     @app.get("/api/run/{rid}/logs")
     def logs_json(rid: str, lines: int = 40):
-        return {name: tail for name, tail in run_of(rid).log_tails(min(max(lines, 1), 500))}
+        return {name: tail for name, tail in site.run_of(rid).log_tails(min(max(lines, 1), 500))}
+
+
+def add_sample_routes(app: FastAPI, site: Site) -> None:
+    """A run's rollouts and evaluations, as pages and as JSON."""
 
     @app.get("/run/{rid}/rollouts", response_class=HTMLResponse)
     def rollouts_page(rid: str, step: str = "", env: str = "", low: str = "", high: str = "",
                       page_index: int = 0, tokens: bool = False):  # fmt: skip
-        run = run_of(rid)
+        run = site.run_of(rid)
         steps = archive.sample_steps(run)
         view, bounds = None, (number_arg(low, "low"), number_arg(high, "high"))
         if steps:
             chosen = steps[-1] if not step.strip() else int(number_arg(step, "step", int))
             view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens)
-        return page("rollouts.html", rid=rid, run={"name": run.name}, steps=steps, view=view,
-                    env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
+        return site.page("rollouts.html", rid=rid, run={"name": run.name}, steps=steps, view=view,
+                         env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
 
     @app.get("/api/run/{rid}/rollouts")
     def rollouts_json(rid: str, step: int, env: str = "", low: str = "", high: str = "",
                       page_index: int = 0, tokens: bool = True):  # fmt: skip
         bounds = (number_arg(low, "low"), number_arg(high, "high"))
-        return archive.groups_page(run_of(rid), step, env, *bounds, page_index, tokens)
+        return archive.groups_page(site.run_of(rid), step, env, *bounds, page_index, tokens)
 
     @app.get("/run/{rid}/evals", response_class=HTMLResponse)
     def evals_page(rid: str, step: int | None = None, env: str = "", failed: bool = False,
                    page_index: int = 0):  # fmt: skip
-        run = run_of(rid)
+        run = site.run_of(rid)
         steps = run.eval_steps()
         samples = None
         if steps:
             chosen = steps[-1] if step is None else step
             samples = archive.eval_samples(run, chosen, env, failed, page_index)
-        return page("evals.html", rid=rid, run={"name": run.name}, table=archive.eval_table(run),
-                    steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
+        table = archive.eval_table(run)
+        return site.page("evals.html", rid=rid, run={"name": run.name}, table=table,
+                         steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
 
     @app.get("/api/run/{rid}/evals")
     def evals_json(rid: str, step: int | None = None, env: str = "", page_index: int = 0):
-        run = run_of(rid)
+        run = site.run_of(rid)
         found = {"table": archive.eval_table(run)}
         if step is not None:
             found["samples"] = archive.eval_samples(run, step, env, False, page_index)
         return found
 
+
+def add_compare_routes(app: FastAPI, site: Site) -> None:
+    """Two to four runs side by side."""
+
     @app.get("/compare", response_class=HTMLResponse)
     def compare_page(runs: str = ""):
         chosen = compared(runs)
-        return page("compare.html", ids=[rid for rid, _ in chosen],
-                    names=[run.name for _, run in chosen],
-                    diff=compare.config_diff([run for _, run in chosen]),
-                    resumes=[compare.resume_note(run) for _, run in chosen])  # fmt: skip
+        return site.page("compare.html", ids=[rid for rid, _ in chosen],
+                         names=[run.name for _, run in chosen],
+                         diff=compare.config_diff([run for _, run in chosen]),
+                         resumes=[compare.resume_note(run) for _, run in chosen])  # fmt: skip
 
     def compared(runs: str) -> list[tuple[str, RunData]]:
         ids = [r for r in runs.split(",") if r]
         if not 2 <= len(ids) <= MAX_COMPARED or len(set(ids)) != len(ids):
             raise ViewError(400, f"compare takes 2 to {MAX_COMPARED} different runs "
                                  "(?runs=ID,ID), from the runs list")  # fmt: skip
-        return [(rid, run_of(rid)) for rid in ids]
-
-    return app
+        return [(rid, site.run_of(rid)) for rid in ids]
 
 
 def warm_up(templates: Environment) -> None:
