@@ -216,7 +216,7 @@ def test_a_nan_or_a_field_of_another_type_costs_only_its_block_the_slow_path(tmp
 
 
 def test_a_long_file_is_read_in_runs_of_lines_every_component_in_each(tmp_path, monkeypatch):
-    run = make_run(tmp_path / "r", steps=1500)
+    run = make_run(tmp_path / "r", steps=1500, ckpt_every=10_000)
     with (run / "metrics.jsonl").open("a") as f:  # in the middle: not in the tail read whole
         f.write(json.dumps({"component": "evals", "step": 10, "rl-add-digits/reward": 0.4}) + "\n")
     append_metrics(run, range(1500, 3001))
@@ -233,7 +233,7 @@ def test_a_long_file_is_read_in_runs_of_lines_every_component_in_each(tmp_path, 
 
 
 def test_the_runs_list_reads_only_the_ends_of_a_long_metrics_file(tmp_path):
-    run = make_run(tmp_path / "r", steps=3000)
+    run = make_run(tmp_path / "r", steps=3000, ckpt_every=10_000)
     brief = curves.ends(run / "metrics.jsonl", tail_bytes=20_000)
     full = curves.refresh(curves.Curves(), run / "metrics.jsonl")
     assert brief.last_step == full.last_step and brief.first_time == full.first_time
@@ -254,3 +254,14 @@ def test_restarts_are_counted_from_the_attempt_headers(tmp_path):
     with (run / "logs" / "trainer.log").open("a") as f:
         f.write("===== attempt 2026-11-27 10:05:00 : python -m trainer.main\ntrainer: again\n")
     assert data.restarts() == 1
+
+
+def test_an_unmarked_evals_folder_is_found_as_a_run_of_kind_eval(tmp_path):
+    from launcher.view.library import Library
+
+    old = make_evals_folder(tmp_path / "outputs" / "old-evals")
+    (old / ".rl-run").unlink()  # written by a version before evals marked its folder
+    make_run(tmp_path / "outputs" / "train")
+    found = {run.name: run for run in Library([tmp_path / "outputs"]).scan().values()}
+    assert sorted(found) == ["old-evals", "train"] and found["old-evals"].kind() == "eval"
+    assert found["old-evals"].status()[0] == "finished"
