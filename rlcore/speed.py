@@ -122,7 +122,7 @@ def choose_compile(
             f"auto: compiled steps measured no faster on {kind} ({figures.compiled_step_s:.2f} "
             f"s against {figures.eager_step_s:.2f} eager)"
         )
-    if step < run.max_steps:
+    if step <= run.max_steps:
         return True, f"auto: pays for itself by step ~{step} of {run.max_steps} on {kind}"
     return False, f"auto: would pay for itself only by step ~{step}, the run has {run.max_steps}"
 
@@ -138,33 +138,20 @@ def choose_checkpointing(
     if peak is None or memory is None:
         return False, freq, "auto: memory not estimated"
     budget, gib = MEMORY_SHARE * memory, 2**30
-    if peak(False, 1) <= budget:
-        return (
-            False,
-            freq,
-            (
-                f"auto: the estimate without it, {peak(False, 1) / gib:.1f} GiB, fits "
-                f"{memory / gib:.1f} GiB"
-            ),
-        )
+    have = f"{memory / gib:.1f} GiB"
+    without = peak(False, 1)
+    if without <= budget:
+        return False, freq, f"auto: the estimate without it, {without / gib:.1f} GiB, fits {have}"
     for every in range(max(layers, 1), 0, -1):  # fewest recomputed layers first
-        if peak(True, every) <= budget:
-            return (
-                True,
-                every,
-                (
-                    f"auto: {peak(False, 1) / gib:.1f} GiB without it exceeds {MEMORY_SHARE:.0%} of "
-                    f"{memory / gib:.1f} GiB; every {every} layer(s): {peak(True, every) / gib:.1f}"
-                ),
-            )
-    return (
-        True,
-        1,
-        (
-            f"auto: even with every layer recomputed the estimate, {peak(True, 1) / gib:.1f} GiB, "
-            f"exceeds {memory / gib:.1f} GiB"
-        ),
-    )
+        if (need := peak(True, every)) <= budget:
+            return True, every, (
+                f"auto: {without / gib:.1f} GiB without it exceed {MEMORY_SHARE:.0%} of {have}; "
+                f"recomputing every {every}-th layer: {need / gib:.1f} GiB"
+            )  # fmt: skip
+    return True, 1, (
+        f"auto: even recomputing every layer the estimate, {peak(True, 1) / gib:.1f} GiB, "
+        f"exceeds {have}"
+    )  # fmt: skip
 
 
 def choose_fused(requested: bool | str, on_gpu: bool) -> tuple[bool, str]:
