@@ -26,7 +26,9 @@ def derive_speed(plan: Plan) -> SpeedChoices:
     if model.compile is True and (refusal := compile_refusal(machine)):
         raise ConfigError(refusal)
     shape = run_shape(config)
-    tokens_per_step = config.orchestrator.batch_size * config.orchestrator.seq_len
+    orchestrator = config.orchestrator
+    sample = min(orchestrator.sampling.max_tokens, orchestrator.seq_len)
+    tokens_per_step = orchestrator.batch_size * sample  # a group's prompt goes once: not counted
     run = RunShape(trainer.max_steps, tokens_per_step, shape.params if shape else None)
     compile_on, compile_why = choose_compile(model.compile, bool(gpus), model.dtype, machine, run)
     peak, memory, layers = None, None, 1

@@ -57,10 +57,11 @@ COMPILE_FIGURES = {
         "benchmarks/gpu_suite.sh prints it)",
     ),
     "cpu-bfloat16": CompileFigures(
-        eager_step_s=3.10, compiled_step_s=3.05, compile_s=46.0,
+        eager_step_s=47.56, compiled_step_s=40.65, compile_s=212.7,
         params=SMOLLM2_135M_PARAMS, tokens=512,
-        source="AMD EPYC Zen 4 (AVX512_BF16), 2 shared cores, torch 2.13, SmolLM2-135M, "
-        "8 x 64 tokens in one 512-token pass (benchmarks/compile_payoff.py, 2026-11-27)",
+        source="AMD EPYC Zen 4 (AVX512_BF16), 1 thread on 2 cores shared with other jobs (load "
+        "8-13: about 10x a quiet step), torch 2.13, SmolLM2-135M, 8 x 64 tokens in one pass, "
+        "eager and compiled steps alternating (benchmarks/compile_payoff.py, 2026-11-27)",
     ),
 }  # fmt: skip
 """Measured per kind of machine (`machine_kind`); a kind without figures is not compiled by
@@ -78,7 +79,9 @@ class RunShape:
 
     max_steps: int
     tokens_per_step: int
-    """The most tokens a step carries (batch x seq_len; RL samples are often shorter)."""
+    """Tokens a step trains on: a synthetic batch's, or under `rl` the completions' bound
+    (`batch_size` x `sampling.max_tokens`, at most `seq_len` each; each group's prompt, shared
+    by its samples, adds a little)."""
     params: int | None = None
 
 

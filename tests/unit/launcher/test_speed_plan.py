@@ -48,10 +48,11 @@ def test_the_quick_start_on_cpu_gets_concrete_choices(tiny_model_dir):
 
 @pytest.mark.parametrize(("steps", "want"), [(3, False), (1000, False), (10_000, True)])
 def test_a_long_gpu_run_compiles_and_a_short_one_does_not(tiny_model_dir, steps, want):
-    """The tiny model (3.2M parameters) at up to 16 x 16k tokens a step: by the recorded H100
-    figures, scaled to its size, a compile pays off after about 3,600 steps."""
+    """The tiny model (3.2M parameters) at 16 completions of up to 16k tokens a step: by the
+    recorded H100 figures, scaled to its size, a compile pays off after about 3,600 steps."""
     plan = plan_for(tiny_model_dir, H100, ON_GPUS, "--max-steps", str(steps), "--seq-len",
-                    "16384", "--orchestrator.batch-size", "16")  # fmt: skip
+                    "16384", "--orchestrator.batch-size", "16",
+                    "--orchestrator.sampling.max-tokens", "16384")  # fmt: skip
     model = plan.config.trainer.model
     assert model.compile is want, plan.speed.compile_why
     assert plan.config.trainer.optim.fused is True
