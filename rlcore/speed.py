@@ -166,6 +166,8 @@ def choose_fused(requested: bool | str, on_gpu: bool) -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class SpeedChoices:
+    """What the trainer runs with, and why each was chosen."""
+
     compile: bool
     compile_why: str
     checkpointing: bool
@@ -178,7 +180,8 @@ class SpeedChoices:
 
     def describe(self) -> str:
         """One line: each choice and why."""
-        ac = f"every {self.checkpointing_freq} layer(s)" if self.checkpointing else "off"
+        every = self.checkpointing_freq
+        ac = "off" if not self.checkpointing else "on" if every == 1 else f"every {every}-th layer"
         head = (
             f"chunked, {self.head_chunk} tokens" if self.head_chunk else "full logits"
         ) + f", {self.head_dtype} matmul"  # fmt: skip
