@@ -8,6 +8,7 @@ then make sure no engine process outlives this one.
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import sys
@@ -18,12 +19,13 @@ from pathlib import Path
 from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
-from rlcore import heap, waits
+from rlcore import children, heap, waits
 from rlcore.entry import exit_with
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV, port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
+from rlcore.poll import wait_until_async
 from rlcore.rundir import RunDir
 from rlcore.runguard import INFERENCE, check_run, open_run
 from rlcore.toml_io import write_config
@@ -195,8 +197,9 @@ def write_resolved_config(config: InferenceConfig) -> None:
     rl run, or new or empty, or another process holds it (rlcore.runguard)."""
     run_dir = RunDir(config.output_dir)
     open_run(run_dir.root, INFERENCE)
-    write_config(config, run_dir.config_file(PROG))
-    waits.setup(run_dir.root, waits.component_name(PROG))  # what it waits for, for rl to read
+    name = waits.component_name(PROG)  # a replica's own name: each writes its own config
+    write_config(config, run_dir.config_file(name))
+    waits.setup(run_dir.root, name)  # what it waits for, for rl to read
 
 
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:
@@ -265,8 +268,11 @@ async def serve_app(engine, sock, args, config: InferenceConfig, model_path: str
 async def announce_ready(app, engine, config: InferenceConfig, start: float) -> None:
     """Once uvicorn serves: say so, and take over SIGTERM/SIGINT from vLLM's handlers so that
     a requested stop (exit 0) can be told apart from an engine that died (exit 1)."""
-    while not getattr(getattr(app.state, "server", None), "started", False):
-        await asyncio.sleep(0.1)
+
+    def started() -> bool:
+        return getattr(getattr(app.state, "server", None), "started", False)
+
+    await wait_until_async(started, math.inf, 0.1, "uvicorn to serve")
     READY.set()
     from vllm.platforms import current_platform
 
@@ -312,47 +318,7 @@ def stop_during_startup(signum: int, _frame) -> None:
 
 def stop_children() -> None:
     """Terminate every process this one started (engine core, workers), then kill what is left
-    after CHILD_GRACE_S. Descendants are re-listed while waiting, since an engine core may
-    still be spawning workers; multiprocessing's resource tracker is left alone: it exits by
-    itself, after cleaning up, once every process holding its pipe has gone."""
-    import psutil
-
+    after CHILD_GRACE_S (rlcore.children.stop_descendants: an engine core may still be spawning
+    workers; multiprocessing's resource tracker is left to exit by itself)."""
     STOPPING.set()  # a process forked from now on exits by itself (cpu_fork.child_forgets)
-    known: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + CHILD_GRACE_S
-    while True:
-        for child in psutil.Process().children(recursive=True):
-            if child.pid not in known and not is_tracker(child):
-                known[child.pid] = child
-                with_suppressed(child.terminate)
-        alive = [c for c in known.values() if is_alive(c)]
-        if not alive:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{c.pid} {with_suppressed(c.name) or '?'}" for c in alive)
-            logger.info(f"killing child processes that ignored SIGTERM: {names}")
-            for child in alive:
-                with_suppressed(child.kill)
-            psutil.wait_procs(alive, timeout=5)
-            return
-        psutil.wait_procs(alive, timeout=0.5)
-
-
-def is_alive(process) -> bool:
-    import psutil
-
-    return with_suppressed(process.status) not in (None, psutil.STATUS_ZOMBIE)
-
-
-def is_tracker(process) -> bool:
-    return "resource_tracker" in " ".join(with_suppressed(process.cmdline) or [])
-
-
-def with_suppressed(action):
-    """`action()`, or None if the process is already gone."""
-    import psutil
-
-    try:
-        return action()
-    except psutil.Error:
-        return None
+    children.stop_descendants(CHILD_GRACE_S, say=logger.info)

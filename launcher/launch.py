@@ -3,9 +3,8 @@
 import math
 import signal
 import sys
-from pathlib import Path
 
-from launcher.literal_secrets import externalize
+from launcher.exits import exit_message, oom_kills
 from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
@@ -14,6 +13,7 @@ from rlcore import poll
 from rlcore.attempt import new_attempt_id
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.health import ForeignServer, new_nonce, port_holder
+from rlcore.literal_secrets import externalize
 from rlcore.metrics import read_records, reward_curve
 from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
 from rlcore.secrets import redact_urls
@@ -146,56 +146,6 @@ def port_taken(supervisor: Supervisor, name: str) -> str:
     port = replica_config(supervisor.plan.config, name).server.port
     holder = port_holder(port)
     return f"; its port {port} is held by {holder}" if holder else ""
-
-
-OOM_KNOBS = (
-    "lower --trainer.data.micro-batch-tokens, turn on --trainer.model.activation-checkpointing, "
-    "lower --seq-len, or give inference less KV cache (--inference.cpu.kvcache-space-gib)"
-)
-OOM_COUNTERS = (  # processes of this cgroup killed by any OOM killer: cgroup v2, then v1
-    ("/sys/fs/cgroup/memory.events", "oom_kill"),
-    ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
-)
-
-
-def oom_kills() -> int | None:
-    """How many processes of this cgroup the kernel has killed for memory, where Linux says."""
-    for path, key in OOM_COUNTERS:
-        try:
-            lines = Path(path).read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            field, _, value = line.partition(" ")
-            if field == key and value.strip().isdigit():
-                return int(value)
-    return None
-
-
-def exit_message(name: str, code: int, oom: tuple[int | None, int | None] = (None, None)) -> str:
-    """Why a component ended the run, with its real exit code (or the signal that killed it);
-    `oom` is the cgroup's OOM-kill count at the start and now, where known."""
-    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        before, now = oom
-        if before is None or now is None:
-            return (
-                f"{name} was killed (SIGKILL), most likely by the kernel for running out of "
-                f"memory: {OOM_KNOBS}"
-            )
-        if now > before:
-            return (
-                f"{name} was killed (SIGKILL) by the kernel for running out of memory (this "
-                f"cgroup's oom_kill count went from {before} to {now}): {OOM_KNOBS}"
-            )
-        return (
-            f"{name} was killed (SIGKILL) by another process or a user, not for memory (this "
-            f"cgroup's oom_kill count stayed at {now})"
-        )
-    if code < 0:
-        return f"{name} was killed by {signal.Signals(-code).name}"
-    if code == 0:
-        return f"{name} stopped unexpectedly with code 0 while the run was going on"
-    return f"{name} exited with code {code}"
 
 
 def fail(supervisor: Supervisor, name: str, code: int, message: str) -> int:

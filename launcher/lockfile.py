@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.literal_secrets import refuse_literal_secrets
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
+from rlcore.literal_secrets import refuse_literal_secrets
 from rlcore.user_files import check_nesting, read_user_text, too_deep
 
 LOCK_FILE = Path("rl.lock.yaml")

@@ -2,6 +2,7 @@
 it can have, the smallest trainer GPU or, on CPU, the machine's available memory less what
 inference takes."""
 
+from rlcore import children
 from rlcore.estimate import (  # noqa: F401  (re-exported: the launcher's and tests' names)
     ACTIVATION_BYTES_PER_HIDDEN,
     GIB,
@@ -37,7 +38,7 @@ def gpu_memory(gpu_ids: list[int]) -> int | None:
         return None
     query = ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=20, check=True)
+        out = children.run(query, capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     sizes = {}

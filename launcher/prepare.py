@@ -9,6 +9,7 @@ from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
+from rlcore import children
 from rlcore.errors import ConfigError
 
 
@@ -17,7 +18,7 @@ def query_gpus(field: str) -> list[str]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(
+        out = children.run(
             ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
             capture_output=True,
             text=True,

@@ -12,9 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.exits import exit_message, oom_kills
 from rlcore import children, procs
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
+from rlcore.literal_secrets import write_for_child
 from rlcore.poll import (
     STOP_EXIT_CODES,
     Stop,
@@ -25,7 +27,6 @@ from rlcore.poll import (
 from rlcore.rundir import RunDir, record_state
 from rlcore.runguard import RL_SFT, check_run, hold
 from rlcore.runlock import LAUNCHER_ENV
-from rlcore.toml_io import write_config
 from trainer.sft.config import SFTConfig
 
 USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"
@@ -37,6 +38,9 @@ STOP_GRACE_S = 30.0
 """Seconds between SIGTERM and SIGKILL when stopping `sft` (the last finished checkpoint
 stays)."""
 OUTPUT_POLL_S = 0.2
+OOM_KNOBS = (
+    "lower --data.micro-batch-tokens, turn on --model.activation-checkpointing, or lower --seq-len"
+)
 
 
 def main(argv: list[str]) -> int:
@@ -55,12 +59,18 @@ def main(argv: list[str]) -> int:
     while True:
         code = run_attempt(run, config, step)
         if code in (0, *STOP_EXIT_CODES.values()) or failures >= max_restarts:
-            return code
+            return exit_code(code)
         failures += 1
         step = run.latest_checkpoint()
         where = f"checkpoint step {step}" if step else "the start"
-        print(f"rl sft: sft exited with {code}; restarting from {where} "
-              f"(restart {failures} of {max_restarts})", flush=True)  # fmt: skip
+        print(f"rl sft: restarting from {where} (restart {failures} of {max_restarts})",
+              flush=True)  # fmt: skip
+
+
+def exit_code(code: int) -> int:
+    """What `rl sft` exits with after an attempt that ended with `code`: 1 for an `sft` a
+    signal killed, as `rl` does for a component."""
+    return code if code >= 0 else 1
 
 
 def take_value(argv: list[str], flag: str) -> tuple[list[str], str | None]:
@@ -110,15 +120,17 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
 def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     """Start `sft` on the resolved config (resuming from `step`; rlcore.children: its own
     session, gone when this launcher dies), show its output (logs/sft.log) here, wait; its
-    exit code (128 + n after a signal). run.json records this launcher and the `sft` process
-    with their identities (rlcore.procs), then how the attempt ended."""
+    exit code (-n when signal n ended it, said as `rl` says it: launcher.exits), or 128 + n
+    when this launcher was stopped by signal n. run.json records this launcher and the `sft`
+    process with their identities (rlcore.procs), then how the attempt ended."""
     config.ckpt.resume_step = step
     config_file = run.config_file("sft")
-    write_config(config, config_file)
+    secret_env = write_for_child(config, config_file)
     install_stop_handlers()
     log = run.log_file("sft")
-    env = {LAUNCHER_ENV: str(os.getpid())}
+    env = {**secret_env, LAUNCHER_ENV: str(os.getpid())}
     shown = Output(log)
+    oom_before = oom_kills()
     child = children.start("sft", sft_command(config_file), log, env)
     identities = {procs.LAUNCHER: procs.identity(), "sft": child.identity}
     processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
@@ -136,6 +148,9 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
         return stop.exit_code
     shown.copy(final=True)
     code = child.proc.returncode
+    if code != 0:
+        message = exit_message("sft", code, (oom_before, oom_kills()), OOM_KNOBS)
+        print(f"rl sft: error: {message}", file=sys.stderr, flush=True)
     record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
     return code
 

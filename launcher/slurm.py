@@ -20,6 +20,7 @@ from pathlib import Path
 
 from launcher.plan import derive_transport
 from launcher.slurm_config import INSIDE_ENV, control_character
+from rlcore import children
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
@@ -111,7 +112,7 @@ def submit(plan, write_configs) -> int:
     script = run.root / "slurm" / "job.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
-    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    done = children.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if done.returncode != 0:
         raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")
     job_id = done.stdout.strip().split(";")[0]
@@ -128,7 +129,7 @@ def job_state(job_id: str) -> str | None:
         ["scontrol", "show", "job", job_id],
     ):
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+            out = children.run(cmd, capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError):
             continue
         if cmd[0] == "squeue" and out.strip():
@@ -145,7 +146,7 @@ def job_over(job_id: str) -> bool:
     if shutil.which("squeue") is None:
         return False
     try:
-        done = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+        done = children.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
                               text=True, timeout=20)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return False
@@ -181,7 +182,7 @@ def check_no_job(run, what: str) -> None:
 
 def cancel(job_id: str) -> bool:
     try:
-        return subprocess.run(["scancel", job_id], timeout=30).returncode == 0
+        return children.run(["scancel", job_id], timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -190,7 +191,7 @@ def cancel(job_id: str) -> bool:
 def job_hosts() -> list[str]:
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     try:
-        out = subprocess.run(
+        out = children.run(
             ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.SubprocessError) as err:
@@ -218,7 +219,7 @@ def check_shared(run_root: Path, hosts: list[str]) -> None:
     probe.write_text("rl\n")
     try:
         cmd = [*srun_prefix(hosts, overlap=True), "test", "-f", str(probe)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        done = children.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         raise ConfigError(f"checking that all nodes see {run_root} took over 300 s") from None
     finally:
@@ -281,7 +282,7 @@ def listen_port_on(host: str):
     def listen_port(port: int | None) -> int | None:
         cmd = [*srun_prefix([host], overlap=True), sys.executable, "-c", PORT_PROBE, str(port or 0)]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            done = children.run(cmd, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
             raise ConfigError(f"checking a TCP port on node {host} took over 300 s") from None
         if done.returncode == PORT_TAKEN:

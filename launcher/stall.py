@@ -34,10 +34,13 @@ from pathlib import Path
 
 import psutil
 
-from rlcore import waits
+from rlcore import procs, waits
 from rlcore.logs import STACK_DUMP_SIGNAL
 
 PROJECT_DIRS = ("trainer", "orchestrator", "inference", "rlcore", "launcher")
+WAIT_HELPERS = ("rlcore/poll.py",)
+"""Frames passed over when naming where a process waits: the one poll loop, which every wait
+goes through; its caller says what is waited for."""
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_S = 3.0
 STOPPED_AFTER_S = 20.0
@@ -134,20 +137,6 @@ def tree_cpu_s(pid: int) -> dict[int, float]:
             continue
         used[process.pid] = times.user + times.system
     return used
-
-
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text.rsplit(")", 1)[-1].split()
-
-
-def is_stopped(pid: int) -> bool:
-    fields = proc_stat(pid)
-    return fields is not None and fields[0] in ("T", "t")
 
 
 # -- the waits, as rl sees them ----------------------------------------------------------------
@@ -358,7 +347,7 @@ def dump_stacks(pid: int, log: Path) -> str:
     size = log.stat().st_size if log.exists() else 0
     try:
         os.kill(pid, STACK_DUMP_SIGNAL)
-        if is_stopped(pid):
+        if procs.is_stopped(pid):
             os.kill(pid, signal.SIGCONT)  # a stopped process handles the signal once continued
     except ProcessLookupError:
         return "(the process is gone)"
@@ -371,7 +360,7 @@ def dump_stacks(pid: int, log: Path) -> str:
 
 def innermost_project_frame(dump: str) -> str | None:
     """`file:line in func` of the innermost frame of this project's code in the main thread
-    (faulthandler prints it first, most recent call first)."""
+    (faulthandler prints it first, most recent call first), the poll loop's own passed over."""
     main = dump.split("Current thread", 1)[-1] if "Current thread" in dump else dump
     main = re.split(r"\nThread 0x", main, maxsplit=1)[0]
     for match in FRAME.finditer(main):
@@ -379,5 +368,7 @@ def innermost_project_frame(dump: str) -> str | None:
         for i, part in enumerate(parts[:-1]):
             if part in PROJECT_DIRS and ".venv" not in parts and "site-packages" not in parts:
                 where = "/".join(parts[i:])
+                if where in WAIT_HELPERS:
+                    break
                 return f"{where}:{match['line']} in {match['func']}"
     return None

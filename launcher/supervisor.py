@@ -18,7 +18,6 @@ from launcher.stall import (
     WaitTimes,
     dump_stacks,
     find_stall,
-    is_stopped,
 )
 from rlcore import children, procs
 from rlcore.health import ForeignServer, probe_health, server_url
@@ -145,7 +144,7 @@ class Supervisor:
         self.probe_inference()
         now = time.monotonic()
         for child in self.children.values():
-            stopped = is_stopped(child.proc.pid)
+            stopped = procs.is_stopped(child.proc.pid)
             child.clock.stopped_since = (child.clock.stopped_since or now) if stopped else None
             if stopped and now - child.clock.stopped_since >= STOPPED_AFTER_S:
                 where = dump_stacks(child.proc.pid, child.log)

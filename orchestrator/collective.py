@@ -6,14 +6,13 @@ POST /update_weights bodies (one per server: its first rank in the group). Waits
 trainer's offer, up to a timeout.
 """
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.client import OrchestratorError
 from rlcore import collective
 from rlcore.attempt import AttemptFilter
+from rlcore.poll import wait_until_async
 from rlcore.rundir import RunDir
 from rlcore.weight_transfer import PolicyServers, WeightReceiver
 
@@ -43,19 +42,22 @@ class CollectiveReceiver(WeightReceiver):
         return None if offer is None else offer["step"]
 
     async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def offered() -> tuple[int] | None:
             offer = self.current_offer()
             if offer is not None and oldest <= offer["step"] <= newest:
                 self.offer = offer
-                return offer["step"]
-            if time.monotonic() >= deadline:
-                raise OrchestratorError(
-                    f"the trainer offered no policy step {oldest}..{newest} in "
-                    f"{self.run_dir.transfer / collective.OFFER} within {timeout_s:g}s "
-                    f"(weights_timeout_s): is it running with output_dir {self.run_dir.root}?"
-                )
-            await asyncio.sleep(POLL_S)
+                return (offer["step"],)
+            return None
+
+        try:
+            (step,) = await wait_until_async(offered, timeout_s, POLL_S, "the trainer's offer")
+        except TimeoutError:
+            raise OrchestratorError(
+                f"the trainer offered no policy step {oldest}..{newest} in "
+                f"{self.run_dir.transfer / collective.OFFER} within {timeout_s:g}s "
+                f"(weights_timeout_s): is it running with output_dir {self.run_dir.root}?"
+            ) from None
+        return step
 
     def load_request(self, step: int) -> dict[str, Any]:
         """Also asks the trainer to send `step` (it sends while inference receives)."""

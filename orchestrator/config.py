@@ -170,6 +170,28 @@ class DynamicSamplingConfig(BaseConfig):
     trains on the informative groups found (or, with none, on the last round's groups)."""
 
 
+class SamplesConfig(BaseConfig):
+    """The rollout archive: every rollout of every step (prompt, completion, reward and its
+    parts, advantage, tokens with their text and logprobs) in `samples/step_<n>.parquet`, for
+    reading after the run (`rl view`); training never reads it."""
+
+    keep: bool = True
+    """Write the archive; false writes none."""
+
+    max_gib: PositiveFloat | None = None
+    """Most GiB the archive may take; past it the oldest steps' files are deleted (said once in
+    the log). None: 5% of the disk space free under output_dir when the orchestrator starts."""
+
+    @model_validator(mode="after")
+    def validate_keep(self) -> "SamplesConfig":
+        if not self.keep and self.max_gib is not None:
+            raise ValueError(
+                f"samples.max_gib = {self.max_gib} with samples.keep = false: the archive is "
+                "off, so it has no bound; drop samples.max_gib, or set samples.keep = true"
+            )
+        return self
+
+
 class OrchestratorConfig(SharedFields):
     """Configuration of the `orchestrator` process."""
 
@@ -211,7 +233,11 @@ class OrchestratorConfig(SharedFields):
     """Seconds to wait for the trainer to publish the weights a step needs."""
 
     num_saved_samples: Annotated[int, Field(ge=0)] = 4
-    """Rollouts (prompt, completion, reward) saved per step for reading."""
+    """Rollouts (prompt, completion, reward) saved per step in `rollouts/step_<n>/samples.jsonl`,
+    which the trainer deletes with the batch (every rollout stays in `samples`, the archive)."""
+
+    samples: SamplesConfig = SamplesConfig()
+    """The rollout archive (`samples/step_<n>.parquet`): on, bounded, or off."""
 
     @model_validator(mode="before")
     @classmethod

@@ -5,9 +5,11 @@ For step n = 0 .. max_steps-1:
               async_level; the newest one ready; exactly n - async_level when `deterministic`),
               and has every inference server serve it if it changed (orchestrator/policy.py);
   consumes    examples from the environments, mixed by weight in a seeded, resumable order;
-  produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl), one metrics line,
+  produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl),
+              `samples/step_<n>.parquet` (every rollout, orchestrator/archive.py), one metrics line,
               every `ckpt.interval` steps its part of `checkpoints/step_<n+1>` (deterministic:
-              of step_<n+1-async_level>, carrying the batches since; orchestrator/ckpt.py), evals;
+              of step_<n+1-async_level>, carrying the batches since; orchestrator/ckpt.py), evals
+              (`evals/step_<n>/{results.jsonl,summary.json}`, as the `evals` command writes);
   unblocked by the trainer publishing weights. Generating batch n+1 while the trainer trains on
   batch n needs no threads: the loop only waits for step n - async_level.
 """
@@ -20,10 +22,12 @@ from dataclasses import dataclass
 
 from orchestrator import ckpt
 from orchestrator.advantage import compute_advantages
+from orchestrator.archive import Archive
 from orchestrator.client import OrchestratorError
 from orchestrator.config import OrchestratorConfig
 from orchestrator.dynamic import SampledGroups, sample_batch
 from orchestrator.envs import EnvAdapter, Rollout, load_env, sampling_args
+from orchestrator.evals.summary import env_summary, eval_labels, result_row, write_results
 from orchestrator.monitor import SAMPLES_FILE, Monitor, samples_jsonl
 from orchestrator.policy import Policy
 from orchestrator.pooled_client import PooledClient
@@ -39,11 +43,13 @@ from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV
 from rlcore.metrics import step_line
 from rlcore.protocol import Batch, write_batch
-from rlcore.rundir import RunDir
+from rlcore.rundir import RunDir, step_name
 from rlcore.runguard import ORCHESTRATOR
 from rlcore.toml_io import write_config
 
 logger = logging.getLogger("orchestrator")
+PASS_THRESHOLD = 1.0
+"""An in-run eval rollout passes (pass@k) when its reward is at least this (`evals`' default)."""
 
 
 def run(config: OrchestratorConfig) -> None:
@@ -77,6 +83,8 @@ class Orchestrator:
     monitor: Monitor
     policy: Policy
     """The policy inference serves (the weight-transfer seam)."""
+    archive: Archive
+    """The rollout archive (`samples/`), written in its own thread."""
     resume_step: int | None = None
     """The checkpoint this attempt resumed from (None: a fresh start)."""
 
@@ -113,9 +121,11 @@ class Orchestrator:
         receiver = build_receiver(config.weight_transfer, run_dir, trusted_upto=resume_step or 0)
         # A fresh run starts on the base model, which inference serves from the start.
         policy = Policy(config, receiver, client.pool, 0 if resume_step is None else None)
+        archive = Archive(config.samples, run_dir.samples, config.model.name)
+        archive.drop_from(state.step)  # this attempt writes them again
         return cls(
             config, run_dir, envs, eval_envs, state, sampler, plan, client, monitor, policy,
-            resume_step,
+            archive, resume_step,
         )  # fmt: skip
 
     async def run(self) -> None:
@@ -132,6 +142,7 @@ class Orchestrator:
             if eval_config and state.step % eval_config.interval == 0:
                 await self.evaluate(state.step)
             for step in self.plan.due(state.step):
+                self.archive.flush()  # on disk up to the checkpoint
                 ckpt.save(self.run_dir, state, step)
         if eval_config and config.max_steps % eval_config.interval:
             await self.evaluate(config.max_steps)
@@ -139,11 +150,14 @@ class Orchestrator:
     async def close(self) -> None:
         """The end, also on an error: a trainer waiting to be asked for a policy goes on."""
         self.policy.close()
-        finished = self.state.step >= self.config.max_steps
-        max_steps = self.config.max_steps if finished else None
-        self.monitor.close(max_steps, self.config.weights_timeout_s)
-        await asyncio.gather(*(env.close() for env in [*self.envs, *self.eval_envs]))
-        await self.client.close()
+        try:
+            self.archive.close()  # the last step's file (a full disk raises here)
+        finally:
+            finished = self.state.step >= self.config.max_steps
+            max_steps = self.config.max_steps if finished else None
+            self.monitor.close(max_steps, self.config.weights_timeout_s)
+            await asyncio.gather(*(env.close() for env in [*self.envs, *self.eval_envs]))
+            await self.client.close()
 
     async def train_step(self) -> None:
         """Generate, score and write batch `state.step`, then log it."""
@@ -166,6 +180,8 @@ class Orchestrator:
         # kept for the checkpoint before the trainer can consume (and delete) it
         ckpt.keep_batch(run_dir, self.plan, batch, {SAMPLES_FILE: samples})
         write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
+        env_ids = [config.env[env].id for env, _ in sampled.picks]
+        self.archive.submit(step, batch.policy_step, env_ids, sampled.groups)
         state.step = step + 1
         state.num_rollouts += len(rollouts)
         state.num_samples += len(batch.samples)
@@ -265,13 +281,16 @@ class Orchestrator:
 
     async def evaluate(self, step: int) -> None:
         """Evaluate exactly the policy after `step` steps (waiting for the trainer to publish
-        it), so that eval metrics logged at `step` belong to that policy; logs mean rewards."""
+        it), so that eval metrics logged at `step` belong to that policy; logs mean rewards and
+        writes every rollout to `evals/step_<step>/` as the `evals` command does."""
         config = self.config
         assert config.eval is not None
         await self.policy.ensure_exactly(step)
         sampling = sampling_args(config.sampling)
         model = self.policy.served_model
         metrics: dict = {"eval/policy_step": self.policy.step}
+        rows, summary = [], {}
+        labels = eval_labels([e.id for e in config.eval.env])
         for e, (env, env_config) in enumerate(zip(self.eval_envs, config.eval.env, strict=True)):
             start = time.monotonic()
             examples = env.eval_examples(env_config.num_examples)
@@ -284,6 +303,13 @@ class Orchestrator:
                 env.run_group(example, num, self.client, model, sampling, example_seeds)
                 for example, example_seeds in zip(examples, seeds, strict=True)
             ))  # fmt: skip
+            env_rows = [
+                result_row(labels[e], i, j, rollout)
+                for i, group in enumerate(groups)
+                for j, rollout in enumerate(group)
+            ]
+            rows += env_rows
+            summary[labels[e]] = env_summary(env_rows, num, PASS_THRESHOLD)
             rewards = [r.reward for group in groups for r in group]
             reward = sum(rewards) / max(1, len(rewards))
             metrics[f"eval/{env.id}/reward"] = reward
@@ -292,6 +318,7 @@ class Orchestrator:
                 f"Eval {env.id} at step {step} | Reward: {reward:.4f} | "
                 f"Rollouts: {len(rewards)} | Time: {time.monotonic() - start:.2f}s"
             )
+        write_results(self.run_dir.evals / step_name(step), rows, summary)
         self.monitor.log(step, metrics)
 
 
@@ -361,9 +388,11 @@ def build_batch(
         advantages = compute_advantages([r.reward for r in usable], config.advantage)
         samples = []
         for rollout, advantage in zip(usable, advantages, strict=True):
-            samples += rollout_samples(
+            built = rollout_samples(
                 rollout, advantage, config.seq_len, config.mask_truncated_completions, stats
             )
+            rollout.advantage = advantage if built else None  # for the archive
+            samples += built
         num_groups = assign_groups(samples, num_groups)  # the trainer packs prompts by these
         batch.samples += samples
     return batch, stats

@@ -3,6 +3,7 @@
 import sys
 
 from orchestrator.config import OrchestratorConfig
+from rlcore.children import stop_descendants_on_exit
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.files import is_disk_full
@@ -12,6 +13,7 @@ from rlcore.logs import setup_logging
 @entry_point
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(OrchestratorConfig, "orchestrator", argv)
+    stop_descendants_on_exit()  # environments' MCP servers lead sessions of their own
     from orchestrator.client import OrchestratorError
     from orchestrator.loop import run
 

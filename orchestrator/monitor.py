@@ -3,18 +3,19 @@ few readable samples per step."""
 
 import json
 import logging
-import time
 from typing import Any
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import Rollout
 from rlcore import waits
+from rlcore.poll import wait_until
 from rlcore.rundir import RunDir
 from rlcore.wandb_run import Relay, start_wandb
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "orchestrator"
 SAMPLES_FILE = "samples.jsonl"
+RELAY_POLL_S = 1.0
 
 
 class Monitor:
@@ -42,19 +43,19 @@ class Monitor:
         for it, when a trainer has been seen at all), then finish the W&B run."""
         if self.wandb is None:
             return
-        deadline = time.monotonic() + timeout_s
         what = f"the trainer's records up to step {final_trainer_step}"
+
+        def relayed() -> bool:
+            self.trainer.forward(self.wandb)
+            last = self.trainer.last_step
+            return last is None or final_trainer_step is None or last >= final_trainer_step
+
         with waits.waiting(what, "trainer"):
-            while True:
-                self.trainer.forward(self.wandb)
-                last = self.trainer.last_step
-                if last is None or final_trainer_step is None or last >= final_trainer_step:
-                    break
-                if time.monotonic() > deadline:
-                    logger.warning(f"W&B: the trainer's records after step {last} were not "
-                                   "relayed")  # fmt: skip
-                    break
-                time.sleep(1.0)
+            try:
+                wait_until(relayed, timeout_s, RELAY_POLL_S, what)
+            except TimeoutError:
+                logger.warning(f"W&B: the trainer's records after step {self.trainer.last_step} "
+                               "were not relayed")  # fmt: skip
         self.evals.forward(self.wandb)
         self.wandb.finish()
 

@@ -6,8 +6,6 @@ Consumes: `weights/step_<n>/STABLE` (filesystem transport). Waits for: the train
 timeout. Produces: POST /update_weights bodies.
 """
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +13,7 @@ from orchestrator.client import OrchestratorError
 from orchestrator.collective import CollectiveReceiver
 from rlcore.attempt import AttemptFilter
 from rlcore.config import WeightTransferConfig
+from rlcore.poll import wait_until_async
 from rlcore.rundir import STABLE, RunDir
 from rlcore.weight_transfer import WeightReceiver
 
@@ -38,18 +37,19 @@ class FilesystemReceiver(WeightReceiver):
         return step <= self.trusted_upto or self.attempts.current(self.run_dir.weights_stamp(step))
 
     async def wait(self, oldest: int, newest: int, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def newest_ready() -> tuple[int] | None:
             ready = [m for m in range(newest, oldest - 1, -1) if self.ready(m)]
-            if ready:
-                return ready[0]
-            if time.monotonic() >= deadline:
-                raise OrchestratorError(
-                    f"weights {self.run_dir.weight_dir(oldest) / STABLE} did not appear within "
-                    f"{timeout_s:g}s (weights_timeout_s): is the trainer running with "
-                    f"output_dir {self.run_dir.root}?"
-                )
-            await asyncio.sleep(POLL_S)
+            return (ready[0],) if ready else None
+
+        try:
+            (step,) = await wait_until_async(newest_ready, timeout_s, POLL_S, "a policy")
+        except TimeoutError:
+            raise OrchestratorError(
+                f"weights {self.run_dir.weight_dir(oldest) / STABLE} did not appear within "
+                f"{timeout_s:g}s (weights_timeout_s): is the trainer running with "
+                f"output_dir {self.run_dir.root}?"
+            ) from None
+        return step
 
     def load_request(self, step: int) -> dict[str, Any]:
         return {"weight_dir": str(self.run_dir.weight_dir(step).resolve())}

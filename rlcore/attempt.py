@@ -3,16 +3,14 @@
 An attempt is one start of a run's processes. `rl` hands every process it starts the same id in
 `RL_ATTEMPT_ID` (a new one per attempt, restarts included), and each file one process writes for
 another (a policy's STABLE, a collective offer, the orchestrator's `done`) carries a `stamp`:
-that id plus who wrote it (host, pid and the pid's start tick, so a reused pid is another
-process). The reader then asks `AttemptFilter.current(stamp)`:
+that id plus who wrote it (host, pid and the pid's start time, rlcore.procs, so a reused pid is
+another process). The reader then asks `AttemptFilter.current(stamp)`:
 
   under rl       the stamp's attempt is the reader's (an earlier attempt's file is stale
                  however recently it was written);
   started alone  no attempt id: the writer is a process this reader has seen alive (still
                  alive now, or seen alive before it exited), or runs on another host, where
                  liveness cannot be checked.
-
-Light module: the standard library only.
 """
 
 import os
@@ -20,6 +18,8 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from rlcore import procs
 
 ATTEMPT_ENV = "RL_ATTEMPT_ID"
 
@@ -33,33 +33,22 @@ def attempt_id() -> str | None:
     return os.environ.get(ATTEMPT_ENV) or None
 
 
-def start_tick(pid: int) -> int | None:
-    """The kernel's start time of `pid` in clock ticks since boot (None: no such process)."""
-    try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii").read()  # noqa: SIM115 - tiny read
-    except (OSError, UnicodeDecodeError):
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()  # the name may hold spaces and parentheses
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def stamp() -> dict[str, Any]:
     """Who writes now: the attempt and the writing process."""
     pid = os.getpid()
     return {"attempt": attempt_id(), "host": socket.gethostname(), "pid": pid,
-            "start_tick": start_tick(pid)}  # fmt: skip
+            "started": procs.started(pid)}  # fmt: skip
 
 
 def writer(stamp_: dict[str, Any]) -> tuple:
-    return stamp_.get("host"), stamp_.get("pid"), stamp_.get("start_tick")
+    return stamp_.get("host"), stamp_.get("pid"), stamp_.get("started")
 
 
 def alive(stamp_: dict[str, Any]) -> bool | None:
     """Whether the stamp's writer runs now (None: on another host, unknown)."""
     if stamp_.get("host") != socket.gethostname() or not isinstance(stamp_.get("pid"), int):
         return None
-    tick = start_tick(stamp_["pid"])
-    return tick is not None and tick == stamp_.get("start_tick")
+    return procs.same_start(procs.started(stamp_["pid"]), stamp_.get("started"))
 
 
 @dataclass

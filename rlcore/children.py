@@ -1,6 +1,6 @@
 """The one way a launcher starts a process and stops it: `rl`'s components, `rl sft`'s `sft`,
-`evals`' own inference server (also under `rl eval`), and the short commands they run to the
-end (`sft --check-data`, `rl export`).
+`evals`' own inference server (also under `rl eval`), and the commands they run to the end
+(`sft --check-data`, `rl export`'s trainer export, the SLURM tools, nvidia-smi, docker).
 
 A child
 - leads a session of its own: a stop reaches it and everything it started (its process group),
@@ -9,7 +9,10 @@ A child
   Linux's parent-death signal (PR_SET_PDEATHSIG). Linux sends it when the *thread* that started
   the child ends, so children are started from the main thread only. A child that starts
   processes of its own stops them on SIGTERM (inference stops its engine processes:
-  inference/server.py, whose forked engine processes also die with it: inference/cpu_fork.py);
+  inference/server.py, whose forked engine processes also die with it: inference/cpu_fork.py;
+  torchrun its ranks); descendants that lead sessions of their own, out of reach of a signal to
+  the group, are stopped by `stop_descendants` (the orchestrator's and evals' environments'
+  MCP servers: `stop_descendants_on_exit`);
 - writes stdout and stderr to its log, appended under a header line, unbuffered;
 - is recorded by identity (rlcore.procs) right after the start, for `rl stop` and `rl status`.
 
@@ -18,6 +21,7 @@ period, and reaps. `wait_healthy` waits, with a deadline, until inference server
 the ones this launcher started (rlcore.health), returning early when a child exits.
 """
 
+import atexit
 import ctypes
 import functools
 import os
@@ -30,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from rlcore import procs
 from rlcore.health import probe_health
 from rlcore.poll import wait_until
@@ -39,9 +45,14 @@ PR_SET_PDEATHSIG = 1
 HEALTH_INTERVAL_S = 1.0
 """How often `wait_healthy` asks each server that has not answered yet."""
 REAP_S = 5.0
+"""How long `stop` waits for a process group's leader after its SIGKILL (and
+`stop_descendants` for the processes it killed)."""
 HEADER = "===== attempt"
 """How the line that `start` writes to a child's log before the child's output begins."""
-"""How long `stop` waits for a process group's leader after its SIGKILL."""
+DESCENDANTS_GRACE_S = 5.0
+"""How long a child stopped by SIGTERM gives its descendants (`stop_descendants_on_exit`):
+well within the launcher's grace period for the child itself."""
+DESCENDANTS_POLL_S = 0.5
 
 
 @dataclass
@@ -105,19 +116,26 @@ def start(name: str, command: list[str], log: Path, env: dict[str, str] | None =
     return Child(name, proc, log, identity=procs.identity(proc.pid))
 
 
-def run(command: list[str], grace_s: float = 10.0, **kwargs: Any) -> subprocess.CompletedProcess:
-    """`subprocess.run` for a short child (`kwargs` as for it: capture_output, text, stdout):
-    started as every child is, and stopped (`stop`) if this process is interrupted."""
+def run(
+    command: list[str], grace_s: float = 10.0, timeout: float | None = None, check: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess:  # fmt: skip
+    """`subprocess.run` for a short child (`timeout`, `check` and `kwargs` as for it:
+    capture_output, text, stdout, env): started as every child is, and stopped (`stop`) when
+    it outlasts `timeout` (subprocess.TimeoutExpired) or this process is interrupted."""
     capture = kwargs.pop("capture_output", False)
     if capture:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc = popen(command, **kwargs)
     try:
-        out, err = proc.communicate()
+        out, err = proc.communicate(timeout=timeout)
     except BaseException:
         stop([Child("command", proc, None)], grace_s)
         raise
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    done = subprocess.CompletedProcess(command, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def stop(children: list[Child], grace_s: float) -> None:
@@ -137,6 +155,76 @@ def stop(children: list[Child], grace_s: float) -> None:
             child.proc.wait(timeout=REAP_S)
         except subprocess.TimeoutExpired:
             pass
+
+
+def is_resource_tracker(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker: it exits by itself, after cleaning up, once every
+    process holding its pipe has gone."""
+    return "resource_tracker" in " ".join(process.cmdline())
+
+
+def stop_descendants(
+    grace_s: float, spare: Callable[[psutil.Process], bool] = is_resource_tracker,
+    say: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
+    """SIGTERM to every process this one started, directly or not, but those `spare` picks
+    (default: a resource tracker); SIGKILL (said to `say`) to those still alive after
+    `grace_s`, then reap. The descendants are listed again while waiting: one may still be
+    starting others. Reaches processes that lead sessions of their own, which a signal to this
+    process's group misses."""
+    known: dict[int, psutil.Process] = {}
+
+    def all_gone() -> bool:
+        for process in psutil.Process().children(recursive=True):
+            if process.pid not in known and not _suppressed(spare, process):
+                known[process.pid] = process
+                _suppressed(psutil.Process.terminate, process)
+        alive = [p for p in known.values() if is_alive(p)]
+        if alive:  # also this loop's pause: it returns as soon as they have all exited
+            psutil.wait_procs(alive, timeout=DESCENDANTS_POLL_S)
+        return not alive
+
+    try:
+        wait_until(all_gone, grace_s, 0.0, "this process's descendants to exit")
+    except TimeoutError:
+        alive = [p for p in known.values() if is_alive(p)]
+        if say is not None:
+            names = ", ".join(f"{p.pid} {_suppressed(psutil.Process.name, p) or '?'}"
+                              for p in alive)  # fmt: skip
+            say(f"killing child processes that ignored SIGTERM: {names}")
+        for process in alive:
+            _suppressed(psutil.Process.kill, process)
+        psutil.wait_procs(alive, timeout=REAP_S)
+
+
+def stop_descendants_on_exit(grace_s: float = DESCENDANTS_GRACE_S) -> None:
+    """From now on this process stops its descendants (`stop_descendants`) when it exits, and
+    on SIGTERM before it ends as SIGTERM always did. For a child whose descendants may lead
+    sessions of their own, as an MCP client starts each stdio server; the parent-death signal
+    that ends it with its launcher is a SIGTERM. A library may take SIGTERM over (verifiers'
+    environments turn it into SystemExit, and their cleanup may start a server on the way out):
+    then the exit does it."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        stop_descendants(grace_s)
+        os.kill(os.getpid(), signum)
+
+    atexit.register(stop_descendants, grace_s)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def is_alive(process: psutil.Process) -> bool:
+    """Neither gone nor a zombie."""
+    return _suppressed(psutil.Process.status, process) not in (None, psutil.STATUS_ZOMBIE)
+
+
+def _suppressed(action: Callable[[psutil.Process], Any], process: psutil.Process) -> Any:
+    """`action(process)`, or None if the process has gone (or cannot be inspected)."""
+    try:
+        return action(process)
+    except psutil.Error:
+        return None
 
 
 def signal_group(pgid: int, sig: int) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 from rlcore import attempt
 from rlcore.files import atomic_write_text
+from rlcore.poll import wait_until
 
 OFFER = "offer.json"
 REQUEST = "request.json"
@@ -81,19 +82,25 @@ def reach_group(host: str, port: int, timeout_s: float) -> None:
         raise ConnectionError(
             f"node {node} cannot resolve weight_transfer.host {host!r} ({err}): {fix}"
         ) from None
-    deadline = time.monotonic() + timeout_s
-    while True:
+    deadline = time.monotonic() + timeout_s  # no connection attempt outlasts it
+    failed: list[OSError] = []
+
+    def answers() -> bool:
         left = deadline - time.monotonic()
         try:
             with socket.create_connection((host, port), timeout=max(0.1, min(10.0, left))):
-                return
+                return True
         except OSError as err:
-            if left <= 0:
-                raise ConnectionError(
-                    f"node {node} cannot reach the trainer's weight-transfer group at "
-                    f"{host}:{port} within {timeout_s:g} s ({err}): {fix}"
-                ) from None
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            failed.append(err)
+            return False
+
+    try:
+        wait_until(answers, timeout_s, 0.5, f"the trainer's group at {host}:{port}")
+    except TimeoutError:
+        raise ConnectionError(
+            f"node {node} cannot reach the trainer's weight-transfer group at "
+            f"{host}:{port} within {timeout_s:g} s ({failed[-1]}): {fix}"
+        ) from None
 
 
 def answer_timeout_s(request: dict[str, Any]) -> float:

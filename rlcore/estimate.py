@@ -98,11 +98,7 @@ def describe(parts: dict[str, float]) -> str:
 
 
 def available_ram() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes; None where there is no /proc."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """This machine's available memory in bytes (rlcore.procs); None where it cannot be read."""
+    from rlcore import procs
+
+    return procs.available_memory()

@@ -30,6 +30,10 @@ import os
 import sys
 from pathlib import Path
 
+import psutil
+
+from rlcore import procs
+
 MADV_PAGEOUT = 21
 KERNEL_CACHES = {"LRU_CACHE_CAPACITY": "16", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}
 
@@ -56,15 +60,14 @@ def trim() -> bool:
     return True
 
 
-def library_ranges(maps: str) -> list[tuple[int, int]]:
-    """(start, length) of each read-only mapping of a shared library in a /proc/<pid>/maps
-    text: code and constants, never data a process wrote."""
+def library_ranges(mappings: list[tuple[str, str, str]]) -> list[tuple[int, int]]:
+    """(start, length) of each read-only mapping of a shared library among `mappings` (as
+    rlcore.procs.own_mappings gives them): code and constants, never data a process wrote."""
     ranges = []
-    for line in maps.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or "w" in fields[1] or not is_library(fields[5]):
+    for addresses, perms, path in mappings:
+        if "w" in perms or not is_library(path):
             continue
-        start, end = (int(x, 16) for x in fields[0].split("-"))
+        start, end = (int(x, 16) for x in addresses.split("-"))
         ranges.append((start, end - start))
     return ranges
 
@@ -80,11 +83,11 @@ def page_out_libraries() -> int:
     if MADVISE is None or not sys.platform.startswith("linux"):
         return 0
     try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
+        mappings = procs.own_mappings()
+    except (OSError, psutil.Error):
         return 0
     advised = 0
-    for start, length in library_ranges(maps):
+    for start, length in library_ranges(mappings):
         if MADVISE(start, length, MADV_PAGEOUT) == 0:
             advised += length
         elif ctypes.get_errno() == errno.EINVAL:

@@ -54,15 +54,30 @@ def resolve_model(name: str) -> str:
     if name == DEFAULT_MODEL:
         return str(default_model_dir())
     path = Path(name).expanduser()
-    if path.is_dir():
+    kind = _path_kind(name, path)
+    if kind == "dir":
         return str(path.resolve())
-    if path.exists() or looks_like_path(name):
-        what = "is not a folder" if path.exists() else "does not exist"
+    if kind == "other" or looks_like_path(name):
+        what = "is not a folder" if kind == "other" else "does not exist"
         raise ModelNotFoundError(
             f"model.name = {name!r}: {what}; give an HF model folder (config.json + "
             f"safetensors), a hub id like `org/model`, or the bundled default {DEFAULT_MODEL!r}"
         )
     return name
+
+
+def _path_kind(name: str, path: Path, error: type[Exception] = ModelNotFoundError) -> str | None:
+    """`dir`, `other` (exists, not a folder) or None; a name the system cannot even look up
+    (too long, a NUL) raises `error` saying why."""
+    try:
+        return "dir" if path.is_dir() else "other" if path.exists() else None
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise error(
+            f"model.name = {name[:80]!r}{'...' if len(name) > 80 else ''} cannot be looked up "
+            f"({reason}); give an HF model folder, a hub id like `org/model`, or the bundled "
+            f"default {DEFAULT_MODEL!r}"
+        ) from None
 
 
 def model_folder(name: str) -> Path | None:
@@ -71,7 +86,7 @@ def model_folder(name: str) -> Path | None:
     from rlcore.errors import ConfigError
 
     path = Path(name).expanduser()
-    if path.is_dir():
+    if _path_kind(name, path, ConfigError) == "dir":
         return path
     if name == DEFAULT_MODEL:
         bundled = cache_dir() / BUNDLED_DIR_NAME

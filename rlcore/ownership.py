@@ -22,7 +22,7 @@ RUN_MARKER = ".rl-run"
 WEIGHTS_MARKER = ".rl-weights"
 RUN_ENTRIES = (
     "configs", "logs", "rollouts", "weights", "checkpoints", "metrics.jsonl", "run.json",
-    "admin_token", "slurm", "wandb", "plot.png", "transfer", "state",
+    "admin_token", "slurm", "wandb", "plot.png", "transfer", "state", "samples", "evals",
 )  # fmt: skip
 """What a run creates directly inside its folder; nothing else there is ever deleted."""
 _TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$|^\.shared-probe-")

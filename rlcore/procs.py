@@ -58,6 +58,43 @@ def identity(pid: int | None = None) -> dict[str, Any] | None:
             "cmdline_sha256": fingerprint(cmdline)}  # fmt: skip
 
 
+def started(pid: int) -> float | None:
+    """When `pid` started, in seconds since the epoch (as `identity` records it); None when
+    there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def same_start(a: float | None, b: object) -> bool:
+    """Whether two readings of a start time (`started`, or a recorded one) are one process's."""
+    return isinstance(a, float) and isinstance(b, (int, float)) and abs(a - b) <= START_TOLERANCE_S
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether `pid` is stopped (SIGSTOP, or held by a tracer); False when it has gone."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
+def available_memory() -> int | None:
+    """The memory this machine can give new work without swapping, in bytes (the kernel's
+    MemAvailable); None where it cannot be read."""
+    try:
+        return psutil.virtual_memory().available
+    except (OSError, psutil.Error):
+        return None
+
+
+def own_mappings() -> list[tuple[str, str, str]]:
+    """This process's memory mappings, each (address range `start-end` in hex, permissions such
+    as `r-xp`, the mapped file's path or a pseudo-name)."""
+    return [(m.addr, m.perms, m.path) for m in psutil.Process().memory_maps(grouped=False)]
+
+
 def is_record(record: object) -> bool:
     """Whether `record` (as read from run.json: anything) is a complete identity record."""
     if not isinstance(record, dict):

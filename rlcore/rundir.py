@@ -4,6 +4,7 @@ see), the checkpoint-step rule and the checkpoint markers. See docs/architecture
 
 configs/<component>.toml   logs/<component>.log   metrics.jsonl   run.json
 rollouts/step_<n>/         weights/step_<n>/ + STABLE
+samples/step_<n>.parquet   evals/step_<n>/{results.jsonl,summary.json}
 checkpoints/step_<n>/{trainer/,orchestrator/,MANIFEST}   each part gets DONE when complete
 """
 
@@ -70,6 +71,16 @@ class RunDir:
     @property
     def rollouts(self) -> Path:
         return self.root / "rollouts"
+
+    @property
+    def samples(self) -> Path:
+        """The rollout archive: every rollout, one Parquet file per step (rlcore.samples_store)."""
+        return self.root / "samples"
+
+    @property
+    def evals(self) -> Path:
+        """In-run evaluations: `step_<n>/{results.jsonl,summary.json}` (as `evals` writes)."""
+        return self.root / "evals"
 
     @property
     def weights(self) -> Path:

@@ -26,7 +26,7 @@ Its last word decides:
   `auth_type`, `auth_method`), or it names where a secret lives (`api_key_var`, `key_path`,
   `secret_name`); so are `max_tokens`, `tokenizer` and `monkey`.
 What `rl` alone does with literal secrets (passing them by environment, refusing them in files it
-writes) is in launcher/literal_secrets.py."""
+writes) is in rlcore/literal_secrets.py."""
 
 import os
 import re

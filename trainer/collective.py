@@ -25,6 +25,7 @@ from rlcore.attempt import AttemptFilter
 from rlcore.config import CollectiveTransferConfig
 from rlcore.errors import ConfigError
 from rlcore.health import free_port
+from rlcore.poll import wait_until
 from rlcore.rundir import RunDir
 from rlcore.weight_transfer import LOOPBACK, WeightSender
 from trainer.dist import World
@@ -119,22 +120,26 @@ class CollectiveSender(WeightSender):
 
     def wait_for_request(self, step: int) -> bool:
         """True once the orchestrator asks for `step`; False when it will ask no more."""
-        folder, deadline = self.run_dir.transfer, time.monotonic() + self.request_timeout_s
-        while True:
+        folder = self.run_dir.transfer
+
+        def answered() -> tuple[bool] | None:
             # `done` before the request: see rlcore.collective
             done = collective.is_done(folder, self.group["id"], self.attempts)
             asked = collective.read_request(folder, self.group["id"])
             if asked is not None and asked >= step:
-                return True
-            if done:
-                return False
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the orchestrator did not ask for policy step {step} within "
-                    f"{self.request_timeout_s:g} s (data.wait_timeout_s): is it running with "
-                    f"output_dir {self.run_dir.root}?"
-                )
-            time.sleep(collective.POLL_S)
+                return (True,)
+            return (False,) if done else None
+
+        try:
+            (asked,) = wait_until(answered, self.request_timeout_s, collective.POLL_S,
+                                  f"a request for policy step {step}")  # fmt: skip
+        except TimeoutError:
+            raise RuntimeError(
+                f"the orchestrator did not ask for policy step {step} within "
+                f"{self.request_timeout_s:g} s (data.wait_timeout_s): is it running with "
+                f"output_dir {self.run_dir.root}?"
+            ) from None
+        return asked
 
     def send(self) -> None:
         """Every rank gathers each tensor in turn; rank 0 broadcasts bucket by bucket and

@@ -22,27 +22,26 @@ order.
 """
 
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from rlcore.poll import wait_until
 from rlcore.protocol import BATCH_META, BatchError, BatchTensors, load_batch
 from trainer.config import FakeDataConfig
 
 
 def wait_for_batch(folder: Path, timeout_s: float, poll_s: float = 0.2) -> BatchTensors:
     """Load the batch in `folder` once it exists; TimeoutError naming the path otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while not (folder / BATCH_META).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"waited {timeout_s:.0f} s for the orchestrator's batch {folder} "
-                "(is the orchestrator running with the same output_dir? raise "
-                "data.wait_timeout_s if it is just slow)"
-            )
-        time.sleep(poll_s)
+    try:
+        wait_until((folder / BATCH_META).exists, timeout_s, poll_s, f"the batch {folder}")
+    except TimeoutError:
+        raise TimeoutError(
+            f"waited {timeout_s:.0f} s for the orchestrator's batch {folder} "
+            "(is the orchestrator running with the same output_dir? raise "
+            "data.wait_timeout_s if it is just slow)"
+        ) from None
     return load_batch(folder)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from launcher.lockfile import check_writable
+from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
 from rlcore.rundir import RunDir, steps_in
@@ -95,7 +96,7 @@ def run(options) -> int:
 def run_export(run: RunDir, step: int, kind: str, out: Path, dtype: str | None) -> str:
     """The trainer's export (trainer/export.py) in its own process; the dtype it wrote."""
     command = [sys.executable, "-m", "trainer.export", str(run.root), str(step), kind, str(out)]
-    done = subprocess.run([*command, *([dtype] if dtype else [])], stdout=subprocess.PIPE,
+    done = children.run([*command, *([dtype] if dtype else [])], stdout=subprocess.PIPE,
                           text=True)  # fmt: skip
     if done.returncode != 0:
         raise ConfigError(f"the export failed (exit code {done.returncode}); see the lines above")

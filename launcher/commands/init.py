@@ -6,12 +6,12 @@ command (`"python server.py"`), or `--tasks tasks.json` (the first task's server
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from launcher.commands.base import command_parser
+from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
 from rlcore.runguard import writing_into
@@ -122,8 +122,8 @@ def check_before_writing(args, out: Path, name: str, spec: dict[str, Any]) -> No
     `$VAR`s set and its command on PATH."""
     from rl_tasks.taskfile import TaskError, check_server, environment
 
-    from launcher.literal_secrets import refuse_literal_secrets
     from launcher.lockfile import LOCK_FILE, check_writable, read_lock
+    from rlcore.literal_secrets import refuse_literal_secrets
 
     if out.exists() and not out.is_dir() and not args.force:
         raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")
@@ -174,7 +174,7 @@ def check_docker() -> None:
     if shutil.which("docker") is None:
         raise ConfigError("TARGET is a docker image but docker is not installed here: install "
                           "it, or give the server as an MCP URL or a local command")  # fmt: skip
-    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    info = children.run(["docker", "info"], capture_output=True, text=True, timeout=60)
     if info.returncode != 0:
         raise ConfigError("TARGET is a docker image but no docker daemon answers (`docker info` "
                           "failed): start it, or give the server as an MCP URL or a local "

@@ -5,7 +5,7 @@ import sys
 import time
 
 from launcher.commands.base import command_parser
-from launcher.commands.runs import RUN_HELP, find_run, latest_run
+from launcher.commands.runs import RUN_HELP, SFT_PROCESS, find_run, latest_run
 from rlcore.errors import ConfigError
 from rlcore.rundir import COMPONENTS
 
@@ -18,13 +18,14 @@ def parser():
     parser = command_parser(NAME, HELP + "; all components' lines, prefixed, without COMPONENT.")
     parser.add_argument("items", nargs="*", metavar="RUN COMPONENT",
                         help=f"RUN: {RUN_HELP} (default: the latest active run); COMPONENT: "
-                        "rl, trainer, orchestrator, inference or inference-<i>")  # fmt: skip
+                        "rl, trainer, orchestrator, inference, inference-<i> or sft (an `rl sft` "
+                        "run's)")  # fmt: skip
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     return parser
 
 
 def is_component(word: str) -> bool:
-    return word in (*COMPONENTS, "rl") or bool(REPLICA.match(word))
+    return word in (*COMPONENTS, "rl", SFT_PROCESS) or bool(REPLICA.match(word))
 
 
 def run(args) -> int:
@@ -35,7 +36,8 @@ def run(args) -> int:
     run_dir = find_run(names[0]) if names else latest_run()
     component = components[0] if components else None
     replicas = sorted(f.stem for f in run_dir.logs.glob("inference-*.log"))
-    wanted = [component] if component else ["inference", *replicas, "orchestrator", "trainer"]
+    every = ["inference", *replicas, "orchestrator", "trainer", SFT_PROCESS]
+    wanted = [component] if component else every
     files = [run_dir.log_file(n) for n in wanted if run_dir.log_file(n).is_file()]
     if not files:
         raise ConfigError(f"no logs in {run_dir.logs}")

@@ -15,7 +15,7 @@ from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
 from rlcore.ownership import RUN_MARKER, read_run_id
-from rlcore.rundir import RunDir
+from rlcore.rundir import COMPONENTS, RunDir
 from rlcore.runguard import looks_like_run
 from rlcore.runlock import pid_alive
 
@@ -127,9 +127,25 @@ def check_process(run: RunDir, state: RunState, name: str) -> psutil.Process | s
     return procs.verify(record, what, lock=run.root if name == procs.LAUNCHER else None)
 
 
+SFT_PROCESS = "sft"
+"""An `rl sft` run's one process besides its launcher; it logs its records as the trainer."""
+
+
+def run_processes(run: RunDir, state: RunState) -> list[str]:
+    """The processes of the run in `run`, in order: an `rl sft` run's `sft`, an rl run's
+    components; then any other process run.json records."""
+    names = [SFT_PROCESS] if runguard.run_kind(run.root) == "sft" else list(COMPONENTS)
+    pids = state.data.get("pids")
+    others = sorted(n for n in pids if n not in names) if isinstance(pids, dict) else []
+    return [*names, *others]
+
+
 def last_steps(run: RunDir) -> dict[str, int]:
     records, _ = read_records(run.metrics)
-    return {record.get("component", "?"): record.get("step", 0) for record in records}
+    steps = {record.get("component", "?"): record.get("step", 0) for record in records}
+    if "trainer" in steps and runguard.run_kind(run.root) == "sft":
+        steps[SFT_PROCESS] = steps.pop("trainer")
+    return steps
 
 
 def disk_use_gib(root: Path) -> float:

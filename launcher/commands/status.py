@@ -15,9 +15,9 @@ from launcher.commands.runs import (
     pid_alive,
     read_state,
     recorded_pid,
+    run_processes,
 )
 from rlcore import procs, waits
-from rlcore.rundir import COMPONENTS
 
 NAME = "status"
 HELP = "components, step, latest checkpoint and disk use of a run"
@@ -56,15 +56,16 @@ def run(args) -> int:
     if launcher is not None:
         print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
     steps = last_steps(run_dir)
-    pids = state.data.get("pids", {}) if isinstance(state.data.get("pids"), dict) else {}
-    for name in [*COMPONENTS, *sorted(n for n in pids if n not in COMPONENTS)]:  # "sft" too
+    for name in run_processes(run_dir, state):
         found = check_process(run_dir, state, name)
         up = "not running" if found is None else described(found, recorded_pid(state, name))
         step = f", last logged step {steps[name]}" if name in steps else ""
         print(f"{name + ':':<14}{up}{step}{waiting(run_dir, name)}")
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
-    print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB")
+    archive = disk_use_gib(run_dir.samples) * 1024
+    print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
+          f"{archive:.1f} MiB)")  # fmt: skip
     return 0
 
 

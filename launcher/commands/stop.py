@@ -6,7 +6,6 @@ nothing of the run runs ("nothing to stop"), 1 when something holds the run that
 proved to be its launcher, 2 for a folder that is not a run."""
 
 import signal
-import time
 
 import psutil
 
@@ -16,6 +15,7 @@ from launcher.slurm import ENDED_STATUSES
 from rlcore import procs
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER, read_run_id
+from rlcore.poll import wait_until
 from rlcore.rundir import RunDir, record_state
 from rlcore.runlock import lock_holders
 
@@ -53,10 +53,9 @@ def run(args) -> int:
     except psutil.AccessDenied:
         print(f"rl: error: launcher {launcher.pid} belongs to another user: not signalled")
         return 1
-    deadline = time.monotonic() + STOP_WAIT_S
-    while not ended(launcher) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if not ended(launcher):
+    try:
+        wait_until(lambda: ended(launcher), STOP_WAIT_S, 0.2, f"launcher {launcher.pid} to stop")
+    except TimeoutError:
         print(f"rl: error: launcher {launcher.pid} did not stop within {STOP_WAIT_S} s")
         return 1
     print(f"rl: stopped the run in {run_dir.root}")

@@ -59,7 +59,7 @@ def check_servers(tasks: list[dict], path: Path) -> None:
     hold it), every `$VAR` it uses set (environment or .env) and every command on PATH."""
     from rl_tasks.taskfile import TaskError, check_runnable
 
-    from launcher.literal_secrets import refuse_literal_secrets
+    from rlcore.literal_secrets import refuse_literal_secrets
 
     for index, task in enumerate(tasks):
         where = f"{path}: task {index} ({task['id']!r}): mcp_config"

@@ -35,6 +35,8 @@ class Rollout:
     turns: list[Turn] = field(default_factory=list)
     is_truncated: bool = False
     error: str | None = None
+    advantage: float | None = None
+    """Set when the rollout went into the training batch (orchestrator.loop.build_batch)."""
 
 
 class EnvAdapter(ABC):

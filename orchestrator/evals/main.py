@@ -4,6 +4,7 @@ evaluate (orchestrator/evals/run.py)."""
 import sys
 
 from orchestrator.evals.config import EvalsConfig
+from rlcore.children import stop_descendants_on_exit
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.logs import setup_logging
@@ -17,6 +18,7 @@ USAGE = (
 @entry_point
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
+    stop_descendants_on_exit()  # environments' MCP servers lead sessions of their own
     setup_logging("orchestrator", config.log.level)
     from orchestrator.client import OrchestratorError
 

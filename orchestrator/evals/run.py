@@ -11,11 +11,10 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.server import own_server
-from orchestrator.evals.summary import env_summary, table, write_results
+from orchestrator.evals.summary import env_summary, eval_labels, result_row, table, write_results
 from orchestrator.seeds import eval_seeds
 from rlcore import children
 from rlcore.errors import ConfigError
@@ -98,10 +97,7 @@ def summarize(config: EvalsConfig, rows: list[dict]) -> dict[str, dict]:
 
 
 def env_labels(config: EvalsConfig) -> list[str]:
-    """Each [[eval.env]]'s name in results and summary: its id, or `id#i` when one id is
-    evaluated twice (say with other args)."""
-    ids = [e.id for e in config.eval.env]
-    return [i if ids.count(i) == 1 else f"{i}#{n}" for n, i in enumerate(ids)]
+    return eval_labels([e.id for e in config.eval.env])
 
 
 def policy_folder(source: Path, step: int, out: Path, run_id: str) -> str:
@@ -176,28 +172,3 @@ async def env_rows(config, e, env, env_config, client, model, sampling) -> list[
         for i, group in enumerate(groups)
         for j, rollout in enumerate(group)
     ]
-
-
-def result_row(env: str, example: int, index: int, rollout: Any) -> dict:
-    return {
-        "env": env,
-        "example": example,
-        "rollout": index,
-        "prompt": jsonable(rollout.prompt),
-        "completion": jsonable(rollout.completion),
-        "reward": rollout.reward,
-        "metrics": rollout.metrics,
-        "completion_tokens": sum(len(t.completion_ids) for t in rollout.turns),
-        "error": rollout.error,
-    }
-
-
-def jsonable(value: Any) -> Any:
-    """Chat messages (pydantic models or dicts) as plain JSON values."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json", exclude_none=True)
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    return value

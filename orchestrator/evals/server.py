@@ -13,7 +13,7 @@ from typing import Any
 from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV, free_port, new_nonce, server_url
-from rlcore.toml_io import write_config
+from rlcore.literal_secrets import write_for_child
 
 logger = logging.getLogger("orchestrator")
 STOP_GRACE_S = 30.0
@@ -33,12 +33,13 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     settings.setdefault("deterministic", True)
     settings["output_dir"] = str(out / "server")
     config_file = out / "inference.toml"
-    write_config(settings, config_file)
+    secret_env = write_for_child(settings, config_file, "inference")
     log_path = out / "inference.log"
     logger.info(f"starting an inference server for {model} (log: {log_path})")
     nonce = new_nonce()
     command = [sys.executable, "-m", "inference.main", "@", str(config_file)]
-    child = children.start("inference", command, log_path, {SERVER_NONCE_ENV: nonce})
+    env = {**secret_env, SERVER_NONCE_ENV: nonce}
+    child = children.start("inference", command, log_path, env)
     try:
         root = server_url(host, server["port"])
         wait_ready(child, root, nonce, timeout_s)

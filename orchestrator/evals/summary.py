@@ -46,6 +46,38 @@ def env_summary(rows: list[dict[str, Any]], rollouts: int, threshold: float) -> 
     return summary
 
 
+def eval_labels(ids: list[str]) -> list[str]:
+    """Each [[eval.env]]'s name in results and summary: its id, or `id#i` when one id is
+    evaluated twice (say with other args)."""
+    return [i if ids.count(i) == 1 else f"{i}#{n}" for n, i in enumerate(ids)]
+
+
+def result_row(env: str, example: int, index: int, rollout: Any) -> dict:
+    """The results.jsonl line of one rollout (an orchestrator.envs.Rollout)."""
+    return {
+        "env": env,
+        "example": example,
+        "rollout": index,
+        "prompt": jsonable(rollout.prompt),
+        "completion": jsonable(rollout.completion),
+        "reward": rollout.reward,
+        "metrics": rollout.metrics,
+        "completion_tokens": sum(len(t.completion_ids) for t in rollout.turns),
+        "error": rollout.error,
+    }
+
+
+def jsonable(value: Any) -> Any:
+    """Chat messages (pydantic models or dicts) as plain JSON values."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
 def write_results(out: Path, rows: list[dict], summary: dict[str, dict]) -> None:
     """results.jsonl, then summary.json, each whole or not at all (temporary sibling +
     rename): a summary.json that exists says its evaluation is complete."""

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, alive, stamp, start_tick
+from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, alive, stamp
+from rlcore.procs import started
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +46,10 @@ def test_started_alone_a_live_or_seen_writer_counts_a_dead_unseen_one_not(monkey
 def test_a_writer_seen_alive_stays_current_after_it_exits():
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        tick = start_tick(writer.pid)
-        assert tick is not None
+        its_start = started(writer.pid)
+        assert its_start is not None
         its_stamp = {"attempt": None, "host": stamp()["host"], "pid": writer.pid,
-                     "start_tick": tick}  # fmt: skip
+                     "started": its_start}  # fmt: skip
         reader = AttemptFilter(None)
         assert reader.current(its_stamp)
     finally:

@@ -38,6 +38,21 @@ print("started", flush=True)
 time.sleep(60)
 """
 SLEEPER = "import time; print('started', flush=True); time.sleep(60)"
+# A child that stops its descendants on exit and starts two that lead sessions of their own
+# (as an MCP client starts its stdio servers), out of reach of a signal to its group; with
+# `library`, a library then takes SIGTERM over and turns it into SystemExit (as verifiers'
+# environments do).
+SWEEPING = """
+import signal, subprocess, sys, time
+from rlcore import children
+children.stop_descendants_on_exit()
+if sys.argv[1] == "library":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+for _ in range(2):
+    subprocess.Popen(["sleep", "60"], start_new_session=True)
+print("started", flush=True)
+time.sleep(60)
+"""
 
 
 def test_a_child_goes_with_its_launcher_killed_with_sigkill(tmp_path):
@@ -56,6 +71,28 @@ def test_a_child_goes_with_its_launcher_killed_with_sigkill(tmp_path):
         gone_within(mark, 5)
         text = (tmp_path / "child.log").read_text()
         assert text.startswith(f"\n{children.HEADER} ") and "\nstarted\n" in text
+    finally:
+        kill_marked(mark)
+
+
+@pytest.mark.parametrize("sigterm", ["own", "library"])
+def test_descendants_in_sessions_of_their_own_go_with_the_launcher(tmp_path, sigterm):
+    """kill -9 of the launcher: its child gets SIGTERM and stops the grandchildren that a
+    signal to its group would miss (mutant: without stop_descendants_on_exit both sleeps
+    live on)."""
+    mark = uuid.uuid4().hex
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "child.log"),
+         SWEEPING.replace("sys.argv[1]", repr(sigterm))], cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, MARK_ENV: mark},
+    )  # fmt: skip
+    try:
+        int(launcher.stdout.readline())
+        assert len(marked(mark)) == 4  # launcher, child, two sleeps
+        launcher.kill()
+        launcher.wait()
+        gone_within(mark, 10)
     finally:
         kill_marked(mark)
 
@@ -110,3 +147,19 @@ def test_wait_healthy_returns_when_a_child_exits_and_names_the_server_at_the_dea
         assert message.startswith("inference did not answer http://127.0.0.1:9/health within")
     finally:
         children.stop([long], 1)
+
+
+def test_run_stops_a_command_that_outlasts_its_timeout(tmp_path):
+    """The group goes too (mutant: no stop on TimeoutExpired leaves both sleeps running)."""
+    mark = uuid.uuid4().hex
+    command = ["sh", "-c", "sleep 60 & sleep 60"]
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            children.run(command, grace_s=1.0, timeout=0.5, env={**os.environ, MARK_ENV: mark})
+        gone_within(mark, 3)
+        done = children.run(["sh", "-c", "echo hi; exit 3"], capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (3, "hi\n")
+        with pytest.raises(subprocess.CalledProcessError):
+            children.run(["false"], check=True)
+    finally:
+        kill_marked(mark)

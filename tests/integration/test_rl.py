@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.launch import oom_kills
-from rlcore import faults
+from launcher.exits import oom_kills
+from rlcore import faults, samples_store
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     REPO,
@@ -71,6 +71,29 @@ def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) 
         policy = batch["policy_step"]
         assert policy >= batch["step"] - async_level, (batch["step"], policy, async_level)
         assert policy == 0 or policy in served, (batch["step"], policy, sorted(served))
+
+
+def assert_archive_holds_every_step(run: RunDir, max_steps: int = 4) -> None:
+    """samples/ holds one file per step (regenerated steps replaced, no temporary left), each
+    with batch_size rows whose token texts are the answer the environment saw."""
+    from tokenizers import Tokenizer
+
+    orchestrator = tomllib.loads(run.config_file("orchestrator").read_text())
+    tokenizer = Tokenizer.from_file(str(Path(orchestrator["model"]["name"]) / "tokenizer.json"))
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    batch_size = orchestrator["batch_size"]
+    assert sorted(p.name for p in run.samples.iterdir()) == [
+        f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)]  # fmt: skip
+    for step in range(max_steps):
+        rows = samples_store.read_step(samples_store.step_file(run.samples, step)).to_pylist()
+        assert len(rows) == batch_size and {r["step"] for r in rows} == {step}
+        for row in rows:
+            assert row["error"] is None and row["kept"], row
+            texts = zip(row["token_text"], row["token_mask"], strict=True)
+            mine = "".join(t for t, policy in texts if policy and t not in special)
+            answer = json.loads(row["completion"])[-1]["content"]
+            # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
+            assert mine.rstrip("\ufffd") == answer, row
 
 
 QUICKSTART = REPO / "configs" / "quickstart"
@@ -273,6 +296,7 @@ def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path
         assert f"{component} was killed (SIGKILL) by another process or a user" in text, text
     assert "(restart 1 of 1)" in text and resumed and int(resumed[1]) >= killed_after, text
     assert_finished_every_step(run, transport)
+    assert_archive_holds_every_step(run)
 
 
 @pytest.mark.slow
@@ -344,3 +368,6 @@ def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_mode
         for name in ("inference", "inference-1")
     ]  # fmt: skip
     assert len(swaps[0]) == 3 and swaps[0] == swaps[1], swaps  # every update reached both
+    ports = [tomllib.loads((out / "configs" / f"{n}.toml").read_text())["server"]["port"]
+             for n in ("inference", "inference-1")]  # fmt: skip
+    assert ports[1] == ports[0] + 1, ports  # each replica's own resolved config, none overwritten

@@ -248,7 +248,8 @@ config = SFTConfig.model_validate({"output_dir": sys.argv[1], "data": {"name": "
 SLEEP = "import time; print('started', flush=True); time.sleep(60)"
 sft_run.sft_command = lambda config_file: [sys.executable, "-c", SLEEP]
 run = sft_run.RunDir(config.output_dir)
-sys.exit(sft_run.run_attempt(run, config, sft_run.prepare(run, config, clean=False)))
+sys.exit(sft_run.exit_code(sft_run.run_attempt(run, config, sft_run.prepare(run, config,
+                                                                            clean=False))))
 """
 
 
@@ -270,6 +271,34 @@ def test_rl_sft_records_itself_and_its_child_and_rl_stop_stops_it(tmp_path, caps
         assert stop.returncode == 0 and f"stopped the run in {root}" in stop.stdout, stop
         assert launcher.wait(timeout=60) == 143 and not psutil.pid_exists(sft)
         assert json.loads((root / "run.json").read_text())["status"] == "stopped"
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_rl_sft_says_a_killed_child_and_status_and_logs_show_its_processes(tmp_path, capsys):
+    """An `rl sft` run has a launcher and `sft`, no trainer, orchestrator or inference; its
+    log is `logs/sft.log`; a SIGKILLed `sft` is named as `rl` names kills (it said "exited
+    with -9")."""
+    root = tmp_path / "sft-run"
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    launcher = subprocess.Popen([sys.executable, "-c", SFT_STAND_IN, str(root)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)  # fmt: skip
+    try:
+        assert launcher.stdout.readline().strip() == "started"
+        sft = json.loads((root / "run.json").read_text())["pids"]["sft"]
+        assert run_command("status", [str(root)]) == 0
+        shown = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+        assert shown == ["run", "status", "launcher", "sft", "checkpoint", "disk use"], shown
+        assert run_command("logs", [str(root)]) == 0
+        assert "[sft] started" in capsys.readouterr().out
+        psutil.Process(sft).kill()
+        _, err = launcher.communicate(timeout=60)
+        assert "rl sft: error: sft was killed (SIGKILL)" in err, err
+        assert launcher.returncode == 1  # as rl ends for a killed component (was 247)
+        state = json.loads((root / "run.json").read_text())
+        assert state["status"] == "failed" and state["exit_code"] == -9
     finally:
         launcher.kill()
         launcher.wait()

@@ -65,7 +65,10 @@ def test_sft_learns_resumes_bit_exact_and_writes_a_plain_model(tiny_model_dir, t
     assert sorted(first) == list(range(1, 9))
     assert first[8]["loss"] < first[1]["loss"] - 0.5  # 16 examples, seen 4 times
     assert first[4]["val/loss"] > first[8]["val/loss"] and "val/loss" not in first[3]
-    assert (out / "logs" / "sft.log").read_text().count("step 8 |") == 1
+    log = (out / "logs" / "sft.log").read_text()
+    assert log.count("step 8 |") == 1
+    assert all(r["peak_memory_gib"] > 0.1 for r in first.values())  # the process's peak RSS
+    assert "mem 0.00 GiB" not in log  # every step line said so
     final = weights_hash(out, 8)
 
     again = rl_sft("@", str(config), "--ckpt.resume-step", "4")

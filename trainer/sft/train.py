@@ -37,7 +37,12 @@ from trainer.sft.data import (
     step_examples,
     tokenize_rows,
 )
-from trainer.train import forward_logprobs, quiet_libraries, release_freed_memory
+from trainer.train import (
+    forward_logprobs,
+    peak_memory_gib,
+    quiet_libraries,
+    release_freed_memory,
+)
 
 logger = logging.getLogger("trainer")
 
@@ -136,6 +141,8 @@ def load_examples(config: SFTConfig, source: str) -> tuple[list[Example], list[E
 def sft_step(sft: SFT, step: int) -> None:
     config, world = sft.config, sft.world
     start = time.perf_counter()
+    if world.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     chosen = step_examples(
         len(sft.examples), config.data.batch_size, step, config.seed, config.data.shuffle
     )
@@ -154,7 +161,8 @@ def sft_step(sft: SFT, step: int) -> None:
     elapsed = time.perf_counter() - start
     metrics = {"loss": loss, "grad_norm": float(grad_norm), "lr": lr,
                "num_tokens": float(sum(len(e.ids) for e in batch)),
-               "num_loss_tokens": float(num_targets), "step_time_s": elapsed}  # fmt: skip
+               "num_loss_tokens": float(num_targets), "step_time_s": elapsed,
+               "peak_memory_gib": peak_memory_gib(world)}  # fmt: skip
     metrics["tokens_per_s"] = metrics["num_tokens"] / elapsed
     if sft.val_examples and (step % config.val.interval == 0 or step == config.max_steps):
         metrics["val/loss"] = validation_loss(sft)

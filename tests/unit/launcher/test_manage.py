@@ -46,9 +46,12 @@ def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monk
 
 def test_run_names_resolve_under_outputs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    make_run(tmp_path / "outputs" / "mine")
+    run = make_run(tmp_path / "outputs" / "mine")
+    run.samples.mkdir()
+    (run.samples / "step_0.parquet").write_bytes(bytes(3 * 2**20))  # the archive counts
     assert run_command("status", ["mine"]) == 0
-    assert "outputs/mine" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "outputs/mine" in out and "rollout archive samples/: 3.0 MiB" in out
     assert run_command("status", ["nope"]) == 2
     assert "rl list" in capsys.readouterr().err
 
@@ -137,7 +140,7 @@ def test_run_is_a_synonym(capsys):
 
 
 def test_exit_messages_name_the_real_code_and_oom_kills():
-    from launcher.launch import exit_message
+    from launcher.exits import exit_message
 
     assert "most likely" in exit_message("trainer", -9) and "micro-batch-tokens" in exit_message(
         "trainer", 137
@@ -168,6 +171,13 @@ def test_the_wait_is_read_off_the_main_threads_stack():
         '  File "/work/repo/trainer/train.py", line 140 in next_batch\n'
     )
     assert innermost_project_frame(dump) == "trainer/data.py:31 in wait_for_batch"
+    through_poll = dump.replace(  # the wait goes through rlcore.poll: its caller is named
+        '  File "/work/repo/trainer/data.py"',
+        '  File "/work/repo/rlcore/poll.py", line 91 in sleep\n'
+        '  File "/work/repo/rlcore/poll.py", line 110 in wait_until\n'
+        '  File "/work/repo/trainer/data.py"',
+    )
+    assert innermost_project_frame(through_poll) == "trainer/data.py:31 in wait_for_batch"
     assert innermost_project_frame("nothing here") is None
 
 
@@ -187,7 +197,7 @@ def test_plot_takes_the_watched_eval_rewards_per_environment():
 
 
 def test_the_oom_kill_count_is_read_from_the_cgroup(tmp_path, monkeypatch):
-    from launcher import launch
+    from launcher import exits as launch
 
     v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
     monkeypatch.setattr(launch, "OOM_COUNTERS", ((str(v2), "oom_kill"), (str(v1), "oom_kill")))

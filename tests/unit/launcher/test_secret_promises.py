@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from launcher.commands import run_command
 from launcher.launch import write_configs
-from launcher.literal_secrets import externalize, literal_secrets
 from launcher.prepare import build_plan
 from launcher.rl import main as rl_main
 from launcher.rl_config import RLConfig
 from launcher.workflow import load_workflow, workflow_layer
+from rlcore.literal_secrets import externalize, literal_secrets
 from rlcore.rundir import RunDir
 from rlcore.secrets import redact, resolve
 from rlcore.toml_io import dump_config, load_toml

@@ -34,7 +34,7 @@ def test_under_rl_only_the_same_attempt_counts(monkeypatch):
 
 def test_a_reused_pid_is_another_process(monkeypatch):
     mine = stamp_of(monkeypatch, None)
-    assert not AttemptFilter(None).current(mine | {"start_tick": mine["start_tick"] + 1})
+    assert not AttemptFilter(None).current(mine | {"started": mine["started"] + 1.0})
 
 
 @pytest.mark.parametrize("order", ["trainer first", "orchestrator first"])

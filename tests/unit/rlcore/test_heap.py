@@ -102,10 +102,10 @@ LIBRARY_NAME = re.compile(r"\.so(\.[0-9][0-9.]*)?$")
 
 @given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 2**20), PERMS, NAMES)))
 def test_library_ranges_keeps_read_only_libraries_only(entries):
-    """Of /proc/<pid>/maps lines: read-only (no `w`) mappings of files named like a shared
+    """Of a process's mappings: read-only (no `w`) mappings of files named like a shared
     library (`.so`, `.so.6`); never writable ones, data files, anonymous or deleted mappings."""
-    lines = [
-        f"{start * 4096:x}-{(start + pages) * 4096:x} {perms} 00000000 00:00 0 {name}".rstrip()
+    mappings = [
+        (f"{start * 4096:x}-{(start + pages) * 4096:x}", perms, name)
         for start, pages, perms, name in entries
     ]
     expected = [
@@ -113,7 +113,7 @@ def test_library_ranges_keeps_read_only_libraries_only(entries):
         for start, pages, perms, name in entries
         if perms[1] == "-" and name.startswith("/") and LIBRARY_NAME.search(name)
     ]
-    assert heap.library_ranges("\n".join(lines)) == expected
+    assert heap.library_ranges(mappings) == expected
 
 
 def test_bound_kernel_caches_sets_the_bounds_and_keeps_a_users(monkeypatch):

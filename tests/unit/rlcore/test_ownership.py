@@ -31,7 +31,8 @@ def snapshot(root: Path) -> dict[str, bytes | str]:
 
 
 def make_run(root: Path, steps: int = 2) -> RunDir:
-    """A run as rl leaves it: marker, configs, logs, metrics, checkpoints, weights."""
+    """A run as rl leaves it: marker, configs, logs, metrics, checkpoints, weights, the rollout
+    archive and in-run evals."""
     run = RunDir(root)
     run.claim()
     run.configs.mkdir(parents=True, exist_ok=True)
@@ -43,6 +44,10 @@ def make_run(root: Path, steps: int = 2) -> RunDir:
         (run.checkpoint_dir(step + 1) / "trainer").mkdir(parents=True)
         (run.checkpoint_dir(step + 1) / "MANIFEST").write_text("{}\n")
         run.weight_dir(step).mkdir(parents=True)
+        run.samples.mkdir(exist_ok=True)
+        (run.samples / f"step_{step}.parquet").write_bytes(b"PAR1")
+        (run.evals / f"step_{step}").mkdir(parents=True)
+        (run.evals / f"step_{step}" / "summary.json").write_text("{}\n")
     run.run_json.write_text(json.dumps({"status": "finished"}))
     return run
 

@@ -99,7 +99,7 @@ VALUES = [SECRET, "p@ss:w/rd?&=", "ÿ-unicode-☃", "a" * 300]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_generated_secret_names_are_found_refused_and_never_quoted(name):
-    from launcher.literal_secrets import literal_secrets, refuse_literal_secrets
+    from rlcore.literal_secrets import literal_secrets, refuse_literal_secrets
 
     for value in VALUES:
         data = {"server": {"env": {name: value}, "args": [f"--{name}", value, f"--{name}={value}"]}}
@@ -116,7 +116,7 @@ def test_generated_secret_names_are_found_refused_and_never_quoted(name):
 def test_generated_urls_are_redacted_in_messages(name, value):
     from urllib.parse import quote
 
-    from launcher.literal_secrets import literal_secrets
+    from rlcore.literal_secrets import literal_secrets
     from rlcore.secrets import redact_urls
 
     token, password = quote(value, safe=""), quote(value + "!", safe="")
@@ -229,7 +229,7 @@ def urls(draw) -> tuple[str, dict]:
 @PROPERTY
 @given(case=urls())
 def test_generated_urls_lose_their_secrets_and_keep_the_rest(case):
-    from launcher.literal_secrets import literal_secrets
+    from rlcore.literal_secrets import literal_secrets
 
     url, facts = case
     shown = redact_url(url)
@@ -254,7 +254,7 @@ def test_generated_urls_in_messages_lose_their_secrets(case):
 @PROPERTY
 @given(case=urls())
 def test_rl_passes_a_urls_secrets_by_environment_and_the_process_gets_the_url_back(case):
-    from launcher.literal_secrets import externalize
+    from rlcore.literal_secrets import externalize
 
     url, _ = case
     written, env = externalize({"args": {"endpoint": url, "list": ["x", url]}}, "orchestrator")
@@ -321,3 +321,19 @@ def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsy
     logged, printed = stream.getvalue(), capsys.readouterr().err
     assert "http://***@host:1/v1?api_key=***" in logged and "cannot reach http://***@" in printed
     assert SECRET not in logged + printed
+
+
+@PROPERTY
+@given(case=urls())
+def test_a_child_config_file_holds_no_secret_and_the_child_reads_it_back(case, tmp_path_factory):
+    """rl sft's `sft` and evals' own server read the file their launcher wrote: it names the
+    secret, the environment given with it holds the value (not the `***` of a redacted file)."""
+    from rlcore.literal_secrets import write_for_child
+
+    url, _ = case
+    config = {"data": {"name": url}, "vllm_args": ["--api-key", MARK]}
+    path = tmp_path_factory.mktemp("child") / "sft.toml"
+    env = write_for_child(config, path, "inference")
+    text = path.read_text()
+    assert MARK not in text and "***" not in text
+    assert resolve(load_toml(path), "sft", env) == config

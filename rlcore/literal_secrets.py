@@ -9,10 +9,14 @@ rlcore.secrets'."""
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from rlcore.errors import ConfigError
 from rlcore.secrets import Slot, map_secrets
+from rlcore.toml_io import write_config
 
 SECRET_ENV_PREFIX = "RL_SECRET_"
 _ANY_REFERENCE = re.compile(r"\$\{\w+\}|\$\w+")
@@ -75,3 +79,15 @@ def refuse_literal_secrets(data: Any, where: str, destination: str) -> None:
             f"never records: put it in .env (`{name}=...`, or export it) and write `${name}` "
             "in its place (read from the environment or .env when the server starts)"
         )
+
+
+def write_for_child(
+    config: BaseModel | dict[str, Any], path: Path, prefix: str = ""
+) -> dict[str, str]:
+    """Write the resolved config a child process will read, each literal secret replaced by a
+    reference; the environment that gives the child their values (rl sft's `sft`, evals' own
+    inference server), so the child never reads the `***` a redacted file would hold."""
+    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+    data, env = externalize(data, prefix)
+    write_config(data, path)
+    return env
