@@ -35,7 +35,10 @@ def plan_for(model_dir, machine, gpu_map, *flags) -> Plan:
     return plan
 
 
-def test_the_quick_start_on_cpu_gets_concrete_choices(tiny_model_dir):
+def test_the_quick_start_on_cpu_gets_concrete_choices(tiny_model_dir, monkeypatch):
+    from launcher import memory
+
+    monkeypatch.setattr(memory, "available_ram", lambda: 24 * 2**30)  # not the shared machine's
     plan = plan_for(tiny_model_dir, CPU, ON_CPU, "--max-steps", "25")
     model, optim = plan.config.trainer.model, plan.config.trainer.optim
     assert (model.compile, model.activation_checkpointing, optim.fused) == (False, False, False)
