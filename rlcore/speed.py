@@ -63,6 +63,12 @@ COMPILE_FIGURES = {
         "8-13: about 10x a quiet step), torch 2.13, SmolLM2-135M, 8 x 64 tokens in one pass, "
         "eager and compiled steps alternating (benchmarks/compile_payoff.py, 2026-11-27)",
     ),
+    "cpu-float32": CompileFigures(
+        eager_step_s=45.02, compiled_step_s=63.76, compile_s=54.4,
+        params=SMOLLM2_135M_PARAMS, tokens=512,
+        source="the same EPYC and job as cpu-bfloat16, fp32 compute (AVX-512 kernels; an AVX2 "
+        "CPU's own figures are not measured), 1 thread, load 8-13, 2026-11-27",
+    ),
 }  # fmt: skip
 """Measured per kind of machine (`machine_kind`); a kind without figures is not compiled by
 `auto`. benchmarks/README.md has the runs."""

@@ -49,8 +49,8 @@ class TrainerModelConfig(ModelConfig):
     where it pays for itself within the run, from compile and step times measured on this
     kind of machine, scaled to the model and the tokens per step (rlcore/speed.py: for
     SmolLM2-135M on 512 tokens a step, after about 30 steps on a native-bf16 CPU; a few hundred
-    steps of 16k tokens on a GPU; never on a CPU computing in fp32, where no gain is
-    measured)."""
+    steps of 16k tokens on a GPU; never on a CPU computing in fp32, where compiled steps
+    measured no faster)."""
 
     logprob_chunk_tokens: PositiveInt | None = 2048
     """Compute the loss's logprobs from the final hidden states this many tokens at a time, only

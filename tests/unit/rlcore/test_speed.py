@@ -45,12 +45,13 @@ CPU_PAYS = payoff_step(COMPILE_FIGURES["cpu-bfloat16"], LONG_CPU_RUN) is not Non
         (H100, True, "bfloat16", SHORT_GPU_RUN, False, "the run has 3"),
         (CPU, False, "bfloat16", LONG_CPU_RUN, CPU_PAYS, "cpu-bfloat16"),
         (CPU, False, "bfloat16", SHORT_CPU_RUN, False, "cpu-bfloat16" if not CPU_PAYS else "has 3"),
-        (AVX2, False, "float32", LONG_CPU_RUN, False, "no measured gain on cpu-float32"),
+        (AVX2, False, "float32", LONG_CPU_RUN, False, "measured no faster on cpu-float32"),
+        (H100, False, "float16", LONG_CPU_RUN, False, "no measured gain on cpu-float16"),
         (NO_COMPILER, True, "bfloat16", LONG_GPU_RUN, False, "no C++ compiler"),
         (H100, True, "bfloat16", None, False, "no training run"),
     ],
     ids=["h100-1000-steps", "h100-3-steps", "bf16-cpu-1000", "bf16-cpu-3", "avx2-cpu",
-         "no-compiler", "no-run"],
+         "fp16-cpu", "no-compiler", "no-run"],
 )  # fmt: skip
 def test_auto_compiles_where_it_pays_within_the_run(machine, on_gpu, dtype, run, want, why):
     chosen, reason = choose_compile("auto", on_gpu, dtype, machine, run)
