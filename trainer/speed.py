@@ -74,6 +74,8 @@ def choose(
                 trainable=trainable, head_chunk=config.logprob_chunk_tokens,
                 checkpoint_freq=every,
             )  # fmt: skip
+            if on_gpu:
+                parts.pop("process")  # host memory, not the GPU's
             return sum(parts.values())
 
     layers = model.config.get_text_config().num_hidden_layers
@@ -91,8 +93,7 @@ def choose(
 def use_compile_cache() -> str:
     """Point inductor's caches (FX graphs, autograd graphs, kernels) at the cache folder's
     `compile/`, unless the environment names one: a resume or restart then compiles from cache."""
-    folder = os.environ.setdefault(CACHE_ENV, str(cache_dir() / "compile"))
-    return folder
+    return os.environ.setdefault(CACHE_ENV, str(cache_dir() / "compile"))
 
 
 @dataclass
