@@ -92,8 +92,18 @@ def choose(
 
 def use_compile_cache() -> str:
     """Point inductor's caches (FX graphs, autograd graphs, kernels) at the cache folder's
-    `compile/`, unless the environment names one: a resume or restart then compiles from cache."""
-    return os.environ.setdefault(CACHE_ENV, str(cache_dir() / "compile"))
+    `compile/`, unless the user named one: a resume or restart then compiles from cache.
+    Importing transformers' models already sets the variable to torch's default (a folder in
+    /tmp), read again at every use, so that value is taken as unset."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        torch_default = os.path.abspath(default_cache_dir())
+    except ImportError:  # another torch: only an unset variable is ours to set
+        torch_default = None
+    if os.environ.get(CACHE_ENV) in (None, torch_default):
+        os.environ[CACHE_ENV] = str(cache_dir() / "compile")
+    return os.environ[CACHE_ENV]
 
 
 @dataclass

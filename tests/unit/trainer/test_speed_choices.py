@@ -64,9 +64,14 @@ def test_compile_true_without_a_compiler_is_refused(
 
 
 def test_the_compile_cache_lives_in_the_cache_folder(tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
     monkeypatch.setenv("RL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(CACHE_ENV, raising=False)
     assert use_compile_cache() == str(tmp_path / "compile")
+    monkeypatch.delenv(CACHE_ENV)
+    cache_dir()  # what importing transformers' models does: torch's default in /tmp
+    assert use_compile_cache() == str(tmp_path / "compile") == cache_dir()
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))  # the user's own wins
     assert use_compile_cache() == str(tmp_path / "mine")
 
