@@ -3,11 +3,15 @@
 #
 #   bash benchmarks/gpu_suite.sh [OUT_DIR]        (default: benchmarks/results/gpu-<date>)
 #
-# Runs `pytest -m gpu` and the trainer benchmarks (single 16k, packed 8x2k, and packed 8x2k with
-# policies in /dev/shm and no checkpoint) and, where vLLM is
-# installed, the weight-transfer benchmark; every figure lands as JSON in OUT_DIR, each step's
-# output in OUT_DIR/<step>.log, and OUT_DIR/summary.json says which steps passed. A step that
-# fails is recorded and the suite goes on; the exit code is the number of failed steps.
+# Runs `pytest -m gpu`; per job (packed 8x2k, single 16k; policies in /dev/shm, no checkpoint)
+# the trainer with its defaults, the trainer with compile set the other way (for the compile's
+# time and pay-off step) and the hand-written loop (benchmarks/handwritten_loop.py), then prints
+# the side-by-side table with its checks (benchmarks/gpu_table.py); packed 8x2k with a
+# checkpoint every 2 steps (publish and checkpoint on the timeline); and, where vLLM is
+# installed, the weight-transfer benchmark. Every figure lands as JSON in OUT_DIR, each step's
+# output in OUT_DIR/<step>.log, the table in OUT_DIR/table.log and table.json, and
+# OUT_DIR/summary.json says which steps passed. A step that fails is recorded and the suite goes
+# on; the exit code is the number of failed steps.
 # Python: $PYTHON (default: python). Needs the trainer's packages only (benchmarks/README.md
 # says how to carry pydantic & co. to a machine without a package index): so the gpu tests live
 # in tests/unit/trainer, whose modules import nothing of vLLM, verifiers or the OpenAI client.
@@ -49,14 +53,20 @@ PYEOF
 
 step pytest-gpu "$PY" -m pytest -m gpu -p no:cacheprovider -q -o addopts="--strict-markers" \
     --junitxml="$OUT/pytest-gpu.xml" tests/unit/trainer
-step single-16k "$PY" benchmarks/trainer_throughput.py --preset single-16k --steps 5 \
-    --peak-tflops 989 --json "$OUT/single-16k.json"
-step packed-8x2k "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \
-    --peak-tflops 989 --json "$OUT/packed-8x2k.json"
-# Training and publishing alone: policies to memory, no checkpoint (the presets' every-2-steps
-# checkpoints of 6.6 GiB are bound by the disk's write speed)
-step packed-8x2k-shm "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \
-    --ckpt-interval 1000 --weights-dir /dev/shm --peak-tflops 989 --json "$OUT/packed-8x2k-shm.json"
+TRAINER=(benchmarks/trainer_throughput.py --steps 5 --ckpt-interval 1000 --weights-dir /dev/shm
+         --peak-tflops 989)
+for job in packed-8x2k single-16k; do
+    step "ours-$job" "$PY" "${TRAINER[@]}" --preset "$job" --json "$OUT/ours-$job.json"
+    # compile set the other way from what the defaults chose, for its time and pay-off step
+    other=$("$PY" benchmarks/gpu_table.py --other-compile "$OUT/ours-$job.json" || echo --compile)
+    step "ours-other-$job" "$PY" "${TRAINER[@]}" --preset "$job" "$other" \
+        --json "$OUT/ours-other-$job.json"
+    step "hand-$job" "$PY" benchmarks/handwritten_loop.py --preset "$job" --steps 5 \
+        --json "$OUT/hand-$job.json"
+done
+# Publish and checkpoint on the step's timeline: a checkpoint every 2 steps, policies on disk
+step packed-8x2k-ckpt "$PY" benchmarks/trainer_throughput.py --preset packed-8x2k --steps 5 \
+    --peak-tflops 989 --json "$OUT/packed-8x2k-ckpt.json"
 if "$PY" -c "import vllm" 2>/dev/null; then
     step weight-transfer "$PY" benchmarks/weight_transfer.py  # writes results/weight_transfer.json
     cp benchmarks/results/weight_transfer.json "$OUT/weight-transfer.json" 2>/dev/null
@@ -64,6 +74,8 @@ else
     STATUS[weight-transfer]="skipped: vllm is not installed for $PY"
 fi
 
+step table "$PY" benchmarks/gpu_table.py "$OUT"  # the side-by-side table and its checks
+cat "$OUT/table.log"
 {
     echo "{"
     first=1

@@ -10,8 +10,11 @@ the weight publish of the configured transport (background by default) and, ever
 `--ckpt-interval` steps, a checkpoint. Prints per dtype: seconds per step, tokens/s, MFU on a GPU
 (model FLOPs against `--peak-tflops`, 989 for an H100's dense bf16), peak memory next to the
 pre-flight estimate, and the seconds publish and checkpoint keep the training thread waiting
-(plus their background write times). The presets build a Qwen3-0.6B-shaped model from its
-config (random weights, no hub) into the cache folder.
+(plus their background write times), the first step's time and the speed choices. Compile and
+activation checkpointing default to the trainer's `auto` (rlcore/speed.py) for a run of
+`--run-steps` steps; `--compile` / `--no-compile` and `--checkpointing` / `--no-checkpointing`
+set them. The presets build a Qwen3-0.6B-shaped model from its config (random weights, no hub)
+into the cache folder.
 """
 
 import argparse
@@ -41,7 +44,7 @@ PRESETS = {  # the two setups of the GPU throughput table: (batch size, tokens p
 }
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), help="a GPU setup (see above)")
     parser.add_argument("--model", default=None, help="model name or HF folder")
@@ -54,9 +57,17 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--attn", default="auto", help="model.attn_implementation")
     parser.add_argument(
-        "--checkpointing", action="store_true", help="model.activation_checkpointing = true"
-    )
-    parser.add_argument("--compile", action="store_true", help="model.compile = true")
+        "--checkpointing", action=argparse.BooleanOptionalAction, default="auto",
+        help="model.activation_checkpointing true / false (default: auto)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default="auto",
+        help="model.compile true / false (default: auto)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-steps", type=int, default=1000,
+        help="max_steps of the run the auto choices see (the benchmark runs --steps + 1)",
+    )  # fmt: skip
     parser.add_argument(
         "--logprob-chunk-tokens", type=lambda v: None if v == "none" else int(v), default=2048,
         help="model.logprob_chunk_tokens ('none': full logits)",
@@ -71,10 +82,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None, help="for MFU (GPU: 989)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
     parser.add_argument("--json", default=None, help="where to write the figures (JSON)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.preset:
         args.batch_size, args.seq_len = PRESETS[args.preset]
-        args.checkpointing = True
         args.model = args.model or str(qwen3_06b_folder())
         args.dtypes = args.dtypes or "bfloat16"
     args.model = args.model or DEFAULT_MODEL
@@ -109,7 +119,7 @@ def trainer_config(args: argparse.Namespace, dtype: str, out: Path):
                 "logprob_chunk_tokens": args.logprob_chunk_tokens,
             },
             "seq_len": args.seq_len,
-            "max_steps": args.steps + 1,
+            "max_steps": max(args.run_steps, args.steps + 1),
             "output_dir": str(out),
             "data": {
                 "fake": {"batch_size": args.batch_size},
@@ -145,7 +155,8 @@ def bench(args: argparse.Namespace, dtype: str) -> dict:
             -1
         ]["peak_memory_gib"] * 2**30
     teardown_world(world)
-    return {"rows": rows[1:], "peak": float(peak), "model": trainer.model,
+    return {"rows": rows[1:], "warmup_s": rows[0]["total_s"], "peak": float(peak),
+            "model": trainer.model, "speed": trainer.model.speed,
             "ckpt_write_s": ckpt_write_s}  # fmt: skip
 
 
@@ -199,8 +210,9 @@ def flops_per_token(model, sample_len: int) -> float:
     return 6 * params + 6 * config.num_hidden_layers * width * sample_len
 
 
-def estimate(args: argparse.Namespace, dtype: str) -> str:
-    """The pre-flight estimate of the same setup (launcher.memory)."""
+def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
+    """The pre-flight estimate of the same setup (launcher.memory), with the activation
+    checkpointing the trainer chose (`speed`)."""
     import torch
 
     from launcher.memory import background_copies, describe, model_shape, trainer_peak
@@ -212,8 +224,9 @@ def estimate(args: argparse.Namespace, dtype: str) -> str:
     tokens = args.micro_batch_tokens or args.batch_size * args.seq_len
     compute_bytes = 4 if dtype == "float32" else 2
     parts = trainer_peak(
-        shape, tokens, compute_bytes, args.checkpointing, head_chunk=args.logprob_chunk_tokens
-    )
+        shape, tokens, compute_bytes, speed.checkpointing, head_chunk=args.logprob_chunk_tokens,
+        checkpoint_freq=speed.checkpointing_freq,
+    )  # fmt: skip
     if not torch.cuda.is_available():  # the background writes' copies are host memory
         parts["background copies"] = background_copies(
             shape, None, not args.foreground, not args.foreground
@@ -246,15 +259,17 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
         f"{args.ckpt_interval} steps (background write {result['ckpt_write_s']:.3f} s, the next "
         f"update waited {max(r['staging_s'] for r in rows):.3f} s for its copy)\n"
         f"{'':>9}  peak memory {result['peak'] / 2**30:.2f} GiB; pre-flight estimate "
-        f"{estimate(args, dtype)}",
+        f"{estimate(args, dtype, result['speed'])}\n"
+        f"{'':>9}  first step {result['warmup_s']:.1f} s; speed: {result['speed'].describe()}",
         flush=True,
     )
     return {"step_s": step_s, "tokens_s": tokens_s, "mfu_pct": mfu_pct,
-            "peak_memory_gib": result["peak"] / 2**30, "steps": rows}  # fmt: skip
+            "peak_memory_gib": result["peak"] / 2**30, "warmup_s": result["warmup_s"],
+            "speed": result["speed"].record(), "steps": rows}  # fmt: skip
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     import logging
 
     import torch

@@ -22,6 +22,7 @@ from rlcore.machine import (
 )
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
+from rlcore.speed import SpeedChoices
 from rlcore.waits import COMPONENT_ENV, server_name
 from rlcore.weight_transfer import LOOPBACK, Deployment, listen_port_here
 
@@ -56,7 +57,10 @@ class Plan:
     machine: Machine | None = None
     """What this machine is (rlcore.machine), as the auto dtypes were chosen for it."""
     dtypes: list[str] = field(default_factory=list)
-    """The dtypes chosen and why, as the start banner and `--dry-run` say them."""
+    """The dtypes and the trainer's speed choices made and why, as the start banner and
+    `--dry-run` say them."""
+    speed: SpeedChoices | None = None
+    """The trainer's speed choices (launcher.speed), recorded in run.json."""
     admin_token: str | None = None
     """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
     environment only), so that the orchestrator's one `admin_token` file fits them all."""

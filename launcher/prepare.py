@@ -8,6 +8,7 @@ from launcher.memory import check_memory
 from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
+from launcher.speed import derive_speed
 from rlcore import children
 from rlcore.errors import ConfigError
 
@@ -53,7 +54,8 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
     plan = make_plan(config, detect_gpus(), dry_run, submitting)
     if not submitting:
         check_gpu_type(plan.config, dry_run, plan.warnings)
-    if not submitting:
+    if not submitting:  # a job's machine decides them there, as it does the dtypes
+        derive_speed(plan)
         plan.memory, warning = check_memory(plan.config, plan.gpu_map)
         if warning is not None:
             plan.warnings.append(warning)

@@ -216,6 +216,7 @@ class Supervisor:
             "inference_urls": [self.url(n) for n in self.plan.inference_names],
             "machine": self.plan.machine.record() if self.plan.machine else None,
             "numeric_choices": numeric_choices(self.plan),
+            "speed_choices": self.plan.speed.record() if self.plan.speed else None,
             **extra,
         }
         record_state(self.run, status, **state)

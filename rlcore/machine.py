@@ -66,6 +66,9 @@ class Machine:
     memory_gib: float
     num_gpus: int
     gpu_name: str
+    compiler: str = ""
+    """The C++ compiler torch.compile would build with (`CXX`, else g++); '' when there is
+    none."""
 
     def describe(self) -> str:
         """One line: CPU, ISA, bf16, CPUs, memory, GPUs."""
@@ -172,6 +175,15 @@ def gpus(root: Path = NVIDIA_GPUS) -> tuple[int, str]:
     return count, name
 
 
+def find_compiler(env: dict[str, str], system: str = "Linux") -> str:
+    """The path of the C++ compiler torch.compile's inductor would use: `CXX`, else g++
+    (clang++ on macOS), as inductor looks it up; '' when it is not there."""
+    import shutil
+
+    default = "clang++" if system == "Darwin" else "g++"
+    return shutil.which(env.get("CXX") or default, path=env.get("PATH")) or ""
+
+
 def read_machine(cpuinfo: str, env: dict[str, str], arch: str) -> Machine:
     """The facts from /proc/cpuinfo's text and the environment (pure: tests feed their own)."""
     import psutil
@@ -188,6 +200,7 @@ def read_machine(cpuinfo: str, env: dict[str, str], arch: str) -> Machine:
         memory_gib=psutil.virtual_memory().total / 2**30,
         num_gpus=num_gpus,
         gpu_name=gpu_name,
+        compiler=find_compiler(env, platform.system()),
         **facts,
     )
 

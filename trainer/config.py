@@ -33,16 +33,24 @@ class TrainerModelConfig(ModelConfig):
     compute dtype `dtype`. Under `rl` it is set to `inference.model.dtype`. Master weights are
     fp32 either way."""
 
-    activation_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory (slower, longer sequences)."""
+    activation_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute activations in the backward pass to save memory (slower, longer sequences).
+    `auto`: only where the memory estimate needs it (rlcore/speed.py): off where it fits the
+    trainer's memory without, else on for as few layers as fit (`activation_checkpointing_freq`
+    chosen)."""
 
     activation_checkpointing_freq: PositiveInt = 1
     """With activation checkpointing, recompute every n-th decoder layer only (1: all layers;
     2: half of them, trading memory for speed)."""
 
-    compile: bool = False
-    """Compile each decoder layer with torch.compile (faster steps on GPUs after a compile of
-    a minute or so at the start; needs a C++ compiler on CPU)."""
+    compile: bool | Literal["auto"] = "auto"
+    """Compile each decoder layer with torch.compile (needs a C++ compiler; compiled kernels
+    are cached under the cache folder's `compile/`, so a restart compiles from cache). `auto`:
+    where it pays for itself within the run, from compile and step times measured on this
+    kind of machine, scaled to the model and the tokens per step (rlcore/speed.py: for
+    SmolLM2-135M on 512 tokens a step, after about 30 steps on a native-bf16 CPU; a few hundred
+    steps of 16k tokens on a GPU; never on a CPU computing in fp32, where compiled steps
+    measured no faster)."""
 
     logprob_chunk_tokens: PositiveInt | None = 2048
     """Compute the loss's logprobs from the final hidden states this many tokens at a time, only
@@ -97,6 +105,9 @@ class OptimConfig(BaseConfig):
 
     min_lr: Annotated[float, Field(ge=0)] = 0.0
     """Final learning rate of the linear and cosine schedules."""
+
+    fused: bool | Literal["auto"] = "auto"
+    """AdamW's fused kernel (one kernel for every parameter). `auto`: on CUDA, off on CPU."""
 
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

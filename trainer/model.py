@@ -18,6 +18,8 @@ from rlcore.machine import compute_dtype as choose_dtype
 from rlcore.machine import probe, slow_bf16_warning
 from trainer.config import LoraConfig, TrainerModelConfig
 from trainer.dist import World
+from trainer.speed import TrainerRun, use_compile_cache
+from trainer.speed import choose as choose_speed
 
 logger = logging.getLogger("trainer")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -36,12 +38,15 @@ def compute_dtype(config: TrainerModelConfig, device: torch.device) -> torch.dty
 
 
 def load_model(
-    config: TrainerModelConfig, source: str, world: World, lora: LoraConfig | None = None
-) -> nn.Module:
+    config: TrainerModelConfig, source: str, world: World, lora: LoraConfig | None = None,
+    run: TrainerRun | None = None, fused: bool | str = "auto",
+) -> nn.Module:  # fmt: skip
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
     when distributed; `model.compute_dtype` says what the forward pass runs in and
     `model.serving_dtype` what published weights are written in. With `lora`, only adapters
-    on the target layers train (trainer/lora.py)."""
+    on the target layers train (trainer/lora.py). `model.speed` holds the speed choices
+    (trainer/speed.py) for a training `run` (None: no run, so `auto` compiles nothing) and the
+    optimizer's `fused` setting."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from trainer.attention import choose_attention
@@ -68,9 +73,12 @@ def load_model(
         from trainer.logprob_head import install
 
         model.chunked_head = install(model, config.logprob_chunk_tokens, model.compute_dtype)
-    if config.activation_checkpointing:
-        checkpoint_layers(model, config.activation_checkpointing_freq)
-    if config.compile:
+    model.speed = choose_speed(config, model, world.device, probe(), run, fused)
+    logger.info(f"speed: {model.speed.describe()}")
+    if model.speed.checkpointing:
+        checkpoint_layers(model, model.speed.checkpointing_freq)
+    if model.speed.compile:
+        logger.info(f"compile cache: {use_compile_cache()}")
         for layer in decoder_layers(model):
             layer.compile()
     if world.distributed:

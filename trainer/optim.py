@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from rlcore.speed import choose_fused
 from trainer.config import OptimConfig
 
 
@@ -27,9 +28,12 @@ def build_optimizer(
     model: nn.Module, config: OptimConfig, max_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     params = [p for p in model.parameters() if p.requires_grad]
+    on_gpu = bool(params) and params[0].device.type == "cuda"
+    fused, _ = choose_fused(config.fused, on_gpu)
     optimizer = torch.optim.AdamW(
-        params, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
-    )
+        params, lr=config.lr, betas=config.betas, eps=config.eps,
+        weight_decay=config.weight_decay, fused=fused or None,
+    )  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(config, max_steps, step)
     )

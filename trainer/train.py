@@ -38,6 +38,7 @@ from trainer.metrics import MetricsLogger
 from trainer.model import compute_context, load_model, source_dir
 from trainer.optim import build_optimizer
 from trainer.parity import parity_causes, parity_message
+from trainer.speed import CompileClock, TrainerRun, compile_clock
 from trainer.weights import build_sender, place_weights
 
 logger = logging.getLogger("trainer")
@@ -64,6 +65,8 @@ class Trainer:
     """What the trainer knows can make its logprobs differ from inference's (trainer/parity.py)."""
     parity_pending: bool = True
     """This attempt's parity check is still to be made (check_parity)."""
+    compile_clock: CompileClock | None = None
+    """Times a compiled run's first steps (trainer/speed.py)."""
 
 
 def run(config: TrainerConfig) -> None:
@@ -127,7 +130,8 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         raise ConfigError(str(err)) from None
     if world.is_main:
         write_config(config, run_dir.config_file("trainer"))
-    model = load_model(config.model, source, world, config.lora)
+    model = load_model(config.model, source, world, config.lora, trainer_run(config, world),
+                       config.optim.fused)  # fmt: skip
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(
         config.weight_transfer, run_dir, model, world, source_dir(source), source,
@@ -146,6 +150,7 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
         trainer.start_step = resume_step
         logger.info(f"resumed from checkpoint step {resume_step}")
+    trainer.compile_clock = compile_clock(model, world.device, trainer.start_step)
     if world.is_main:
         owns_wandb = config.data.fake is not None  # else the orchestrator relays our records
         trainer.logger = MetricsLogger(
@@ -155,6 +160,20 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     sender.publish_initial(trainer.start_step)
     logger.info(f"set up in {time.perf_counter() - started:.1f} s (model, optimizer, transport)")
     return trainer
+
+
+def trainer_run(config: TrainerConfig, world: World) -> TrainerRun:
+    """The run as the speed choices see it (trainer/speed.py): its steps, and tokens per step
+    (a synthetic batch's; else one full pass per rank, as the orchestrator's batch size is not
+    known here: `rl` decides with it)."""
+    on_cpu = world.device.type == "cpu"
+    per_pass = config.tokens_per_pass(on_cpu)
+    fake = config.data.fake
+    per_step = fake.batch_size * (fake.seq_len or config.seq_len) if fake else None
+    return TrainerRun(
+        max_steps=config.max_steps, tokens_per_step=per_step or per_pass * world.world_size,
+        tokens_per_pass=per_pass, shards=world.world_size,
+    )  # fmt: skip
 
 
 def decide_share_prompts(config: TrainerConfig, model: nn.Module) -> bool:
@@ -196,6 +215,8 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
     data_wait_s = time.perf_counter() - wait_start
 
     metrics = train_step(trainer, batch)
+    if trainer.compile_clock is not None:
+        metrics |= trainer.compile_clock.observe(step, metrics["step_time_s"])
     check_parity(trainer, step, batch.policy_step, metrics)
 
     # -- publish the new policy; forget what nobody can need
@@ -292,13 +313,16 @@ def out_of_memory_message(trainer: Trainer, batch: BatchTensors, err: BaseExcept
         free, total = torch.cuda.mem_get_info()
         used = f" ({(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB in use)"
     model = config.model
+    speed = getattr(trainer.model, "speed", None)
+    on, every = (speed.checkpointing, speed.checkpointing_freq) if speed else (
+        model.activation_checkpointing, model.activation_checkpointing_freq)  # fmt: skip
     return (
         f"{world.device} out of memory{used} at step {batch.step + 1} on a batch of "
         f"{batch.num_tokens} tokens: lower data.micro_batch_tokens "
         f"(now {config.tokens_per_pass(world.device.type == 'cpu')}) or seq_len (now "
         f"{config.seq_len}), set model.activation_checkpointing = true (now "
-        f"{model.activation_checkpointing}, every {model.activation_checkpointing_freq} "
-        f"layer(s)), keep model.logprob_chunk_tokens set (now {model.logprob_chunk_tokens}), or "
+        f"{str(on).lower()}, every {every} layer(s)), keep model.logprob_chunk_tokens set "
+        f"(now {model.logprob_chunk_tokens}), or "
         f"give the trainer more GPUs (--trainer-gpu-ids); `rl --dry-run` estimates the peak. "
         f"({memory_line(err)[:200]})"
     )

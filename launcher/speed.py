@@ -1,0 +1,54 @@
+"""The trainer's `auto` speed choices for a run (rlcore/speed.py), made once here so that `rl`
+says them at start and in `--dry-run`, records them in run.json (`speed_choices`) and gives
+the trainer concrete values: torch.compile, activation checkpointing (from the pre-flight
+memory estimate, launcher/memory.py), AdamW's fused kernel, the loss head."""
+
+from launcher.memory import estimate_parts, run_shape, trainer_memory
+from launcher.plan import Plan
+from rlcore.errors import ConfigError
+from rlcore.speed import (
+    RunShape,
+    SpeedChoices,
+    choose_checkpointing,
+    choose_compile,
+    choose_fused,
+    compile_refusal,
+)
+
+
+def derive_speed(plan: Plan) -> SpeedChoices:
+    """Resolve `trainer.model.compile`, `trainer.model.activation_checkpointing` (and its
+    freq) and `trainer.optim.fused` in `plan.config`; adds the one line saying them to the
+    plan's notes. Needs the concrete compute dtype (launcher.plan.derive_dtypes)."""
+    config, machine = plan.config, plan.machine
+    trainer, model = config.trainer, config.trainer.model
+    gpus = plan.gpu_map.get("trainer") or []
+    if model.compile is True and (refusal := compile_refusal(machine)):
+        raise ConfigError(refusal)
+    shape = run_shape(config)
+    orchestrator = config.orchestrator
+    sample = min(orchestrator.sampling.max_tokens, orchestrator.seq_len)
+    tokens_per_step = orchestrator.batch_size * sample  # a group's prompt goes once: not counted
+    run = RunShape(trainer.max_steps, tokens_per_step, shape.params if shape else None)
+    compile_on, compile_why = choose_compile(model.compile, bool(gpus), model.dtype, machine, run)
+    peak, memory, layers = None, None, 1
+    if shape is not None:
+        memory, _ = trainer_memory(config, plan.gpu_map, shape)
+        layers = shape.layers
+
+        def peak(on: bool, every: int) -> float:
+            return sum(estimate_parts(config, plan.gpu_map, shape, on, every).values())
+
+    ac, freq, ac_why = choose_checkpointing(
+        model.activation_checkpointing, model.activation_checkpointing_freq, layers, peak, memory
+    )
+    fused, fused_why = choose_fused(trainer.optim.fused, bool(gpus))
+    model.compile, model.activation_checkpointing = compile_on, ac
+    model.activation_checkpointing_freq, trainer.optim.fused = freq, fused
+    choices = SpeedChoices(
+        compile_on, compile_why, ac, freq, ac_why, fused, fused_why, model.logprob_chunk_tokens,
+        model.dtype,
+    )  # fmt: skip
+    plan.dtypes.append(f"trainer speed: {choices.describe()}")
+    plan.speed = choices
+    return choices
