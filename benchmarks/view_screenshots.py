@@ -2,7 +2,7 @@
 256-colour palette (a fraction of Chromium's own PNG).
 
     .venv/bin/python -m benchmarks.view_screenshots outputs/quickstart [--compare outputs/other]
-        [--out docs/images]
+        [--evals outputs/eval-quickstart] [--step N] [--out docs/images]
 
 Starts `rl view` on the run (and the run to compare with), opens each page in headless
 Chromium (Debian's `chromium` and `chromium-driver`), waits for its charts or rows, and writes
@@ -72,6 +72,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder (e.g. outputs/quickstart)")
     parser.add_argument("--compare", type=Path, help="a second run for the compare page")
+    parser.add_argument(
+        "--evals",
+        type=Path,
+        help="an `evals` output folder for the evals page (else the run's own)",
+    )
+    parser.add_argument(
+        "--step", type=int, help="the step the rollouts page shows, tokens shaded (else the last)"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/images"))
     args = parser.parse_args()
     from launcher.view.library import run_id
@@ -79,16 +87,19 @@ def main() -> None:
     from tests.integration.view_server import ViewServer
 
     runs = [args.run.resolve(), *([args.compare.resolve()] if args.compare else [])]
+    shown = [*runs, *([args.evals.resolve()] if args.evals else [])]
     args.out.mkdir(parents=True, exist_ok=True)
     session = start_chromium(WIDTH, HEIGHT)
     session.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
         "width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
-    with ViewServer(*map(str, runs)) as server, tempfile.TemporaryDirectory() as scratch:
+    with ViewServer(*map(str, shown)) as server, tempfile.TemporaryDirectory() as scratch:
         try:
             rid = run_id(runs[0])
+            eid = run_id(shown[-1]) if args.evals else rid
+            step = "" if args.step is None else f"?step={args.step}&tokens=true"
             pages = [("runs", "/", "#runs"), ("run", f"/run/{rid}", "#panel-0 .main-svg"),
-                     ("rollouts", f"/run/{rid}/rollouts", "section.group, #no-samples"),
-                     ("evals", f"/run/{rid}/evals", "article.sample, #no-evals")]  # fmt: skip
+                     ("rollouts", f"/run/{rid}/rollouts{step}", "section.group, #no-samples"),
+                     ("evals", f"/run/{eid}/evals", "article.sample, #no-evals")]  # fmt: skip
             if len(runs) == 2:
                 compare = f"/compare?runs={rid},{run_id(runs[1])}"
                 pages.append(("compare", compare, "#panel-0 .main-svg"))
