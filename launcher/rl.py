@@ -83,7 +83,7 @@ def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
     return out, value
 
 
-@entry_point
+@entry_point("rl")
 def main(argv: list[str] | None = None) -> None:
     wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/wheel_tags.py)
     argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rlcore import children, procs
+from rlcore.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.poll import (
@@ -54,6 +55,10 @@ def main(argv: list[str]) -> int:
     failures = 0
     while True:
         code = run_attempt(run, config, step)
+        if code == DISK_FULL_EXIT_CODE:
+            print(f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
+                  file=sys.stderr)  # fmt: skip
+            return code
         if code in (0, *STOP_EXIT_CODES.values()) or failures >= max_restarts:
             return code
         failures += 1
@@ -136,7 +141,12 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
         return stop.exit_code
     shown.copy(final=True)
     code = child.proc.returncode
-    record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+    try:
+        record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+    except DiskFullError:
+        if code != DISK_FULL_EXIT_CODE:
+            raise  # rl sft's own write met the full disk first (rlcore.entry says so)
+        # sft's did, which main says; run.json keeps "running" (rl status finds sft gone)
     return code
 
 

@@ -14,7 +14,7 @@ USAGE = (
 )
 
 
-@entry_point
+@entry_point("evals")
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
     setup_logging("orchestrator", config.log.level)

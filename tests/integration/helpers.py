@@ -1,5 +1,6 @@
 """Helpers for tests that run the real `rl` launcher: free ports, run configs, process checks."""
 
+import contextlib
 import json
 import os
 import signal
@@ -7,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,3 +169,20 @@ def kill_sessions(session_ids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A real file system of `size` (tmpfs, e.g. "160k", "20m") mounted on a new `folder`;
+    where this user may not mount, the test is skipped."""
+    import pytest
+
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
