@@ -98,6 +98,7 @@ def claim(root: Path, key: str = "output_dir", kind: str | None = None,
             "runs; pick another --output-dir, e.g. outputs/my-run"
         )
     _check_creatable(root, key)
+    check_writable(root, key)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -120,12 +121,33 @@ def _check_creatable(root: Path, key: str) -> None:
             return
 
 
+def check_writable(root: Path, key: str = "output_dir") -> None:
+    """A ConfigError naming `key` when `root`, or the folder above it that would hold it, may
+    not be written by this process (a read-only file system, or no permission)."""
+    where = root
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir() or os.access(where, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "its file system is mounted read-only" if read_only else "permission denied"
+    shown = "it" if where == root else f"{str(where)!r}, which would hold it,"
+    raise ConfigError(
+        f"{key} = {str(root)!r} cannot be written: {shown} is not writable ({why}); pick "
+        "another --output-dir, e.g. outputs/my-run, or make it writable"
+    )
+
+
 def check_claimable(root: Path, key: str = "output_dir") -> None:
     """`claim`'s checks without writing anything (for dry runs)."""
     if read_run_id(root) is not None:
         return
     if not root.exists():
         _check_creatable(root, key)
+        check_writable(root, key)
         return
     if not root.is_dir():
         raise ConfigError(
@@ -134,6 +156,7 @@ def check_claimable(root: Path, key: str = "output_dir") -> None:
     reason = protected_reason(root)
     if reason is not None or not _only_markers(root):
         claim(root, key)  # raises the same message a real start would
+    check_writable(root, key)
 
 
 def _only_markers(folder: Path) -> bool:

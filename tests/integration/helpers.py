@@ -172,9 +172,10 @@ def kill_sessions(session_ids: set[int]) -> None:
 
 
 @contextlib.contextmanager
-def small_disk(folder: Path, size: str) -> Iterator[Path]:
+def small_disk(folder: Path, size: str, read_only: tuple[str, ...] | None = None) -> Iterator[Path]:
     """A real file system of `size` (tmpfs, e.g. "160k", "20m") mounted on a new `folder`;
-    where this user may not mount, the test is skipped."""
+    with `read_only`, the folders named there are made in it and it is then mounted read-only.
+    Where this user may not mount, the test is skipped."""
     import pytest
 
     folder.mkdir()
@@ -183,6 +184,10 @@ def small_disk(folder: Path, size: str) -> Iterator[Path]:
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
     try:
+        if read_only is not None:
+            for name in read_only:
+                (folder / name).mkdir(parents=True)
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
