@@ -150,8 +150,8 @@ def clean_run(root: Path) -> None:
     verified_run(root, "--clean: output_dir")
     removal = remove_run_files(root, keep_marker=True)
     print(f"rl: --clean removed {', '.join(removal.removed) or 'nothing'} from {root}")
-    if removal.kept:
-        print(f"rl: --clean kept {', '.join(removal.kept)} (not created by rl)")
+    for line in removal.kept_lines(root, "--clean"):
+        print(f"rl: --clean {line}")
 
 
 def check_output_dir(plan: Plan, clean: bool) -> None:

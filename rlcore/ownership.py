@@ -212,13 +212,34 @@ class Removal:
 
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
-    """Entries that a run does not create, left in place."""
+    """Entries that a run does not create (a user's), left in place."""
+    nested: dict[str, list[Path]] = field(default_factory=dict)
+    """Entries the run created that hold another run (its own marker): entry name -> the
+    folders of the runs inside it. They are left in place, and so is the marker."""
+
+    def kept_lines(self, root: Path, again: str) -> list[str]:
+        """What was kept and why, and what the user can do (`again`: the command that finishes
+        the removal once the nested runs are gone)."""
+        lines = []
+        for name, runs in self.nested.items():
+            inner = ", ".join(str(r) for r in runs)
+            lines.append(
+                f"kept {root / name}: rl made it for this run, but it now holds another run "
+                f"({inner}, with its own {RUN_MARKER}), which rl deletes only when named; "
+                f"`rl delete {runs[0]}` (or move it out), then `{again}` removes the rest"
+            )
+        if self.kept:
+            lines.append(f"kept {', '.join(self.kept)} in {root}: not made by rl (left for "
+                         "you to keep or remove)")  # fmt: skip
+        return lines
 
 
 def remove_run_files(root: Path, keep_marker: bool) -> Removal:
     """Delete what the run in `root` created (its verified marker is required by the caller):
     RUN_ENTRIES and their temporaries, links removed and never followed, the run's own policy
-    folder outside it (found by its marker); everything else is kept and listed."""
+    folder outside it (found by its marker); everything else is kept and listed. An entry
+    that holds another run is kept with the marker, so that deleting the run again after that
+    one finishes the job."""
     run_id = read_run_id(root)
     assert run_id is not None, root
     result = Removal()
@@ -231,22 +252,25 @@ def remove_run_files(root: Path, keep_marker: bool) -> Removal:
             continue
         if name == "weights" and entry.is_symlink():
             remove_weights_folder(entry, run_id)
-        if _holds_other_run(entry):
-            result.kept.append(name)
+        inner = _runs_inside(entry)
+        if inner:
+            result.nested[name] = inner
             continue
         remove_path(entry)
         result.removed.append(name)
-    if not keep_marker:
+    if not keep_marker and not result.nested:
         (root / RUN_MARKER).unlink()
         if not result.kept:
             root.rmdir()
     return result
 
 
-def _holds_other_run(entry: Path) -> bool:
+def _runs_inside(entry: Path) -> list[Path]:
+    """The folders under `entry` (a folder, not a link; links inside are not followed) that
+    hold a run marker."""
     if entry.is_symlink() or not entry.is_dir():
-        return False
-    return any(RUN_MARKER in files for _, _, files in os.walk(entry))
+        return []
+    return [Path(folder) for folder, _, files in os.walk(entry) if RUN_MARKER in files]
 
 
 def remove_path(path: Path) -> None:
