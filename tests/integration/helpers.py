@@ -3,13 +3,19 @@
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlcore.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 # The admin token of the session's shared inference server (conftest.py), which the
@@ -191,3 +197,27 @@ def small_disk(folder: Path, size: str, read_only: tuple[str, ...] | None = None
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def assert_finished_every_step(run: "RunDir", transport: str, max_steps: int = 4) -> None:
+    """The run reached its last checkpoint with one trainer record per step, and the policies
+    reached inference: on the filesystem transport the last one is written to weights/; on
+    the collective one, checked across two processes' records, every batch the orchestrator
+    generated came from a policy that inference says it swapped in (or the base model, step
+    0), and none older than async_level allows (batch n from a policy >= n - async_level)."""
+    assert run.latest_checkpoint() == max_steps
+    records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    trainer = [r for r in records if r["component"] == "trainer"]
+    assert {r["step"] for r in trainer} == set(range(1, max_steps + 1))
+    if transport == "filesystem":
+        assert run.weights_stable(max_steps)
+        return
+    log = run.log_file("inference").read_text()
+    served = {int(step) for step in re.findall(r"now serving step_(\d+) ", log)}
+    async_level = tomllib.loads(run.config_file("orchestrator").read_text())["async_level"]
+    batches = [r for r in records if r["component"] == "orchestrator" and "policy_step" in r]
+    assert {r["step"] for r in batches} == set(range(max_steps)), batches
+    for batch in batches:
+        policy = batch["policy_step"]
+        assert policy >= batch["step"] - async_level, (batch["step"], policy, async_level)
+        assert policy == 0 or policy in served, (batch["step"], policy, sorted(served))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    assert_finished_every_step,
     free_port,
     kill_sessions,
     run_state,
@@ -25,6 +26,7 @@ from helpers import (
     wait_for,
 )
 
+from launcher.launch import oom_kills
 from rlcore.rundir import RunDir
 
 pytestmark = pytest.mark.integration
@@ -89,14 +91,23 @@ def state_hash(out: Path, step: int) -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
-def test_two_runs_and_a_resumed_one_give_the_same_numbers(tiny_model_dir, tmp_path):
-    """The quick start's transport and async level: a whole run, and a second one killed right
-    after its second checkpoint and resumed with --ckpt.resume-step -1, agree at every step
-    (the second run's first steps come from before the kill, the rest from the resumed run)."""
+def test_two_runs_and_a_restarted_one_give_the_same_numbers(tiny_model_dir, tmp_path):
+    """The quick start's transport and async level: a whole run, and a second one whose trainer
+    is killed (SIGKILL) right after its second checkpoint and restarted by --max-restarts 1,
+    agree at every step (the second run's first steps come from before the kill, the rest from
+    the restarted attempt). It is also the default run's restart after a kill (test_rl.py's
+    matrix is slow; test_faults.py's default case resumes by hand): rl names the kill and its
+    cause, restarts once from a checkpoint at or after the one seen, and finishes every step
+    with every batch from a policy inference swapped in."""
     config, whole, flags = det_job(tmp_path, tiny_model_dir, "whole", "collective")
     run_to_end(config, whole, flags, tmp_path / "whole.log")
     config2, cut, _ = det_job(tmp_path, tiny_model_dir, "cut", "collective")
-    step = interrupt(config2, cut, flags, "resume", tmp_path / "cut.log")
+    step = interrupt(config2, cut, flags, "restart", tmp_path / "cut.log")
+    text = (tmp_path / "cut.log").read_text()
+    assert "rl: error: trainer was killed (SIGKILL)" in text and "(restart 1 of 1)" in text, text
+    if oom_kills() is not None:  # the test killed it, and the cgroup's OOM count says so
+        assert "trainer was killed (SIGKILL) by another process or a user" in text, text
+    assert_finished_every_step(RunDir(cut), "collective")
     first, second = numbers(whole), numbers(cut)
     assert step >= 2 and len(first) == 8 and first == second
     rewards = {first[("orchestrator", step)]["reward"] for step in range(4)}
