@@ -4,7 +4,7 @@ from inference.config import InferenceConfig
 from rlcore.entry import entry_point, parse_config
 
 
-@entry_point
+@entry_point("inference")
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(InferenceConfig, "inference", argv)
     from inference.server import run

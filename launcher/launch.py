@@ -11,6 +11,7 @@ from launcher.rl_config import COMPONENTS
 from launcher.supervisor import STALLED, Supervisor, tail
 from rlcore import poll
 from rlcore.attempt import new_attempt_id
+from rlcore.disk_full import DISK_FULL_EXIT_CODE, stopped_text
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.health import ForeignServer, new_nonce, port_holder
 from rlcore.literal_secrets import externalize
@@ -64,7 +65,11 @@ def launch(plan: Plan, clean: bool) -> int:
     while True:
         code, stopped = run_attempt(plan, step)
         stopped = stopped or poll.stop_requested() is not None  # e.g. during a failure's stop
-        if code == 0 or stopped or len(failed_from) >= plan.config.max_restarts:
+        if (
+            code in (0, DISK_FULL_EXIT_CODE)
+            or stopped
+            or len(failed_from) >= plan.config.max_restarts
+        ):
             return code
         failed_from.append(step)
         step = plan.run.latest_checkpoint()
@@ -135,6 +140,8 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if code == STALLED:
         return fail(supervisor, name, 1, supervisor.stall_message)
     message = exit_message(name, code, (oom_kills_before, oom_kills()))
+    if code == DISK_FULL_EXIT_CODE:
+        message = stopped_text(name, plan.run.root, plan.run.log_file(name))
     if name in plan.inference_names:
         message += port_taken(supervisor, name)
     return fail(supervisor, name, code, message)
@@ -151,8 +158,8 @@ def port_taken(supervisor: Supervisor, name: str) -> str:
 def fail(supervisor: Supervisor, name: str, code: int, message: str) -> int:
     ignore_stop_signals("rl")
     supervisor.stop_all(supervisor.plan.config.shutdown_grace_s)
-    supervisor.write_state("failed", failed_component=name, exit_code=code)
     log = supervisor.run.log_file(name)
     print(f"rl: error: {message}; stopped the other components.", file=sys.stderr)
     print(f"rl: last lines of {log}:\n{tail(log)}", file=sys.stderr, flush=True)
+    supervisor.write_state("failed", failed_component=name, exit_code=code)  # a full disk: last
     return code if code > 0 else 1

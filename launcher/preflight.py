@@ -2,10 +2,12 @@
 or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from launcher.plan import Plan, numeric_choices, replica_config
+from launcher.rl_config import COMPONENTS
 from launcher.slurm import check_no_job
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
@@ -14,7 +16,7 @@ from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import read_run_id, remove_run_files, verified_run
 from rlcore.runguard import RL, check_run, hold
-from rlcore.secrets import redact_command
+from rlcore.secrets import dotenv, redact_command, resolve
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -50,6 +52,15 @@ def check_task_servers(plan: Plan) -> None:
                 check_runnable(tasks_in_args(env.args), source)
             except TaskError as err:
                 raise ConfigError(str(err)) from None
+
+
+def check_references(plan: Plan) -> None:
+    """`.env` readable (no bad line) and every `$VAR` in a secret slot of the three configs
+    set in the environment or .env, as `rl init` checks them: the processes resolve them only
+    once started, and would fail one by one; a dry run too."""
+    env = {**dotenv(), **os.environ}
+    for name in COMPONENTS:
+        resolve(getattr(plan.config, name).model_dump(mode="json"), name, env)
 
 
 def announce_local_programs(envs: list) -> None:
@@ -139,8 +150,8 @@ def clean_run(root: Path) -> None:
     verified_run(root, "--clean: output_dir")
     removal = remove_run_files(root, keep_marker=True)
     print(f"rl: --clean removed {', '.join(removal.removed) or 'nothing'} from {root}")
-    if removal.kept:
-        print(f"rl: --clean kept {', '.join(removal.kept)} (not created by rl)")
+    for line in removal.kept_lines(root, "--clean"):
+        print(f"rl: --clean {line}")
 
 
 def check_output_dir(plan: Plan, clean: bool) -> None:
@@ -159,5 +170,6 @@ def run_checks(plan: Plan, clean: bool) -> int | None:
         server = replica_config(plan.config, name).server
         check_port_free(server.host, server.port)
     check_environments(plan)
+    check_references(plan)
     check_disk(plan, model_folder(plan.config.inference.model.name))
     return prepare_run_dir(plan, clean)

@@ -83,7 +83,7 @@ def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
     return out, value
 
 
-@entry_point
+@entry_point("rl")
 def main(argv: list[str] | None = None) -> None:
     wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/wheel_tags.py)
     argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)
@@ -134,10 +134,11 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
     try:
         plan = build_plan(config, dry_run=dry_run)
         if dry_run:
-            from launcher.preflight import check_output_dir, check_task_servers
+            from launcher.preflight import check_output_dir, check_references, check_task_servers
 
             check_output_dir(plan, clean)
             check_task_servers(plan)
+            check_references(plan)
     except ConfigError as err:
         exit_with(str(err), "rl")
     for warning in plan.warnings:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.exits import exit_message, oom_kills
 from rlcore import children, procs
+from rlcore.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.literal_secrets import write_for_child
@@ -58,6 +59,10 @@ def main(argv: list[str]) -> int:
     failures = 0
     while True:
         code = run_attempt(run, config, step)
+        if code == DISK_FULL_EXIT_CODE:
+            print(f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
+                  file=sys.stderr)  # fmt: skip
+            return code
         if code in (0, *STOP_EXIT_CODES.values()) or failures >= max_restarts:
             return exit_code(code)
         failures += 1
@@ -148,10 +153,15 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
         return stop.exit_code
     shown.copy(final=True)
     code = child.proc.returncode
-    if code != 0:
+    if code not in (0, DISK_FULL_EXIT_CODE):  # a full disk: main says which file
         message = exit_message("sft", code, (oom_before, oom_kills()), OOM_KNOBS)
         print(f"rl sft: error: {message}", file=sys.stderr, flush=True)
-    record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+    try:
+        record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+    except DiskFullError:
+        if code != DISK_FULL_EXIT_CODE:
+            raise  # rl sft's own write met the full disk first (rlcore.entry says so)
+        # sft's did, which main says; run.json keeps "running" (rl status finds sft gone)
     return code
 
 

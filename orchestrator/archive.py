@@ -22,7 +22,7 @@ from orchestrator.envs import Rollout
 from orchestrator.evals.summary import jsonable
 from orchestrator.rollouts import extends
 from rlcore import samples_store
-from rlcore.files import is_disk_full
+from rlcore.disk_full import is_disk_full
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_SHARE = 0.05

@@ -296,9 +296,10 @@ class OrchestratorConfig(SharedFields):
             and not self.weight_transfer.serves_older_policies
         ):
             raise ValueError(
-                "deterministic = true with [eval] and async_level > 0 needs "
-                "--weight-transfer.type filesystem: an eval serves the newest policy, and the "
-                f"{self.weight_transfer.type} transport cannot serve the older one the next batch "
-                "must come from; or set --async-level 0, or drop [eval]"
+                f"weight_transfer.type = {self.weight_transfer.type!r} cannot make a "
+                f"deterministic run with [eval] and async_level = {self.async_level} "
+                "reproducible: an eval serves the newest policy, and only the filesystem "
+                "transport serves the older one the next batch must come from. Set "
+                "--weight-transfer.type filesystem, or --async-level 0, or drop [eval]"
             )
         return self

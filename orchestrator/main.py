@@ -4,13 +4,18 @@ import sys
 
 from orchestrator.config import OrchestratorConfig
 from rlcore.children import stop_descendants_on_exit
+from rlcore.disk_full import exit_disk_full, is_disk_full
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.files import is_disk_full
 from rlcore.logs import setup_logging
 
+BATCH_ADVICE = (
+    "the batch or checkpoint being written was not kept (nothing half-written is ever read); "
+    "free space and resume with --ckpt.resume-step -1"
+)
 
-@entry_point
+
+@entry_point("orchestrator")
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(OrchestratorConfig, "orchestrator", argv)
     stop_descendants_on_exit()  # environments' MCP servers lead sessions of their own
@@ -27,13 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as err:  # safetensors reports a full disk as its own SafetensorError
         if not is_disk_full(err):
             raise
-        print(
-            f"orchestrator: error: the disk of {config.output_dir} is full; the batch being "
-            "written was not kept (nothing half-written is left). Free space and resume with "
-            "--ckpt.resume-step -1",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+        exit_disk_full("orchestrator", err, config.output_dir, BATCH_ADVICE)
     except KeyboardInterrupt:
         sys.exit(130)
 

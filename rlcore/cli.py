@@ -304,6 +304,8 @@ class ArgParser:
         return text
 
     def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
+        if error["type"] == "value_error" and isinstance(error.get("input"), dict):
+            return self._explain_rule(error, loc, parsed)
         source, shown_loc = self._source(loc, parsed)
         where = f" ({source.describe()})" if source else ""
         dotted = ".".join(shown_loc)
@@ -332,10 +334,43 @@ class ArgParser:
             return f"`{dotted}`{where} needs `type`: one of {', '.join(map(repr, kinds))}"
         message = error["msg"].removeprefix("Value error, ")
         if not loc:
-            return _annotate_keys(message, parsed)
+            return self._explain_rule(error, loc, parsed)
         value = error.get("input")
         shown = f" = {value!r}" if not isinstance(value, dict | list) else ""
         return f"`{dotted}`{shown}{where}: {message}"
+
+    def _explain_rule(self, error: dict, table: tuple[str, ...], parsed: ParsedArgs) -> str:
+        """A rule across a table's keys (a config class's validator): the table, the message,
+        and where each key the message names was set, with its value. No single key of the
+        table is blamed (it was its first key set, whatever the rule was about)."""
+        message = error["msg"].removeprefix("Value error, ")
+        places = []
+        for path, source in self._named_keys(message, table, parsed).items():
+            value = _value_at(parsed.data, path)
+            shown = f" = {_shown(value)}" if value is not None else ""
+            places.append(f"`{_dotted(path)}`{shown} from {source.describe()}")
+        where = f" [{'; '.join(places)}]" if places else ""
+        return f"`{_dotted(table)}`: {message}{where}" if table else message + where
+
+    def _named_keys(
+        self, message: str, table: tuple[str, ...], parsed: ParsedArgs
+    ) -> dict[tuple[str, ...], Source]:
+        """The keys set in files or flags that `message` names (snake or kebab case, or as a
+        `[table]`): inside `table`, or shared keys set at the top level."""
+        found: dict[tuple[str, ...], Source] = {}
+        for path, source in parsed.sources.items():
+            if path[: len(table)] == table:
+                relative = path[len(table) :]
+            elif self.sections and path and path[0] not in self.sections:
+                relative = path  # a shared key, filled into the components
+            else:
+                continue
+            shortest = 2 if not table and path[0] in self.sections else 1  # not "the trainer"
+            for n in range(len(relative), shortest - 1, -1):
+                if _mentions(message, relative[:n]):
+                    found.setdefault(path[: len(path) - len(relative) + n], source)
+                    break
+        return found
 
     def _source(
         self, loc: tuple[str, ...], parsed: ParsedArgs
@@ -353,6 +388,24 @@ class ArgParser:
             if path and inside:  # the value is a table; one of its keys was set
                 return inside[0], path
         return None, loc
+
+
+def _mentions(message: str, key: tuple[str, ...]) -> bool:
+    """Whether `message` names the dotted `key` as a word, in snake or kebab case."""
+    dotted = ".".join(key)
+    for name in {dotted, dotted.replace("_", "-")}:
+        if re.search(rf"(?:(?<=--)|(?<![\w.-])){re.escape(name)}(?![\w-]|\.\w)", message):
+            return True
+    return False
+
+
+def _value_at(data: Any, path: tuple[str, ...]) -> Any:
+    """The scalar given at `path` in the parsed data (None for a table, a list or nothing)."""
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return None if isinstance(data, dict | list) else data
 
 
 def _shortened(text: str, limit: int = 80) -> str:
@@ -396,16 +449,6 @@ def _scalar_problems(model: type[BaseModel], data: Any, path: tuple[str, ...]) -
     if isinstance(data, int) and not isinstance(data, bool) and abs(data) > MAX_INT:
         return [(path, data, f"out of range: no value here exceeds {MAX_INT}")]
     return []
-
-
-def _annotate_keys(message: str, parsed: ParsedArgs) -> str:
-    """Add where each `dotted.key` quoted in a message was set (file and key, or flag)."""
-    places = []
-    for dotted in dict.fromkeys(re.findall(r"`([\w.]+)`", message)):
-        source = parsed.sources.get(tuple(dotted.split(".")))
-        if source:
-            places.append(f"`{dotted}` from {source.describe()}")
-    return message + (f" [{'; '.join(places)}]" if places else "")
 
 
 def renamed_path(model: type[BaseModel], path: tuple[str, ...]) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from rlcore import wheel_tags
 from rlcore.cli import ArgParser, ParsedArgs
+from rlcore.disk_full import GENERIC_ADVICE, exit_disk_full, is_disk_full
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.schema import default_text, leaves, type_text
 from rlcore.secrets import redact_urls
@@ -29,29 +30,38 @@ BROKEN_PIPE_EXIT_CODE = 128 + signal.SIGPIPE
 """141: what a shell reports for a tool that SIGPIPE ended (`cat big | head -1`)."""
 
 
-def entry_point(main: Callable[P, R]) -> Callable[P, R]:
-    """A console script's `main`, ending quietly with BROKEN_PIPE_EXIT_CODE when the reader of
-    standard output has gone (`rl --help | head -1`), instead of a BrokenPipeError traceback:
-    Python's own recipe (its signal module's note on SIGPIPE). Standard output then points at
-    /dev/null, so the flush at exit writes nowhere. A BrokenPipeError from anything else (a
-    socket) is raised as before."""
+def entry_point(prog: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A console script's `main` (`prog` names it in messages), ending quietly with
+    BROKEN_PIPE_EXIT_CODE when the reader of standard output has gone (`rl --help | head -1`),
+    instead of a BrokenPipeError traceback: Python's own recipe (its signal module's note on
+    SIGPIPE). Standard output then points at /dev/null, so the flush at exit writes nowhere. A
+    BrokenPipeError from anything else (a socket) is raised as before. A full disk that no
+    part of the command reported itself ends it with one message naming the file and the
+    space left, and DISK_FULL_EXIT_CODE (rlcore/disk_full.py)."""
 
-    @functools.wraps(main)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
+    def wrap(main: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(main)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
-                return main(*args, **kwargs)
-            finally:
-                sys.stdout.flush()  # buffered output fails here, not at interpreter exit
-        except BrokenPipeError:
-            if not _stdout_reader_gone():
-                raise
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-            sys.exit(BROKEN_PIPE_EXIT_CODE)
+                try:
+                    return main(*args, **kwargs)
+                finally:
+                    sys.stdout.flush()  # buffered output fails here, not at interpreter exit
+            except BrokenPipeError:
+                if not _stdout_reader_gone():
+                    raise
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+                sys.exit(BROKEN_PIPE_EXIT_CODE)
+            except BaseException as err:  # torch, DCP and safetensors wrap ENOSPC in their own
+                if not is_disk_full(err):
+                    raise
+                exit_disk_full(prog, err, None, GENERIC_ADVICE)
 
-    return run
+        return run
+
+    return wrap
 
 
 def _stdout_reader_gone() -> bool:

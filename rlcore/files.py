@@ -4,11 +4,12 @@ disk (fsync) before the rename or marker that vouches for it, and a failed write
 temporary behind."""
 
 import contextlib
-import errno
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+from rlcore.disk_full import naming
 
 
 def fsync_path(path: Path) -> None:
@@ -42,12 +43,13 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None, sync: bool
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.unlink(missing_ok=True)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
+        with naming(path):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+                handle.flush()
+                if sync:
+                    os.fsync(handle.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -59,7 +61,7 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None, sync: bool
 def append_line(path: Path, line: str) -> None:
     """Append one line; a write that fails part-way (a full disk) is cut back off, so the file
     never ends in half a line."""
-    with path.open("ab") as handle:
+    with naming(path), path.open("ab") as handle:
         start = handle.tell()
         try:
             handle.write((line + "\n").encode())
@@ -79,7 +81,8 @@ def atomic_folder(final: Path, file_mode: int | None = 0o644) -> Iterator[Path]:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        yield tmp
+        with naming(final):
+            yield tmp
         if file_mode is not None:
             for path in tmp.iterdir():
                 if path.is_file() and not path.is_symlink():
@@ -103,14 +106,3 @@ def remove_stale_tmp(final: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-
-
-def is_disk_full(err: BaseException | None) -> bool:
-    """Whether `err`, or an error it wraps, is a full disk (ENOSPC)."""
-    while err is not None:
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            return True
-        if "No space left on device" in str(err):
-            return True
-        err = err.__cause__ or err.__context__
-    return False

@@ -98,6 +98,7 @@ def claim(root: Path, key: str = "output_dir", kind: str | None = None,
             "runs; pick another --output-dir, e.g. outputs/my-run"
         )
     _check_creatable(root, key)
+    check_writable(root, key)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -120,12 +121,33 @@ def _check_creatable(root: Path, key: str) -> None:
             return
 
 
+def check_writable(root: Path, key: str = "output_dir") -> None:
+    """A ConfigError naming `key` when `root`, or the folder above it that would hold it, may
+    not be written by this process (a read-only file system, or no permission)."""
+    where = root
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir() or os.access(where, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "its file system is mounted read-only" if read_only else "permission denied"
+    shown = "it" if where == root else f"{str(where)!r}, which would hold it,"
+    raise ConfigError(
+        f"{key} = {str(root)!r} cannot be written: {shown} is not writable ({why}); pick "
+        "another --output-dir, e.g. outputs/my-run, or make it writable"
+    )
+
+
 def check_claimable(root: Path, key: str = "output_dir") -> None:
     """`claim`'s checks without writing anything (for dry runs)."""
     if read_run_id(root) is not None:
         return
     if not root.exists():
         _check_creatable(root, key)
+        check_writable(root, key)
         return
     if not root.is_dir():
         raise ConfigError(
@@ -134,6 +156,7 @@ def check_claimable(root: Path, key: str = "output_dir") -> None:
     reason = protected_reason(root)
     if reason is not None or not _only_markers(root):
         claim(root, key)  # raises the same message a real start would
+    check_writable(root, key)
 
 
 def _only_markers(folder: Path) -> bool:
@@ -189,13 +212,34 @@ class Removal:
 
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
-    """Entries that a run does not create, left in place."""
+    """Entries that a run does not create (a user's), left in place."""
+    nested: dict[str, list[Path]] = field(default_factory=dict)
+    """Entries the run created that hold another run (its own marker): entry name -> the
+    folders of the runs inside it. They are left in place, and so is the marker."""
+
+    def kept_lines(self, root: Path, again: str) -> list[str]:
+        """What was kept and why, and what the user can do (`again`: the command that finishes
+        the removal once the nested runs are gone)."""
+        lines = []
+        for name, runs in self.nested.items():
+            inner = ", ".join(str(r) for r in runs)
+            lines.append(
+                f"kept {root / name}: rl made it for this run, but it now holds another run "
+                f"({inner}, with its own {RUN_MARKER}), which rl deletes only when named; "
+                f"`rl delete {runs[0]}` (or move it out), then `{again}` removes the rest"
+            )
+        if self.kept:
+            lines.append(f"kept {', '.join(self.kept)} in {root}: not made by rl (left for "
+                         "you to keep or remove)")  # fmt: skip
+        return lines
 
 
 def remove_run_files(root: Path, keep_marker: bool) -> Removal:
     """Delete what the run in `root` created (its verified marker is required by the caller):
     RUN_ENTRIES and their temporaries, links removed and never followed, the run's own policy
-    folder outside it (found by its marker); everything else is kept and listed."""
+    folder outside it (found by its marker); everything else is kept and listed. An entry
+    that holds another run is kept with the marker, so that deleting the run again after that
+    one finishes the job."""
     run_id = read_run_id(root)
     assert run_id is not None, root
     result = Removal()
@@ -208,22 +252,25 @@ def remove_run_files(root: Path, keep_marker: bool) -> Removal:
             continue
         if name == "weights" and entry.is_symlink():
             remove_weights_folder(entry, run_id)
-        if _holds_other_run(entry):
-            result.kept.append(name)
+        inner = _runs_inside(entry)
+        if inner:
+            result.nested[name] = inner
             continue
         remove_path(entry)
         result.removed.append(name)
-    if not keep_marker:
+    if not keep_marker and not result.nested:
         (root / RUN_MARKER).unlink()
         if not result.kept:
             root.rmdir()
     return result
 
 
-def _holds_other_run(entry: Path) -> bool:
+def _runs_inside(entry: Path) -> list[Path]:
+    """The folders under `entry` (a folder, not a link; links inside are not followed) that
+    hold a run marker."""
     if entry.is_symlink() or not entry.is_dir():
-        return False
-    return any(RUN_MARKER in files for _, _, files in os.walk(entry))
+        return []
+    return [Path(folder) for folder, _, files in os.walk(entry) if RUN_MARKER in files]
 
 
 def remove_path(path: Path) -> None:

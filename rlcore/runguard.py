@@ -31,6 +31,7 @@ from rlcore.ownership import (
     RUN_MARKER,
     WEIGHTS_MARKER,
     check_claimable,
+    check_writable,
     claim,
     owns_weights_folder,
     read_marker,
@@ -110,6 +111,7 @@ def check_run(root: Path, entry: Entry, key: str = "output_dir") -> None:
             f"mixes two kinds in one folder; nothing was changed. Pick another {entry.flag}, "
             "e.g. outputs/my-run"
         )
+    check_writable(root, key)  # a run on a file system mounted read-only since
     if not (entry.lock == "join" and os.environ.get(LAUNCHER_ENV)):
         check_not_held(root, shared=entry.lock != "exclusive", what=key)
     for name in entry.writes + entry.replaces:

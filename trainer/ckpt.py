@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from rlcore import faults
+from rlcore.disk_full import naming
 from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.background import BackgroundWriter
 from trainer.dist import World
@@ -75,12 +76,13 @@ def save_checkpoint(
 ) -> None:
     """Save the state after `step` steps in the foreground (all ranks call); `extra` is stored
     on every rank."""
-    folder = start_save(run_dir, step, scheduler, world, extra)
-    model_state, optim_state = train_state(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
-    world.barrier()
-    if world.is_main:
-        finish_save(run_dir, step, parts)
+    with naming(run_dir.part_dir(step, PART)):
+        folder = start_save(run_dir, step, scheduler, world, extra)
+        model_state, optim_state = train_state(model, optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp")
+        world.barrier()
+        if world.is_main:
+            finish_save(run_dir, step, parts)
 
 
 def start_save(run_dir: RunDir, step: int, scheduler: Any, world: World, extra: dict) -> Path:
@@ -129,7 +131,8 @@ class Checkpointer:
                 prune_checkpoints(run_dir, self.keep)
             return {}
         waited = self.writer.wait()  # one save in flight
-        folder = start_save(run_dir, step, scheduler, world, extra)
+        with naming(run_dir.part_dir(step, PART)):
+            folder = start_save(run_dir, step, scheduler, world, extra)
         model_state, optim_state = train_state(model, optimizer)
         response = dcp.async_save(
             {"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp",
@@ -154,7 +157,8 @@ class Checkpointer:
             self.staging_wait_s += time.perf_counter() - start
 
     def finish(self, future, step: int) -> None:
-        future.result()  # on rank 0 it returns once every rank's data and the metadata are written
+        with naming(self.run_dir.part_dir(step, PART)):
+            future.result()  # on rank 0: once every rank's data and the metadata are written
         if self.world.is_main:
             finish_save(self.run_dir, step, self.parts)
             prune_checkpoints(self.run_dir, self.keep)

@@ -2,16 +2,16 @@
 
 import sys
 
+from rlcore.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.files import is_disk_full
 from rlcore.heap import bound_kernel_caches
 from rlcore.logs import setup_logging
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
 
 
-@entry_point
+@entry_point("trainer")
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
@@ -33,13 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as err:  # DCP wraps write errors in a BaseException subclass
         if not is_disk_full(err):
             raise
-        print(
-            f"trainer: error: the disk of {config.output_dir} is full ({err.__class__.__name__}); "
-            "the checkpoint being written is incomplete and will never be resumed from. Free "
-            "space (or lower --ckpt.keep) and resume with --ckpt.resume-step -1",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+        exit_disk_full("trainer", err, config.output_dir, CKPT_ADVICE)
 
 
 if __name__ == "__main__":

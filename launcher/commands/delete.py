@@ -45,15 +45,21 @@ def run(args) -> int:
     check_no_job(run_dir, "RUN")
     if state.problem:
         print(f"rl: warning: {state.problem}; cannot tell whether it still runs", file=sys.stderr)
-    with locked(run_dir.root, "RUN"):  # nobody else in it, shared holders included
-        size = disk_use_gib(run_dir.root)
-        if not args.yes and not confirmed(run_dir.root, size):
+    root = run_dir.root
+    with locked(root, "RUN"):  # nobody else in it, shared holders included
+        size = disk_use_gib(root)
+        if not args.yes and not confirmed(root, size):
             print("rl: nothing deleted")
             return 0
-        removal = remove_run_files(run_dir.root, keep_marker=False)
-    print(f"rl: deleted {run_dir.root} ({size:.2f} GiB)")
-    if removal.kept:
-        print(f"rl: kept {', '.join(removal.kept)} in {run_dir.root} (not created by rl)")
+        removal = remove_run_files(root, keep_marker=False)
+    if not root.exists():
+        print(f"rl: deleted {root} ({size:.2f} GiB)")
+        return 0
+    freed = size - disk_use_gib(root)
+    print(f"rl: deleted from {root} what the run made ({', '.join(removal.removed) or 'nothing'}; "
+          f"{freed:.2f} GiB); the folder stays")  # fmt: skip
+    for line in removal.kept_lines(root, f"rl delete {root}"):
+        print(f"rl: {line}")
     return 0
 
 

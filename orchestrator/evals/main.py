@@ -1,11 +1,13 @@
 """`evals @ eval.toml [--KEY VALUE ...]`: parse the config, then import the heavy runtime and
-evaluate (orchestrator/evals/run.py)."""
+evaluate (orchestrator/evals/run.py). Environments that are not installed are refused first,
+before any write or server start."""
 
 import sys
 
 from orchestrator.evals.config import EvalsConfig
 from rlcore.children import stop_descendants_on_exit
 from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.logs import setup_logging
 
@@ -15,9 +17,13 @@ USAGE = (
 )
 
 
-@entry_point
+@entry_point("evals")
 def main(argv: list[str] | None = None) -> None:
     config, _ = parse_config(EvalsConfig, "evals", argv, usage=USAGE)
+    try:
+        check_envs(config.eval.env, "eval.env")  # in a second, not after vLLM has started
+    except ConfigError as err:
+        exit_with(str(err), "evals")
     stop_descendants_on_exit()  # environments' MCP servers lead sessions of their own
     setup_logging("orchestrator", config.log.level)
     from orchestrator.client import OrchestratorError

@@ -1,13 +1,21 @@
 """Helpers for tests that run the real `rl` launcher: free ports, run configs, process checks."""
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlcore.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 # The admin token of the session's shared inference server (conftest.py), which the
@@ -167,3 +175,75 @@ def kill_sessions(session_ids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str, read_only: tuple[str, ...] | None = None) -> Iterator[Path]:
+    """A real file system of `size` (tmpfs, e.g. "160k", "20m") mounted on a new `folder`;
+    with `read_only`, the folders named there are made in it and it is then mounted read-only.
+    Where this user may not mount, the test is skipped."""
+    import pytest
+
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        if read_only is not None:
+            for name in read_only:
+                (folder / name).mkdir(parents=True)
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def assert_finished_every_step(run: "RunDir", transport: str, max_steps: int = 4) -> None:
+    """The run reached its last checkpoint with one trainer record per step, and the policies
+    reached inference: on the filesystem transport the last one is written to weights/; on
+    the collective one, checked across two processes' records, every batch the orchestrator
+    generated came from a policy that inference says it swapped in (or the base model, step
+    0), and none older than async_level allows (batch n from a policy >= n - async_level)."""
+    assert run.latest_checkpoint() == max_steps
+    records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    trainer = [r for r in records if r["component"] == "trainer"]
+    assert {r["step"] for r in trainer} == set(range(1, max_steps + 1))
+    if transport == "filesystem":
+        assert run.weights_stable(max_steps)
+        return
+    log = run.log_file("inference").read_text()
+    served = {int(step) for step in re.findall(r"now serving step_(\d+) ", log)}
+    async_level = tomllib.loads(run.config_file("orchestrator").read_text())["async_level"]
+    batches = [r for r in records if r["component"] == "orchestrator" and "policy_step" in r]
+    assert {r["step"] for r in batches} == set(range(max_steps)), batches
+    for batch in batches:
+        policy = batch["policy_step"]
+        assert policy >= batch["step"] - async_level, (batch["step"], policy, async_level)
+        assert policy == 0 or policy in served, (batch["step"], policy, sorted(served))
+
+
+def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
+    """samples/ holds one file per step (regenerated steps replaced, no temporary left), each
+    with batch_size rows whose token texts are the answer the environment saw."""
+    from tokenizers import Tokenizer
+
+    from rlcore import samples_store
+    from rlcore.toml_io import load_toml
+
+    orchestrator = load_toml(run.config_file("orchestrator"))
+    tokenizer = Tokenizer.from_file(str(Path(orchestrator["model"]["name"]) / "tokenizer.json"))
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    batch_size = orchestrator["batch_size"]
+    assert sorted(p.name for p in run.samples.iterdir()) == [
+        f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)]  # fmt: skip
+    for step in range(max_steps):
+        rows = samples_store.read_step(samples_store.step_file(run.samples, step)).to_pylist()
+        assert len(rows) == batch_size and {r["step"] for r in rows} == {step}
+        for row in rows:
+            assert row["error"] is None and row["kept"], row
+            texts = zip(row["token_text"], row["token_mask"], strict=True)
+            mine = "".join(t for t, policy in texts if policy and t not in special)
+            answer = json.loads(row["completion"])[-1]["content"]
+            # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
+            assert mine.rstrip("\ufffd") == answer, row

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.rundir import RunDir
+from tests.integration.helpers import small_disk
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +87,52 @@ def test_malformed_config_is_a_clear_user_error(tmp_path, name, files, argv, wor
     missing = [w for w in words if w not in result.stderr]
     assert not missing, f"{missing} not in: {result.stderr}"
     assert snapshot(tmp_path) == before, "a failed start must write nothing"
+
+
+REFUSED_AT_START = [
+    ("bad .env line", {".env": 'GOOD=1\nBAD LINE "open\n'}, [], [".env, line 2", "KEY=VALUE", "#"]),
+    ("unset $VAR", {"o.toml": "[[env]]\nid = 'rl-add-digits'\nargs = { api_key = '$RL_TEST_UNSET' }\n"}, ["--orchestrator", "@", "o.toml"], ["orchestrator.env[0].args.api_key = '$RL_TEST_UNSET'", "$RL_TEST_UNSET is not set", ".env"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", [[], ["--dry-run"]], ids=["start", "dry"])
+@pytest.mark.parametrize(("name", "files", "argv", "words"), REFUSED_AT_START,
+                         ids=[c[0] for c in REFUSED_AT_START])  # fmt: skip
+def test_a_dry_run_refuses_what_a_start_refuses(tmp_path, name, files, argv, words, mode):
+    """A `.env` line that cannot be read and a `$VAR` set nowhere were found by the processes
+    once started (a dry run said nothing), as `rl init` refuses them before anything."""
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(text)
+    before = snapshot(tmp_path)
+    result = run_rl(tmp_path, [*argv, *mode])
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "# resolved config" not in result.stdout
+    missing = [w for w in words if w not in result.stderr]
+    assert not missing, f"{missing} not in: {result.stderr}"
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("mode", [[], ["--dry-run"]], ids=["start", "dry"])
+@pytest.mark.parametrize("out", ["out", "out/new"], ids=["folder", "parent"])
+def test_a_read_only_output_folder_is_refused_by_start_and_dry_run(tmp_path, out, mode):
+    """A folder on a file system mounted read-only (an empty one, or one that would hold a
+    new run): the start tracebacked writing the marker, a dry run accepted it."""
+    with small_disk(tmp_path / "disk", "64g", read_only=("out",)) as disk:
+        root = disk / out
+        code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
+        result = subprocess.run(
+            [sys.executable, "-c", code, "--output-dir", str(root), *mode],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )  # fmt: skip
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        holder = "it" if out == "out" else f"'{disk / 'out'}', which would hold it,"
+        assert (
+            f"output_dir = '{root}' cannot be written: {holder} is not writable (its file "
+            "system is mounted read-only); pick another --output-dir"
+        ) in result.stderr
+        assert [p.name for p in disk.rglob("*")] == ["out"]
 
 
 def test_port_in_use(tmp_path):

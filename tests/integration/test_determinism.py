@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    assert_archive_holds_every_step,
+    assert_finished_every_step,
     free_port,
     kill_sessions,
     run_state,
@@ -25,6 +27,8 @@ from helpers import (
     wait_for,
 )
 
+from launcher.exits import oom_kills
+from rlcore import samples_store
 from rlcore.rundir import RunDir
 
 pytestmark = pytest.mark.integration
@@ -89,20 +93,35 @@ def state_hash(out: Path, step: int) -> str:
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
-def test_two_runs_and_a_resumed_one_give_the_same_numbers(tiny_model_dir, tmp_path):
-    """The quick start's transport and async level: a whole run, and a second one killed right
-    after its second checkpoint and resumed with --ckpt.resume-step -1, agree at every step
-    (the second run's first steps come from before the kill, the rest from the resumed run)."""
+def test_two_runs_and_a_restarted_one_give_the_same_numbers(tiny_model_dir, tmp_path):
+    """The quick start's transport and async level: a whole run, and a second one whose trainer
+    is killed (SIGKILL) right after its second checkpoint and restarted by --max-restarts 1,
+    agree at every step (the second run's first steps come from before the kill, the rest from
+    the restarted attempt). It is also the default run's restart after a kill (test_rl.py's
+    matrix is slow; test_faults.py's default case resumes by hand): rl names the kill and its
+    cause, restarts once from a checkpoint at or after the one seen, and finishes every step
+    with every batch from a policy inference swapped in."""
     config, whole, flags = det_job(tmp_path, tiny_model_dir, "whole", "collective")
     run_to_end(config, whole, flags, tmp_path / "whole.log")
     config2, cut, _ = det_job(tmp_path, tiny_model_dir, "cut", "collective")
-    step = interrupt(config2, cut, flags, "resume", tmp_path / "cut.log")
+    step = interrupt(config2, cut, flags, "restart", tmp_path / "cut.log")
+    text = (tmp_path / "cut.log").read_text()
+    assert "rl: error: trainer was killed (SIGKILL)" in text and "(restart 1 of 1)" in text, text
+    if oom_kills() is not None:  # the test killed it, and the cgroup's OOM count says so
+        assert "trainer was killed (SIGKILL) by another process or a user" in text, text
+    assert_finished_every_step(RunDir(cut), "collective")
     first, second = numbers(whole), numbers(cut)
     assert step >= 2 and len(first) == 8 and first == second
     rewards = {first[("orchestrator", step)]["reward"] for step in range(4)}
     assert len(rewards) > 1 and all(first[("trainer", s)]["grad_norm"] > 0 for s in range(1, 5))
     assert all(first[("orchestrator", s)]["logprobs_digest"] for s in range(4))
     assert state_hash(whole, 4) == state_hash(cut, 4)
+    # every rollout kept readable, the restarted attempt's regenerated steps alike
+    assert_archive_holds_every_step(RunDir(cut))
+    for step in range(4):
+        rows = [samples_store.read_step(samples_store.step_file(RunDir(folder).samples, step))
+                .to_pylist() for folder in (whole, cut)]  # fmt: skip
+        assert rows[0] == rows[1], step
 
 
 def interrupt(config: Path, out: Path, flags: tuple[str, ...], how: str, log: Path) -> int:

@@ -18,10 +18,12 @@ import httpx
 import pytest
 
 from rlcore.admin_token import ADMIN_TOKEN_ENV
+from rlcore.disk_full import DISK_FULL_EXIT_CODE
 from rlcore.ownership import remove_run_files
 from rlcore.protocol import read_batch
 from rlcore.rundir import RunDir, steps_in
 from tests.integration.helpers import SHARED_SERVER_TOKEN
+from tests.integration.helpers import small_disk as mounted_disk
 
 pytestmark = pytest.mark.integration
 
@@ -387,17 +389,9 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 160 KiB filesystem (tmpfs; needs mount rights, else the test is skipped)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
-    try:
+    """A real 160 KiB file system (skipped where this user may not mount one)."""
+    with mounted_disk(tmp_path / "disk", "160k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @pytest.mark.slow
@@ -410,8 +404,8 @@ def test_a_full_disk_stops_the_orchestrator_cleanly(served, small_disk):
         out, model, base_url, "--max-steps", "64", "--async-level", "64", "--batch-size", "8",
         "--rollouts-per-example", "4", "--ckpt.interval", "2", "--num-saved-samples", "8",
     )  # fmt: skip
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert f"the disk of {out} is full" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == DISK_FULL_EXIT_CODE, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"the disk is full: writing {out}/" in done.stderr and "Traceback" not in done.stderr
     run_dir = RunDir(out)
     written = steps_in(run_dir.rollouts)
     assert written and len(written) < 64

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from launcher.exits import oom_kills
-from rlcore import faults, samples_store
+from rlcore import faults
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     REPO,
+    assert_archive_holds_every_step,
+    assert_finished_every_step,
     free_port,
     kill_sessions,
     run_state,
@@ -42,77 +44,33 @@ def cases(all_cases: list[tuple], in_default_run: set) -> list:
             for case in all_cases]  # fmt: skip
 
 
-# The default run keeps the restart case (a kill on the collective transport, resumed by
-# --max-restarts); test_faults.py's default case resumes a LoRA run on the filesystem one.
+# All slow: the default run's restart after a kill (the trainer's, on the collective transport,
+# by --max-restarts) is test_determinism.py's, which also compares the numbers with an
+# uninterrupted run; test_faults.py's default case resumes a LoRA run by hand on the
+# filesystem one; test_sigterm_to_rl_leaves_no_process trains the quick start's own files.
 RESUME_CASES = cases([(t,) for t in TRANSPORTS], set())
-RESTART_CASES = cases([(t, c) for t in TRANSPORTS for c in ("trainer", "inference")],
-                      {("collective", "trainer")})  # fmt: skip
-
-
-def assert_finished_every_step(run: RunDir, transport: str, max_steps: int = 4) -> None:
-    """The run reached its last checkpoint with one trainer record per step, and the policies
-    reached inference: on the filesystem transport the last one is written to weights/; on
-    the collective one, checked across two processes' records, every batch the orchestrator
-    generated came from a policy that inference says it swapped in (or the base model, step
-    0), and none older than async_level allows (batch n from a policy >= n - async_level)."""
-    assert run.latest_checkpoint() == max_steps
-    records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
-    trainer = [r for r in records if r["component"] == "trainer"]
-    assert {r["step"] for r in trainer} == set(range(1, max_steps + 1))
-    if transport == "filesystem":
-        assert run.weights_stable(max_steps)
-        return
-    log = run.log_file("inference").read_text()
-    served = {int(step) for step in re.findall(r"now serving step_(\d+) ", log)}
-    async_level = tomllib.loads(run.config_file("orchestrator").read_text())["async_level"]
-    batches = [r for r in records if r["component"] == "orchestrator" and "policy_step" in r]
-    assert {r["step"] for r in batches} == set(range(max_steps)), batches
-    for batch in batches:
-        policy = batch["policy_step"]
-        assert policy >= batch["step"] - async_level, (batch["step"], policy, async_level)
-        assert policy == 0 or policy in served, (batch["step"], policy, sorted(served))
-
-
-def assert_archive_holds_every_step(run: RunDir, max_steps: int = 4) -> None:
-    """samples/ holds one file per step (regenerated steps replaced, no temporary left), each
-    with batch_size rows whose token texts are the answer the environment saw."""
-    from tokenizers import Tokenizer
-
-    orchestrator = tomllib.loads(run.config_file("orchestrator").read_text())
-    tokenizer = Tokenizer.from_file(str(Path(orchestrator["model"]["name"]) / "tokenizer.json"))
-    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
-    batch_size = orchestrator["batch_size"]
-    assert sorted(p.name for p in run.samples.iterdir()) == [
-        f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)]  # fmt: skip
-    for step in range(max_steps):
-        rows = samples_store.read_step(samples_store.step_file(run.samples, step)).to_pylist()
-        assert len(rows) == batch_size and {r["step"] for r in rows} == {step}
-        for row in rows:
-            assert row["error"] is None and row["kept"], row
-            texts = zip(row["token_text"], row["token_mask"], strict=True)
-            mine = "".join(t for t, policy in texts if policy and t not in special)
-            answer = json.loads(row["completion"])[-1]["content"]
-            # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
-            assert mine.rstrip("\ufffd") == answer, row
+RESTART_CASES = cases([(t, c) for t in TRANSPORTS for c in ("trainer", "inference")], set())
 
 
 QUICKSTART = REPO / "configs" / "quickstart"
 
 
-def job(tmp_path: Path, model: Path, transport: str) -> tuple[Path, Path, tuple[str, ...]]:
-    """(config, run folder, flags) of a 4-step job: on the collective transport the quick
+def job(
+    tmp_path: Path, model: Path, transport: str, max_steps: int = 4
+) -> tuple[Path, Path, tuple[str, ...]]:
+    """(config, run folder, flags) of a `max_steps` job: on the collective transport the quick
     start's own three files with the tiny model, as a user runs them; on the filesystem one
     the tiny job's rl.toml."""
     out, config = tmp_path / "run", tmp_path / "rl.toml"
     if transport == "filesystem":
-        config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=4))
+        config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=max_steps))
         return config, out, ("--weight-transfer.type", "filesystem")
     config.write_text(f"[inference.server]\nport = {free_port()}\n")
     files = {"trainer": "train", "orchestrator": "orch", "inference": "infer"}
     layered = [
         part for c, f in files.items() for part in (f"--{c}", "@", str(QUICKSTART / f"{f}.toml"))
     ]
-    flags = ("--model.name", str(model), "--max-steps", "4", "--output-dir", str(out),
+    flags = ("--model.name", str(model), "--max-steps", str(max_steps), "--output-dir", str(out),
              "--ckpt.interval", "1")  # fmt: skip
     return config, out, (*layered, *flags)
 
@@ -156,22 +114,20 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path, transport
 
 
 def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
-    out = tmp_path / "run"
-    config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
-    rl = start_rl(config, log=tmp_path / "rl.log")
+    """The quick start's own three files with the tiny model, as a user runs them, train a
+    step; SIGTERM to rl then stops every process of the run, and rl exits 143."""
+    config, out, flags = job(tmp_path, tiny_model_dir, "collective", max_steps=50)
+    log = tmp_path / "rl.log"
+    rl = start_rl(config, *flags, log=log)
+    run = RunDir(out)
     try:
-        wait_for(
-            lambda: len(run_state(out).get("pids", {})) == 3,
-            600,
-            "all three components",
-            proc=rl,
-            log=tmp_path / "rl.log",
-        )
+        trained = lambda: run.metrics.exists() and '"trainer"' in run.metrics.read_text()  # noqa: E731
+        wait_for(trained, 600, "the first trainer step", proc=rl, log=log)
         sessions = run_sessions(out, rl.pid)
+        assert len(run_state(out)["pids"]) == 3
         rl.send_signal(signal.SIGTERM)
         code = rl.wait(timeout=120)
-        assert code == 143, (tmp_path / "rl.log").read_text()
+        assert code == 143, log.read_text()
         wait_for(lambda: not session_members(sessions), 30, "all run processes to exit")
         assert run_state(out)["status"] == "stopped"
     finally:

@@ -1,6 +1,7 @@
 """`rl sft` on the tiny model as a user runs it: the loss falls, a held-out loss is reported, a
 resumed run ends with the same weights bit for bit, the final folder loads in transformers as
-a model of its own, and bad data exits 2 naming the file and the row."""
+a model of its own, bad data exits 2 naming the file and the row, and a full disk is one
+message."""
 
 import hashlib
 import json
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO
+from rlcore.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.rundir import RunDir
+from tests.integration.helpers import REPO, small_disk
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +99,22 @@ def test_bad_data_exits_2_naming_the_file_and_row(tiny_model_dir, tmp_path):
     assert done.returncode == 2, done.stderr
     assert f"data.name = '{bad}', row 2: has columns ['question']" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()  # nothing written
+
+
+def test_a_full_disk_is_one_message_and_no_restart(tiny_model_dir, tmp_path):
+    """A real 20 MiB file system fills at the first checkpoint (about 38 MiB): `sft` names the
+    folder it could not write and the space left, `rl sft` says it stopped on a full disk and
+    restarts nothing; no traceback, and the torn checkpoint never counts."""
+    with small_disk(tmp_path / "disk", "20m") as disk:
+        out = disk / "run"
+        config = sft_toml(tmp_path, tiny_model_dir, out, max_steps=2)
+        done = rl_sft("@", str(config), "--ckpt.interval", "1", "--max-restarts", "2")
+        said = done.stdout + done.stderr
+        assert done.returncode == DISK_FULL_EXIT_CODE, said[-3000:]
+        assert "Traceback" not in said
+        ckpt = out / "checkpoints" / "step_1" / "trainer"
+        assert f"sft: error: the disk is full: writing {ckpt} failed (" in said
+        assert f"free of 20.0 MiB on {disk}); " in said and "--ckpt.resume-step -1" in said
+        assert "rl sft: error: sft stopped: the disk is full (" in done.stderr
+        assert "restarting from" not in said and said.count("step 1 |") == 1
+        assert RunDir(out).latest_checkpoint() is None

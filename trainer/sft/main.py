@@ -4,6 +4,7 @@ does before it touches the run folder."""
 
 import sys
 
+from rlcore.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.heap import bound_kernel_caches
@@ -25,7 +26,7 @@ def check_data(config: SFTConfig) -> None:
         exit_with(str(err), "sft")
 
 
-@entry_point
+@entry_point("sft")
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     check_only = CHECK_FLAG in argv
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> None:
         run(config)
     except ConfigError as err:
         exit_with(str(err), "sft")
+    except BaseException as err:  # DCP wraps write errors in a BaseException subclass
+        if not is_disk_full(err):
+            raise
+        exit_disk_full("sft", err, config.output_dir, CKPT_ADVICE)
 
 
 if __name__ == "__main__":

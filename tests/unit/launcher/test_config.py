@@ -243,6 +243,32 @@ def test_orchestrator_validation(argv, words, capsys):
     assert all(word in err for word in words), err
 
 
+def test_a_rule_across_keys_names_its_keys_not_the_first_key_of_the_file(tmp_path, capsys):
+    """A validator of the whole [orchestrator] table was blamed on the first key the file set in
+    it (`orchestrator.batch_size`), whatever the rule was about."""
+    config = write(tmp_path, "rl.toml", "[orchestrator]\nbatch_size = 8\n[orchestrator.eval]\n"
+                   "interval = 2\n[[orchestrator.eval.env]]\nid = 'rl-add-digits'\n")  # fmt: skip
+    argv = ["@", config, "--deterministic", "--async-level", "2",
+            "--orchestrator.weight-transfer.type", "collective"]  # fmt: skip
+    err = user_error(RLConfig, argv, capsys)
+    assert "batch_size" not in err, err
+    assert err.startswith("test: error: `orchestrator`: weight_transfer.type = 'collective' "), err
+    assert "async_level = 2" in err and "Set --weight-transfer.type filesystem" in err
+    sources = err[err.rindex(" [") :]
+    assert "`orchestrator.weight_transfer.type` = collective from flag --orchestrator." in sources
+    assert "`deterministic` = true from flag --deterministic" in sources
+    assert "`async_level` = 2 from flag --async-level" in sources
+    assert f"`orchestrator.eval` from {config}" in sources
+
+
+def test_a_rule_names_where_each_of_its_keys_was_set(tmp_path, capsys):
+    config = write(tmp_path, "o.toml", "seed = 3\nbatch_size = 10\n")
+    err = user_error(OrchestratorConfig, ["@", config, "--rollouts-per-example", "4"], capsys)
+    assert "seed" not in err and "divisible" in err
+    assert f"`batch_size` = 10 from {config}, key `batch_size`" in err
+    assert "`rollouts_per_example` = 4 from flag --rollouts-per-example" in err
+
+
 def test_positional_without_at(capsys):
     err = user_error(TrainerConfig, ["train.toml"], capsys)
     assert "@ train.toml" in err

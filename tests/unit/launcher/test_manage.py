@@ -44,6 +44,25 @@ def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monk
     assert run_command("delete", [str(run.root), "--yes"]) == 0 and not run.root.exists()
 
 
+def test_delete_says_why_it_keeps_a_run_nested_in_the_run(tmp_path, capsys):
+    """It said it kept `checkpoints` "not created by rl" (rl had made it) and dropped the
+    marker, so deleting the run again after the nested one was refused as "not a run"."""
+    run = make_run(tmp_path / "r")
+    inner = make_run(run.root / "checkpoints" / "inner")
+    (run.root / "notes.txt").write_text("mine")
+    assert run_command("delete", [str(run.root), "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert f"kept {run.root / 'checkpoints'}: rl made it for this run, but it now holds " in out
+    assert f"another run ({inner.root}, with its own .rl-run)" in out
+    assert f"`rl delete {inner.root}` (or move it out), then `rl delete {run.root}`" in out
+    assert "kept notes.txt in" in out and "checkpoints, notes.txt" not in out
+    assert f"rl: deleted {run.root} " not in out and "configs" in out  # what it did remove
+    assert sorted(p.name for p in run.root.iterdir()) == [".rl-run", "checkpoints", "notes.txt"]
+    assert run_command("delete", [str(inner.root), "--yes"]) == 0
+    assert run_command("delete", [str(run.root), "--yes"]) == 0
+    assert sorted(p.name for p in run.root.iterdir()) == ["notes.txt"]
+
+
 def test_run_names_resolve_under_outputs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = make_run(tmp_path / "outputs" / "mine")

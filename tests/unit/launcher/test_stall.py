@@ -4,6 +4,7 @@ follows chains of waits to their root and spares whatever works or waits on what
 
 import asyncio
 import os
+import sys
 from contextlib import ExitStack
 
 import pytest
@@ -165,10 +166,38 @@ def test_waits_on_inference_name_one_server_or_all(tmp_path, monkeypatch):
     }
 
 
-def test_without_setup_waiting_writes_nothing(tmp_path):
-    with waits.waiting("batch 0", "orchestrator"):
-        pass
-    assert not (tmp_path / waits.STATE_DIR).exists()
+WRITES: list[str] | None = None
+"""While a list: every file opened for writing and every folder made or renamed, by path."""
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _record_writes(event: str, args: tuple) -> None:
+    if WRITES is None:
+        return
+    if event == "open" and (args[2] & WRITE_FLAGS or any(c in str(args[1]) for c in "wax+")):
+        WRITES.append(f"open {args[0]}")
+    elif event in ("os.mkdir", "os.rename", "os.replace", "os.symlink", "os.link"):
+        WRITES.append(f"{event} {args[0]}")
+
+
+sys.addaudithook(_record_writes)  # for the whole session: audit hooks cannot be removed
+
+
+def test_without_setup_waiting_writes_nothing(tmp_path, monkeypatch):
+    """Not in the working folder (a relative path) nor anywhere else: the interpreter's audit
+    events see every file opened for writing, whatever path the code chose."""
+    global WRITES
+    monkeypatch.chdir(tmp_path)
+    WRITES = []
+    try:
+        with waits.waiting("batch 0", "orchestrator"):
+            pass
+        with waits.waiting("completions", "inference", detail="x", server=1):
+            pass
+        seen = WRITES
+    finally:
+        WRITES = None
+    assert seen == [] and list(tmp_path.iterdir()) == []
 
 
 # -- blame -------------------------------------------------------------------------------------

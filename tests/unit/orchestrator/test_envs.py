@@ -6,10 +6,12 @@ import asyncio
 import pytest
 
 from orchestrator.envs.classic import VerifiersEnv
+from orchestrator.evals.main import main as evals_main
 from orchestrator.main import main
 from rlcore.environments import check_classic as check_installed
 from rlcore.environments import module_name
 from rlcore.errors import ConfigError
+from rlcore.ownership import RUN_MARKER
 
 BUNDLED = ["rl-add-digits", "rl-repeat-word", "rl-guess-number"]
 
@@ -37,6 +39,27 @@ def test_unknown_env_exits_2_before_writing_anything(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'no-such-env' (module `no_such_env`)" in err and "not installed" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("entry", ["evals", "watch"])
+def test_evals_refuses_an_unknown_env_before_starting_a_server(tmp_path, capsys, entry):
+    """It exited 2 only when loading the environment, after its vLLM server had started
+    (minutes); a unit test may start no process (tests/unit/conftest.py), so reaching the
+    server (or `rl export` for --watch) fails this test."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_MARKER).write_text('{"id": "r1", "kind": "rl"}')
+    config = tmp_path / "eval.toml"
+    config.write_text('[model]\nname = "some/model"\n[[eval.env]]\nid = "rl-add-digits"\n'
+                      '[[eval.env]]\nid = "no-such-env"\n')  # fmt: skip
+    flags = ["--watch", str(run)] if entry == "watch" else []
+    with pytest.raises(SystemExit) as exit_:
+        evals_main(["@", str(config), "--output-dir", str(tmp_path / "out"), *flags])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evals: error: eval.env: environment not installed:")
+    assert "'no-such-env' (module `no_such_env`)" in err and "rl-add-digits'" not in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def test_help_into_a_closed_pipe_exits_quietly(script, capsys):
 
 
 def test_a_short_output_into_a_closed_pipe_exits_quietly():
-    @entry_point
+    @entry_point("test")
     def main() -> None:
         print("one line")  # buffered: the write fails at the flush
 
@@ -55,7 +55,7 @@ def test_a_short_output_into_a_closed_pipe_exits_quietly():
 
 
 def test_a_broken_pipe_elsewhere_is_still_an_error():
-    @entry_point
+    @entry_point("test")
     def main() -> None:
         raise BrokenPipeError("a socket's peer went away")
 

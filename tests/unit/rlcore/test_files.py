@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlcore import files
+from rlcore.disk_full import DiskFullError
 from rlcore.rundir import STABLE, RunDir
 
 
@@ -105,8 +106,9 @@ def test_a_torn_append_is_cut_back_off(tmp_path):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Path, "open", opener)
-        with pytest.raises(Full):
+        with pytest.raises(DiskFullError) as caught:
             files.append_line(path, '{"step": 2, "reward": 0.5}')
+    assert isinstance(caught.value.__cause__, Full) and caught.value.filename == str(path)
     assert path.read_text() == '{"step": 1}\n'
 
 

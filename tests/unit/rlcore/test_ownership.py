@@ -162,7 +162,8 @@ def test_a_run_nested_in_an_entry_is_kept(workdir):
     run = make_run(workdir / "outputs" / "r", steps=0)
     inner = make_run(run.root / "logs" / "inner", steps=1)
     removal = remove_run_files(run.root, keep_marker=True)
-    assert "logs" in removal.kept and read_run_id(inner.root) is not None
+    assert removal.nested == {"logs": [inner.root]} and "logs" not in removal.kept
+    assert read_run_id(inner.root) is not None
 
 
 def test_verified_run_says_what_it_found(workdir):

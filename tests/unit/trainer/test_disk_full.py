@@ -46,7 +46,7 @@ def test_enospc_mid_save_keeps_previous_checkpoint(
 
 
 def test_disk_full_is_recognised_through_wrappers():
-    from rlcore.files import is_disk_full
+    from rlcore.disk_full import is_disk_full
 
     try:
         try:
