@@ -225,7 +225,8 @@ def assert_finished_every_step(run: "RunDir", transport: str, max_steps: int = 4
 
 def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
     """samples/ holds one file per step (regenerated steps replaced, no temporary left), each
-    with batch_size rows whose token texts are the answer the environment saw."""
+    with batch_size rows whose policy tokens' texts are the answers (every assistant turn) the
+    environment saw."""
     from tokenizers import Tokenizer
 
     from rlcore import samples_store
@@ -244,6 +245,7 @@ def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
             assert row["error"] is None and row["kept"], row
             texts = zip(row["token_text"], row["token_mask"], strict=True)
             mine = "".join(t for t, policy in texts if policy and t not in special)
-            answer = json.loads(row["completion"])[-1]["content"]
+            turns = json.loads(row["completion"])
+            answer = "".join(m["content"] for m in turns if m["role"] == "assistant")
             # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
             assert mine.rstrip("\ufffd") == answer, row
