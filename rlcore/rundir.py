@@ -5,7 +5,7 @@ see), the checkpoint-step rule and the checkpoint markers. See docs/architecture
 configs/<component>.toml   logs/<component>.log   metrics.jsonl   run.json
 rollouts/step_<n>/         weights/step_<n>/ + STABLE
 samples/step_<n>.parquet   evals/step_<n>/{results.jsonl,summary.json}
-checkpoints/step_<n>/{trainer/,orchestrator/,MANIFEST}   each part gets DONE when complete
+checkpoints/step_<n>/{trainer/,orchestrator/,configs/,MANIFEST}   each part gets DONE when complete
 """
 
 import json
@@ -179,9 +179,19 @@ class RunDir:
     def mark_part_done(self, step: int, part: str, parts: Iterable[str] = CHECKPOINT_PARTS) -> bool:
         """Mark one part complete, then write MANIFEST if every part in `parts` is; True when the
         checkpoint now counts. DONE is written once every file of the part is on disk."""
+        self.keep_config(step, part)
         fsync_tree(self.part_dir(step, part))
         atomic_write_text(self.part_dir(step, part) / DONE, f"{step}\n")
         return self.write_manifest_if_complete(step, parts)
+
+    def keep_config(self, step: int, part: str) -> None:
+        """The resolved config this attempt's `part` runs with, kept with its checkpoint
+        (`checkpoints/step_<n>/configs/<part>.toml`): a run resumed from it can be compared
+        with the config it resumed from (`rl view`'s compare page)."""
+        source = self.config_file(part)
+        if source.is_file():
+            text = source.read_text()
+            atomic_write_text(self.checkpoint_dir(step) / "configs" / f"{part}.toml", text)
 
     def write_manifest_if_complete(self, step: int, parts: Iterable[str]) -> bool:
         """Write MANIFEST once every part has its own DONE marker; True if written now or before."""

@@ -265,3 +265,26 @@ def test_an_unmarked_evals_folder_is_found_as_a_run_of_kind_eval(tmp_path):
     found = {run.name: run for run in Library([tmp_path / "outputs"]).scan().values()}
     assert sorted(found) == ["old-evals", "train"] and found["old-evals"].kind() == "eval"
     assert found["old-evals"].status()[0] == "finished"
+
+
+def test_a_resumed_run_is_compared_with_the_config_its_checkpoint_kept(tmp_path):
+    """Each part's checkpoint keeps the config it ran with (RunDir.keep_config); a run resumed
+    from that step shows what changed against it, read from the files (not from the code)."""
+    from launcher.view.compare import resume_note
+    from rlcore.rundir import RunDir
+
+    root = make_run(tmp_path / "run", steps=4)
+    for part in ("trainer", "orchestrator"):
+        RunDir(root).mark_part_done(4, part)
+    kept = root / "checkpoints" / "step_4" / "configs" / "trainer.toml"
+    assert kept.read_text() == (root / "configs" / "trainer.toml").read_text()
+    trainer = (root / "configs" / "trainer.toml").read_text()
+    (root / "configs" / "trainer.toml").write_text(
+        trainer.replace("lr = 3e-05", "lr = 1e-05").replace(
+            'resume_step = "None"', "resume_step = 4"
+        )
+    )
+    note = resume_note(RunData(root, tmp_path))
+    assert note["resumed"] and note["recorded"] and note["step"] == 4, note
+    changed = {row["key"]: row["values"] for row in note["diff"]}
+    assert changed["trainer.optim.lr"] == ["3e-05", "1e-05"], changed
