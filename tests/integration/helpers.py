@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
+from rlcore.poll import wait_until
+
 if TYPE_CHECKING:
     from rlcore.rundir import RunDir
 
@@ -84,33 +88,30 @@ def session_members(session_ids: set[int]) -> list[int]:
     """Live processes whose session is one of `session_ids` (the launcher's children each lead
     one session, so this finds them and everything they started)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for proc in psutil.process_iter(["status"]):
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) in session_ids:
+                found.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, session = fields[0], int(fields[3])
-        if session in session_ids and state != "Z":
-            found.append(int(entry.name))
     return found
 
 
 def wait_for(
     predicate, timeout_s: float, what: str, interval_s: float = 0.5, proc=None, log=None
 ) -> None:
-    """Poll `predicate`; fail at once if `proc` (e.g. rl) exits first, showing `log`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Poll `predicate` (rlcore.poll); fail at once if `proc` (e.g. rl) exits first, showing
+    `log`."""
+
+    def done() -> bool:
         if predicate():
-            return
+            return True
         if proc is not None and proc.poll() is not None:
             text = Path(log).read_text()[-3000:] if log else ""
             raise AssertionError(f"exited with {proc.returncode} before {what}:\n{text}")
-        time.sleep(interval_s)
-    raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        return False
+
+    wait_until(done, timeout_s, interval_s, what)
 
 
 MARK_ENV = "RL_TEST_MARK"
@@ -120,18 +121,13 @@ MARK_ENV = "RL_TEST_MARK"
 
 def marked(mark: str) -> list[int]:
     """Live processes (zombies left out) whose environment has MARK_ENV=`mark`."""
-    needle = f"{MARK_ENV}={mark}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for proc in psutil.process_iter(["status"]):
         try:
-            environ = (entry / "environ").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get(MARK_ENV) == mark:
+                found.append(proc.pid)
+        except psutil.Error:
             continue
-        if needle in environ.split(b"\0") and stat[stat.rindex(")") + 2] != "Z":
-            found.append(int(entry.name))
     return found
 
 
@@ -140,10 +136,10 @@ def describe(pids: list[int]) -> str:
     lines = []
     for pid in pids:
         try:
-            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
-        except OSError:
+            cmdline = " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
             continue
-        lines.append(f"{pid} {cmdline.replace(bytes(1), b' ').decode(errors='replace')[:160]}")
+        lines.append(f"{pid} {cmdline[:160]}")
     return "\n".join(lines)
 
 
@@ -160,11 +156,10 @@ def gone_within(mark: str, timeout_s: float) -> float:
     """Seconds until no process carries `mark`; AssertionError naming the survivors when some
     are still there after `timeout_s`."""
     started = time.monotonic()
-    while marked(mark):
-        if time.monotonic() - started > timeout_s:
-            left = marked(mark)
-            raise AssertionError(f"alive {timeout_s:g} s later:\n{describe(left)}")
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: not marked(mark), timeout_s, 0.1, f"processes marked {mark}")
+    except TimeoutError:
+        raise AssertionError(f"alive {timeout_s:g} s later:\n{describe(marked(mark))}") from None
     return time.monotonic() - started
 
 
