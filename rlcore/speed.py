@@ -122,6 +122,9 @@ def choose_compile(
     if not machine.compiler:
         return False, "auto: no C++ compiler here"
     kind = machine_kind(on_gpu, dtype)
+    if not on_gpu and dtype == "bfloat16" and not machine.bf16_native:
+        # the bf16 figures are a native-bf16 CPU's; emulated bf16 is unmeasured (and ~4x slower)
+        return False, "auto: bf16 is not native on this CPU (no measured gain)"
     figures = COMPILE_FIGURES.get(kind)
     if figures is None:
         return False, f"auto: no measured gain on {kind}"

@@ -58,6 +58,14 @@ def test_auto_compiles_where_it_pays_within_the_run(machine, on_gpu, dtype, run,
     assert chosen is want and reason.startswith("auto: ") and why in reason, reason
 
 
+def test_auto_never_compiles_bf16_a_cpu_only_emulates():
+    """The bf16 figures come from a native-bf16 CPU; an AVX2 CPU told to compute in bf16 has
+    none, however long the run."""
+    compiled, why = choose_compile("auto", False, "bfloat16", AVX2, LONG_CPU_RUN)
+    assert not compiled and "not native" in why, why
+    assert choose_compile("auto", False, "bfloat16", CPU, LONG_CPU_RUN)[0]
+
+
 @pytest.mark.parametrize("machine", [H100, CPU, AVX2, NO_COMPILER], ids=lambda m: m.isa)
 @pytest.mark.parametrize("run", [LONG_GPU_RUN, SHORT_CPU_RUN, None])
 @pytest.mark.parametrize("requested", [True, False])
