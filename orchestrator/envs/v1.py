@@ -18,6 +18,7 @@ import types
 from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
+from orchestrator.evals.summary import jsonable
 from rlcore.environments import module_name
 from rlcore.errors import ConfigError
 from rlcore.secrets import redact, scrub
@@ -192,13 +193,23 @@ def to_rollout(example_id: int, episode: Any) -> Rollout:
     return Rollout(
         example_id=example_id,
         prompt=trace.task.data.prompt,
-        completion=trace.last_reply if trace.nodes else None,
+        completion=completion_messages(trace) if trace.nodes else None,
         reward=float(trace.reward),
         metrics=metrics,
         turns=turns,
         is_truncated=bool(trace.is_truncated),
         error=None if error is None else error[-2000:],
     )
+
+
+def completion_messages(trace: Any) -> list[dict]:
+    """The final branch's messages from the model's first reply on (its replies with their tool
+    calls, the tool results and user turns between them) as chat dicts, as a classic
+    environment's completion is: what the archive, the viewer and eval results show."""
+    branches = trace.branches
+    nodes = branches[-1].nodes if branches else []
+    first = next((i for i, node in enumerate(nodes) if node.sampled), len(nodes))
+    return [jsonable(node.message) for node in nodes[first:]]
 
 
 def branch_turns(branch: Any) -> list[Turn]:

@@ -1,11 +1,14 @@
 """The shipped v1 example (examples/v1_taskset/rl.toml) runs as the README says, here on the
 tiny model for two steps: batches come from the v1 taskset, the trainer's step consumes them
-with the logprobs the server sampled (mismatch_kl small), and the eval on the eval split runs."""
+with the logprobs the server sampled (mismatch_kl small), the eval on the eval split runs, and
+the rollout archive holds each episode's messages."""
 
 import json
 
 import pytest
 
+from rlcore import samples_store
+from rlcore.rundir import RunDir
 from tests.integration.helpers import REPO, free_port, kill_sessions, run_state, start_rl
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,3 +36,7 @@ def test_the_v1_example_trains(tiny_model_dir, tmp_path):
     assert [r["step"] for r in trainer] == [1, 2]
     assert all(r["mismatch_kl"] < 0.05 for r in trainer), trainer
     assert any("eval/rl-add-digits-v1/reward" in r for r in records)
+    # the archive keeps each episode's messages from the model's reply on, as for classic envs
+    rows = samples_store.read_step(samples_store.step_file(RunDir(out).samples, 1)).to_pylist()
+    completions = [json.loads(row["completion"]) for row in rows]
+    assert len(rows) == 8 and all(c and c[0]["role"] == "assistant" for c in completions), rows

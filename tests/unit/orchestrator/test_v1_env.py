@@ -101,3 +101,36 @@ def test_the_middleware_rewrites_only_the_generate_route():
     body = {"token_ids": [1, 2], "note": "x" * 100_000}
     assert client.post("/inference/v1/generate", json=body).json() == body | {"output_mode": "text"}
     assert client.post("/v1/completions", json=body).json() == body
+
+
+def test_a_traces_completion_is_its_messages_from_the_first_reply_on():
+    """As a classic environment's: the archive and the viewer show every turn and tool call of
+    a v1 episode, not only its last reply."""
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+
+    from launcher.view.archive import turns
+    from orchestrator.envs.v1 import completion_messages
+
+    call = {"id": "c1", "name": "add", "arguments": '{"a": 2}'}
+    nodes = [
+        MessageNode(message=SystemMessage(content="be brief")),
+        MessageNode(message=UserMessage(content="What is 2 + 3?")),
+        MessageNode(message=AssistantMessage(content="", tool_calls=[call]), sampled=True),
+        MessageNode(message=ToolMessage(content="5", tool_call_id="c1")),
+        MessageNode(message=AssistantMessage(content=" 5 "), sampled=True),
+    ]
+    trace = SimpleNamespace(
+        branches=[SimpleNamespace(nodes=nodes[:3]), SimpleNamespace(nodes=nodes)]
+    )
+    got = completion_messages(trace)
+    assert [m["role"] for m in got] == ["assistant", "tool", "assistant"]
+    assert got[0]["tool_calls"][0]["name"] == "add"
+    assert (got[1]["content"], got[2]["content"]) == ("5", " 5 ")
+    assert json.loads(json.dumps(got)) == got  # plain JSON, as the archive stores it
+    shown = turns(json.dumps(got))  # what `rl view` shows of it
+    assert shown[0]["tool_calls"] == [{"name": "add", "arguments": '{"a": 2}'}]
+    assert [m["content"] for m in shown[1:]] == ["5", " 5 "]
+    assert completion_messages(SimpleNamespace(branches=[])) == []
+    nothing_sampled = SimpleNamespace(branches=[SimpleNamespace(nodes=nodes[:2])])
+    assert completion_messages(nothing_sampled) == []
