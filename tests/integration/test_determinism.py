@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -94,17 +95,20 @@ def state_hash(out: Path, step: int) -> str:
 
 
 def test_two_runs_and_a_restarted_one_give_the_same_numbers(tiny_model_dir, tmp_path):
-    """The quick start's transport and async level: a whole run, and a second one whose trainer
-    is killed (SIGKILL) right after its second checkpoint and restarted by --max-restarts 1,
-    agree at every step (the second run's first steps come from before the kill, the rest from
-    the restarted attempt). It is also the default run's restart after a kill (test_rl.py's
-    matrix is slow; test_faults.py's default case resumes by hand): rl names the kill and its
-    cause, restarts once from a checkpoint at or after the one seen, and finishes every step
-    with every batch from a policy inference swapped in."""
+    """The quick start's transport and async level: a whole run, and a second one at the same
+    time whose trainer is killed (SIGKILL) right after its second checkpoint and restarted by
+    --max-restarts 1, agree at every step (the second run's first steps come from before the
+    kill, the rest from the restarted attempt). It is also the default run's restart after a
+    kill (test_rl.py's matrix is slow; test_faults.py's default case resumes by hand): rl names
+    the kill and its cause, restarts once from a checkpoint at or after the one seen, and
+    finishes every step with every batch from a policy inference swapped in."""
     config, whole, flags = det_job(tmp_path, tiny_model_dir, "whole", "collective")
-    run_to_end(config, whole, flags, tmp_path / "whole.log")
     config2, cut, _ = det_job(tmp_path, tiny_model_dir, "cut", "collective")
-    step = interrupt(config2, cut, flags, "restart", tmp_path / "cut.log")
+    # The two runs go at once: their numbers must not depend on what else the machine does.
+    with ThreadPoolExecutor(1) as pool:
+        uninterrupted = pool.submit(run_to_end, config, whole, flags, tmp_path / "whole.log")
+        step = interrupt(config2, cut, flags, "restart", tmp_path / "cut.log")
+        uninterrupted.result()
     text = (tmp_path / "cut.log").read_text()
     assert "rl: error: trainer was killed (SIGKILL)" in text and "(restart 1 of 1)" in text, text
     if oom_kills() is not None:  # the test killed it, and the cgroup's OOM count says so
