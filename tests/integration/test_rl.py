@@ -9,10 +9,12 @@ import time
 import tomllib
 from pathlib import Path
 
+import psutil
 import pytest
 
 from launcher.exits import oom_kills
 from rlcore import faults
+from rlcore.machine import AVX2_ENV, probe
 from rlcore.rundir import RunDir
 from tests.integration.helpers import (
     REPO,
@@ -113,18 +115,41 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path, transport
     assert not session_members(run_sessions(out, rl.pid))
 
 
-def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
+MACHINES = {
+    "this-cpu": {},
+    # An AVX2-only CPU (no bf16 kernels), where the quick start's first start once died in
+    # vLLM's engine: rlcore.machine.AVX2_ENV caps oneDNN, ATen and MKL to AVX2 on any x86 CPU.
+    "avx2": AVX2_ENV,
+}
+
+
+def engine_kernels(inference_pid: int) -> set[str]:
+    """Which of vLLM's CPU kernel libraries inference and its engine core have loaded."""
+    processes = [psutil.Process(inference_pid)]
+    processes += processes[0].children(recursive=True)
+    paths = {m.path for p in processes for m in p.memory_maps()}
+    return {re.sub(r"\.(abi3\.)?so$", "", Path(path).name) for path in paths if "/vllm/_C" in path}
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [pytest.param(m, marks=pytest.mark.skipif(m == "avx2" and probe().arch != "x86_64",
+                                              reason="the ISA caps are x86's")) for m in MACHINES],
+)  # fmt: skip
+def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path, machine):
     """The quick start's own three files with the tiny model, as a user runs them, train a
-    step; SIGTERM to rl then stops every process of the run, and rl exits 143."""
+    step, on this CPU and on an AVX2 one (fp32 everywhere, vLLM's AVX2 kernels); SIGTERM to rl
+    then stops every process of the run, and rl exits 143."""
     config, out, flags = job(tmp_path, tiny_model_dir, "collective", max_steps=50)
     log = tmp_path / "rl.log"
-    rl = start_rl(config, *flags, log=log)
+    rl = start_rl(config, *flags, log=log, env=MACHINES[machine])
     run = RunDir(out)
     try:
         trained = lambda: run.metrics.exists() and '"trainer"' in run.metrics.read_text()  # noqa: E731
         wait_for(trained, 600, "the first trainer step", proc=rl, log=log)
         sessions = run_sessions(out, rl.pid)
         assert len(run_state(out)["pids"]) == 3
+        kernels = engine_kernels(run_state(out)["pids"]["inference"])
         rl.send_signal(signal.SIGTERM)
         code = rl.wait(timeout=120)
         assert code == 143, log.read_text()
@@ -132,6 +157,12 @@ def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path):
         assert run_state(out)["status"] == "stopped"
     finally:
         kill_sessions(run_sessions(out, rl.pid))
+    if machine == "avx2":
+        text = log.read_text()
+        assert "AVX2 (capped by ONEDNN_MAX_CPU_ISA" in text, text
+        assert "trainer.model.dtype = float32 (auto: no native bf16" in text, text
+        assert "_C_AVX2" in kernels, kernels
+    print(f"{machine}: vLLM kernels {sorted(kernels)}")
 
 
 def run_until_stalled(model: Path, tmp_path: Path, hang: dict) -> tuple[int, str, Path]:
