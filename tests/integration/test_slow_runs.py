@@ -33,9 +33,9 @@ pytestmark = pytest.mark.integration
 
 SHARE = 0.12
 """Of one core, for the trainer and for inference, each in its own cgroup."""
-MAX_TOKENS = 64
+MAX_TOKENS = 40
 """Per completion: enough work that a slowed batch takes well over the stall limit."""
-STALL_LIMIT_S = 10
+STALL_LIMIT_S = 5
 """`--stall-timeout-s`: below a slowed step's waits, so that a watchdog which blamed a waiter
 of a working component would stop the run."""
 MAX_STEPS = 3
