@@ -7,6 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference.generate_compat import TextModeByDefault, with_text_mode
 from orchestrator.envs import load_env
@@ -134,3 +136,33 @@ def test_a_traces_completion_is_its_messages_from_the_first_reply_on():
     assert completion_messages(SimpleNamespace(branches=[])) == []
     nothing_sampled = SimpleNamespace(branches=[SimpleNamespace(nodes=nodes[:2])])
     assert completion_messages(nothing_sampled) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("sua t"), st.text(max_size=8)), max_size=8))
+def test_any_branch_keeps_every_message_after_the_prompt_in_order(spec):
+    """Over generated branches (system, user, assistant sampled or given, tool): the completion
+    is exactly the messages from the first sampled one on, as JSON, each shown by the viewer."""
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+
+    from launcher.view.archive import turns
+    from orchestrator.envs.v1 import completion_messages
+
+    make = {
+        "s": lambda text: MessageNode(message=SystemMessage(content=text)),
+        "u": lambda text: MessageNode(message=UserMessage(content=text)),
+        "a": lambda text: MessageNode(message=AssistantMessage(content=text), sampled=True),
+        " ": lambda text: MessageNode(message=AssistantMessage(content=text)),  # given, not sampled
+        "t": lambda text: MessageNode(message=ToolMessage(content=text, tool_call_id="c")),
+    }
+    nodes = [make[kind](text) for kind, text in spec]
+    got = completion_messages(SimpleNamespace(branches=[SimpleNamespace(nodes=nodes)]))
+    first = next((i for i, (kind, _) in enumerate(spec) if kind == "a"), len(spec))
+    assert [m["content"] for m in got] == [text for _, text in spec[first:]]
+    assert [m["role"] for m in got] == [
+        {"s": "system", "u": "user", "a": "assistant", " ": "assistant", "t": "tool"}[kind]
+        for kind, _ in spec[first:]
+    ]  # fmt: skip
+    assert json.loads(json.dumps(got)) == got
+    assert [m["content"] for m in turns(json.dumps(got))] == [text for _, text in spec[first:]]
