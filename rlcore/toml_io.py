@@ -10,10 +10,22 @@ from pydantic import BaseModel
 
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
-from rlcore.secrets import redact
+from rlcore.secrets import REDACTED, is_secret_key, redact, redact_urls
 from rlcore.user_files import MAX_NESTING, check_nesting, read_user_text, too_deep
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+_ASSIGNMENT = re.compile(
+    r"""((?:^|[{,])\s*([\w.\-"' ]+?)\s*=\s*)"""
+    r"""("(?:[^"\\]|\\.)*"?|'[^']*'?|[^,}{\[]*?(?=\s*(?:[,}]|$)))"""
+)
+"""`key = value` at a line's start or in an inline table: (everything before the value, the
+key, the value: a string, or up to the next `,` or `}`; an inline table or array is left to
+the next match)."""
+_FLAG_VALUE = re.compile(
+    r"""(["']--?([\w.-]+)(?:["']\s*,\s*|=))"""
+    r"""("(?:[^"\\]|\\.)*"?|'[^']*'?|[^,\]"']*?(?=\s*(?:[,\]"']|$)))"""
+)
+"""A flag's value in a list: `"--api-key", VALUE` or `"--api-key=VALUE"`."""
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
 _KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _LONG_DOTTED_KEY = re.compile(
@@ -45,6 +57,10 @@ def load_toml(path: Path) -> dict[str, Any]:
     return data
 
 
+QUOTED_LINE_CHARS = 120
+"""Of the offending line a syntax error quotes: a window around the column."""
+
+
 def _syntax_message(path: Path, text: str, err: tomllib.TOMLDecodeError) -> str:
     reason = _POSITION.sub("", str(err)).strip()
     match = _POSITION.search(str(err))
@@ -53,12 +69,39 @@ def _syntax_message(path: Path, text: str, err: tomllib.TOMLDecodeError) -> str:
     line_no, col = int(match.group(1)), int(match.group(2))
     lines = text.splitlines()
     line = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
-    message = f"{path}:{line_no}:{col}: TOML syntax error: {reason}\n    {line}"
+    hidden = redact_urls(_hide_secret_values(line))
+    shown = _window(hidden, col)
+    message = f"{path}:{line_no}:{col}: TOML syntax error: {reason}\n    {shown}"
     bare = _BARE_VALUE.match(line)
     if bare and bare.group(1).strip().lower() not in ("true", "false", "inf", "nan"):
         value = bare.group(1).strip()
+        if hidden != line or len(value) > QUOTED_LINE_CHARS:
+            value = "..."  # a secret is never echoed, nor a page of text
         message += f'\nhint: strings must be quoted in TOML, e.g. `= "{value}"`'
     return message
+
+
+def _hide_secret_values(line: str) -> str:
+    """`line` with the value of each secret-named key (rlcore.secrets) in it, at its start or
+    in an inline table, and of each secret-named flag in a list, shown as `***`."""
+
+    def hide(match: re.Match) -> str:
+        name = match.group(2).strip().strip("\"'").split(".")[-1].strip("\"' ")
+        return match.group(1) + (REDACTED if is_secret_key(name) else match.group(3))
+
+    def hide_flag(match: re.Match) -> str:
+        return match.group(1) + (REDACTED if is_secret_key(match.group(2)) else match.group(3))
+
+    return _FLAG_VALUE.sub(hide_flag, _ASSIGNMENT.sub(hide, line))
+
+
+def _window(line: str, col: int) -> str:
+    """At most QUOTED_LINE_CHARS of `line` around column `col` (1-based), cuts marked `...`."""
+    if len(line) <= QUOTED_LINE_CHARS:
+        return line
+    start = max(0, min(col - 1 - QUOTED_LINE_CHARS // 2, len(line) - QUOTED_LINE_CHARS))
+    end = start + QUOTED_LINE_CHARS
+    return ("..." if start else "") + line[start:end] + ("..." if end < len(line) else "")
 
 
 def to_toml_value(value: Any) -> Any:

@@ -20,6 +20,7 @@ from launcher.prepare import build_plan
 from launcher.rl import main as rl_main
 from launcher.rl_config import RLConfig
 from launcher.workflow import load_workflow, workflow_layer
+from rlcore.errors import ConfigError
 from rlcore.literal_secrets import externalize, literal_secrets
 from rlcore.rundir import RunDir
 from rlcore.secrets import redact, resolve
@@ -274,3 +275,44 @@ def test_generated_static_secrets_are_found_redacted_and_passed_by_environment(
     written_, env = externalize(data, "")
     assert "ZQX" not in dump_config(written_)
     assert resolve(written_, "", env) == data
+
+
+# -- a syntax error quotes its line, never a secret in it ------------------------------------
+BROKEN_LINES = {
+    "assignment": "{name} = {value}",
+    "dotted": "client.{name} = {value}",
+    "inline table": "client = {{ base = 1, {name} = {value}, x = oops }}",
+    "array of tables": "x = [ {{ {name} = {value} }} ]",
+    "url user info": "base_url = http://alice:{value}@host/v1",
+    "url query": "base_url = http://host/v1?x=1&{name}={value}",
+    "flag and value": 'args = [ "--{name}", {value}, "--port", 8 ]',
+    "flag=value": 'args = [ "--{name}={value}", oops ]',
+}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(["api_key", "token", "password", "clientSecret", "hf-token"]),
+    value=st.from_regex(r"ZQX[\w+/.-]{0,20}", fullmatch=True),
+    form=st.sampled_from(list(BROKEN_LINES)),
+)
+def test_a_syntax_error_never_quotes_a_secret(tmp_path_factory, name, value, form):
+    path = tmp_path_factory.mktemp("t") / "t.toml"
+    path.write_text("max_steps = 1\n" + BROKEN_LINES[form].format(name=name, value=value) + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_toml(path)
+    message = str(err.value)
+    assert f"{path}:2:" in message and "TOML syntax error" in message, message
+    assert "ZQX" not in message, message
+
+
+def test_a_syntax_error_quotes_a_window_of_a_long_line(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text("[" * 100_000 + "\n")
+    message = str(pytest.raises(ConfigError, load_toml, path).value)
+    assert f"{path}:1:" in message and len(message) < 400 and message.endswith("..."), message
+    path.write_text(f"name = {'x' * 5000} oops\n")
+    message = str(pytest.raises(ConfigError, load_toml, path).value)
+    assert len(message) < 600 and 'e.g. `= "..."`' in message, message
+    path.write_text("name = Qwen/Qwen3-0.6B\n")  # a plain value is still echoed in the hint
+    assert '`= "Qwen/Qwen3-0.6B"`' in str(pytest.raises(ConfigError, load_toml, path).value)
