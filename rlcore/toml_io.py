@@ -14,17 +14,15 @@ from rlcore.secrets import REDACTED, is_secret_key, redact, redact_urls
 from rlcore.user_files import MAX_NESTING, check_nesting, read_user_text, too_deep
 
 _POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+_STRING = r"""(?:"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?)"""
+"""A TOML string, its closing quote optional (the error may be that it is missing)."""
 _ASSIGNMENT = re.compile(
-    r"""((?:^|[{,])\s*([\w.\-"' ]+?)\s*=\s*)"""
-    r"""("(?:[^"\\]|\\.)*"?|'[^']*'?|[^,}{\[]*?(?=\s*(?:[,}]|$)))"""
+    rf"""((?:^|[{{,])[ \t]*([\w.-]+|"[^"\n]*"|'[^'\n]*')[ \t]*=[ \t]*)({_STRING}|[^,}}{{\[]*)"""
 )
 """`key = value` at a line's start or in an inline table: (everything before the value, the
-key, the value: a string, or up to the next `,` or `}`; an inline table or array is left to
-the next match)."""
-_FLAG_VALUE = re.compile(
-    r"""(["']--?([\w.-]+)(?:["']\s*,\s*|=))"""
-    r"""("(?:[^"\\]|\\.)*"?|'[^']*'?|[^,\]"']*?(?=\s*(?:[,\]"']|$)))"""
-)
+key, the value: a string, or up to the next `,`, `}`, `{` or `[`). No two parts can match the
+same text, so a long line costs linear time."""
+_FLAG_VALUE = re.compile(rf"""(["']--?([\w.-]+)(?:["'][ \t]*,[ \t]*|=))({_STRING}|[^,\]"']*)""")
 """A flag's value in a list: `"--api-key", VALUE` or `"--api-key=VALUE"`."""
 _BARE_VALUE = re.compile(r"^\s*[\w.\-\"]+\s*=\s*([A-Za-z][^\"'\[{#]*?)\s*(#.*)?$")
 _KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
@@ -86,13 +84,13 @@ def _hide_secret_values(line: str) -> str:
     in an inline table, and of each secret-named flag in a list, shown as `***`."""
 
     def hide(match: re.Match) -> str:
-        name = match.group(2).strip().strip("\"'").split(".")[-1].strip("\"' ")
-        return match.group(1) + (REDACTED if is_secret_key(name) else match.group(3))
+        name = match.group(2).strip("\"'").split(".")[-1]
+        if not is_secret_key(name):
+            return match.group(0)
+        value = match.group(3)
+        return match.group(1) + REDACTED + value[len(value.rstrip()) :]
 
-    def hide_flag(match: re.Match) -> str:
-        return match.group(1) + (REDACTED if is_secret_key(match.group(2)) else match.group(3))
-
-    return _FLAG_VALUE.sub(hide_flag, _ASSIGNMENT.sub(hide, line))
+    return _FLAG_VALUE.sub(hide, _ASSIGNMENT.sub(hide, line))
 
 
 def _window(line: str, col: int) -> str:
