@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from rlcore.machine import probe
 from rlcore.poll import wait_until
 
 if TYPE_CHECKING:
@@ -244,3 +245,11 @@ def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
             answer = "".join(m["content"] for m in turns if m["role"] == "assistant")
             # vLLM leaves out a character cut off at max_tokens; the archive shows it as U+FFFD
             assert mine.rstrip("\ufffd") == answer, row
+
+
+def avx2_said() -> str:
+    """How rl's `Machine:` line names the ISA under rlcore.machine.AVX2_ENV: capped on a CPU
+    above AVX2, plain `AVX2` on an AVX2-only one (no cap lowers anything there)."""
+    if probe().hardware_isa == "avx2":
+        return ", AVX2, "
+    return "AVX2 (capped by ONEDNN_MAX_CPU_ISA"
