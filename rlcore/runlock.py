@@ -13,15 +13,16 @@ started alone share a folder with each other (the researcher's workflow), never 
 holds it for them."""
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlcore import procs
+from rlcore import procs, run_json
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER
+from rlcore.readback import Damaged
+from rlcore.run_json import MAX_PID
 
 LAUNCHER_ENV = "RL_LAUNCHER_PID"
 """Set by `rl` in its components' environment: the launcher holds their run's lock."""
@@ -143,9 +144,12 @@ def holder(root: Path) -> str:
     """' (pid N, status S)' from run.json when the launcher it records is proved to run this
     folder (rlcore.procs.verify), else ''."""
     try:
-        state = json.loads((root / "run.json").read_text())
-        record, status = state[procs.IDENTITIES][procs.LAUNCHER], state.get("status", "?")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        state = run_json.read(root / "run.json", root)
+        record = state.identities[procs.LAUNCHER] if state else None
+        status = state.status or "?" if state else "?"
+    except (Damaged, OSError, KeyError):
+        return ""
+    if record is None:
         return ""
     found = procs.verify(record, "this run's launcher", lock=root)
     return "" if isinstance(found, str) else f" (pid {found.pid}, status {status})"
@@ -153,11 +157,11 @@ def holder(root: Path) -> str:
 
 def pid_alive(pid: object) -> bool:
     """Whether `pid` (as read from a file: anything) names a live process."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True  # alive, another user's

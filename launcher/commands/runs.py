@@ -3,18 +3,18 @@ outputs/, or the path of a run), reading `run.json` (a corrupt one is "unreadabl
 traceback), its processes proved before anything acts on them (rlcore.procs), progress and disk
 use."""
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from rlcore import procs, runguard
+from rlcore import procs, run_json, runguard
 from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_records
 from rlcore.ownership import RUN_MARKER, read_run_id
+from rlcore.readback import Damaged
 from rlcore.rundir import COMPONENTS, RunDir
 from rlcore.runguard import looks_like_run
 from rlcore.runlock import pid_alive
@@ -69,15 +69,13 @@ class RunState:
 
 
 def read_state(run: RunDir) -> RunState:
-    if not run.run_json.exists():
-        return RunState({})
+    """run.json read back through the bounded reader and checked (rlcore.run_json); a damaged
+    one is `problem` ("damaged run folder: run.json: WHY"), never a traceback."""
     try:
-        data = json.loads(run.run_json.read_text())
-    except (OSError, ValueError) as err:
-        return RunState({}, f"{run.run_json} is unreadable ({err.__class__.__name__})")
-    if not isinstance(data, dict):
-        return RunState({}, f"{run.run_json} is unreadable (not a JSON object)")
-    return RunState(data)
+        record = run_json.read(run.run_json, run.root)
+    except Damaged as err:
+        return RunState({}, str(err))
+    return RunState({} if record is None else record.data)
 
 
 def launcher_running(state: RunState) -> bool:
