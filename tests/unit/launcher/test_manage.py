@@ -99,7 +99,7 @@ def test_a_corrupt_run_json_reads_as_unreadable(tmp_path, capsys, monkeypatch):
     assert run_command("logs", [str(run.root)]) == 2  # no log files, said in one line
     assert "no logs in" in capsys.readouterr().err
     assert run_command("stop", [str(run.root)]) == 2
-    assert "unreadable" in capsys.readouterr().err
+    assert "damaged run folder" in capsys.readouterr().err
     assert run_command("delete", [str(run.root), "--yes"]) == 0
     assert "cannot tell whether it still runs" in capsys.readouterr().err
 
