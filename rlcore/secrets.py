@@ -70,6 +70,9 @@ _USERINFO_REFERENCE = re.compile(rf"^(?:(?:[^:$]*|{_REF}):)?{_REF}$")
 """User info that holds no literal secret: `$VAR`, `user:$VAR`, `$USER:$VAR`."""
 URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,:;)\]]")
 """A URL in free text (an error message), without the punctuation that ends a sentence."""
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_URL_STOP = frozenset("'\"<>`")
+_URL_TRAILING = frozenset(".,:;)]")
 _WHOLE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 _URL_PARTS = re.compile(r"(?s)([^:/?#]+:)//([^/?#]*)([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """RFC 3986 appendix B: scheme, authority, path, query, fragment."""
@@ -177,7 +180,46 @@ def map_url_secrets(text: str, change: Callable[[str, str, str, bool], str]) -> 
         return text
     if _WHOLE_URL.fullmatch(text):
         return _map_url(text, change)
-    return URL_IN_TEXT.sub(lambda m: _map_url(m.group(0), change), text)
+    pieces, done = [], 0
+    for start, end in urls_in_text(text):
+        pieces += [text[done:start], _map_url(text[start:end], change)]
+        done = end
+    return "".join(pieces) + text[done:]
+
+
+def urls_in_text(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each URL in free text, as URL_IN_TEXT finds them, in one pass: the
+    regex retried its scheme from every word start of a long run (`a.a.a...`), quadratic."""
+    pos = 0
+    while (sep := text.find("://", pos)) >= 0:
+        start = _scheme_start(text, sep, pos)
+        end = sep + 3
+        while end < len(text) and text[end] not in _URL_STOP and not text[end].isspace():
+            end += 1
+        while end > sep + 3 and text[end - 1] in _URL_TRAILING:
+            end -= 1
+        if start is None or end == sep + 3:
+            pos = sep + 1
+            continue
+        yield start, end
+        pos = end
+
+
+def _scheme_start(text: str, sep: int, pos: int) -> int | None:
+    """Where the scheme before `text[sep:]` ("://") starts: the first letter at a word's start
+    in the run of scheme characters before `sep` (not before `pos`); None if there is none."""
+    first = sep
+    while first > pos and text[first - 1] in _SCHEME_CHARS:
+        first -= 1
+    for start in range(first, sep):
+        before = text[start - 1] if start else " "
+        if text[start].isascii() and text[start].isalpha() and not _is_word_char(before):
+            return start
+    return None
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def _map_url(url: str, change: Callable[[str, str, str, bool], str]) -> str:
@@ -312,3 +354,90 @@ def scrub(text: str, data: Any) -> str:
         for shown in dict.fromkeys((value, unquote(value))):
             text = text.replace(shown, REDACTED)
     return text
+
+
+_TEXT_NAME = re.compile(r"[A-Za-z_][\w.-]*")
+"""A name in free text: a word that may hold `_`, `.` and `-` (`OPENAI_API_KEY`, `X-Api-Key`)."""
+_TEXT_REFERENCE = re.compile(r"\$\{\w+\}|\$\w+")
+_VALUE_STOP = frozenset("'\"`,;&<>)]}")
+AUTH_SCHEMES = {"bearer", "basic", "token", "digest", "negotiate", "ntlm", "apikey"}
+"""HTTP authorization schemes: in `Authorization: Bearer K` the word after one is the secret."""
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log line, a library's error message) with every secret it shows as `***`:
+    each URL's secrets (`redact_urls`); the value of a secret-named flag (`--wandb-api-key K`,
+    `--api-key=K`; the next word unless it is a `--flag`); the value of each assignment or
+    header whose name is a secret's (`is_secret_key`: `api_key=K`, `OPENAI_API_KEY=K`,
+    `X-Api-Key: K`, `"token": "K"`, `password = K`), after the scheme in `Authorization: Bearer
+    K` / `Basic K`; and the word after a lone `Bearer`. A value is one word, or a quoted string
+    whole; `$VAR` references stay. One pass over the text (linear on any input: no pattern here
+    can match one text two ways)."""
+    text = redact_urls(text)
+    pieces, done, pos = [], 0, 0
+    while (name := _TEXT_NAME.search(text, pos)) is not None:
+        span = _secret_value(text, name)
+        if span is None:
+            pos = name.end()
+            continue
+        start, end = span
+        pieces += [text[done:start], REDACTED]
+        done = pos = end
+    return "".join(pieces) + text[done:] if pieces else text
+
+
+def _secret_value(text: str, name: re.Match) -> tuple[int, int] | None:
+    """The span of the secret the name `name` introduces in `text` (a flag's, an assignment's
+    or a header's value, or the word after `Bearer`); None if it introduces none."""
+    start, end = name.span()
+    quote = text[start - 1] if start and text[start - 1] in "'\"" else ""
+    after = end + 1 if quote and text.startswith(quote, end) else end
+    gap = _skip_blanks(text, after)
+    is_flag = text[max(0, start - 2) : start].endswith("-")
+    if gap < len(text) and text[gap] in "=:" and not text.startswith("//", gap + 1):
+        if not is_secret_key(name.group(0)):
+            return None
+        return _value_span(text, _skip_blanks(text, gap + 1), after_scheme=True)
+    if gap > after and name.group(0).lower() == "bearer":
+        return _value_span(text, gap, after_scheme=False)
+    if gap > after and is_flag and not text.startswith("--", gap):
+        return _value_span(text, gap, after_scheme=False) if is_secret_key(name.group(0)) else None
+    return None
+
+
+def _skip_blanks(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t":
+        pos += 1
+    return pos
+
+
+def _value_span(text: str, start: int, after_scheme: bool) -> tuple[int, int] | None:
+    """The span of the value starting at `start` to hide: a quoted string's contents, or one
+    word (with `after_scheme`, the word after an authorization scheme); None where there is
+    none or it is a `$VAR` reference."""
+    if start >= len(text) or text[start] in "\r\n":
+        return None
+    if text[start] in "'\"":
+        close = text.find(text[start], start + 1)
+        line_end = text.find("\n", start + 1)
+        ends = [i for i in (close, line_end) if i >= 0]
+        end = min(ends) if ends else len(text)
+        inner = text[start + 1 : end]
+        return None if not inner or is_reference(inner) else (start + 1, end)
+    end = _word_end(text, start)
+    word = text[start:end]
+    if after_scheme and word.lower() in AUTH_SCHEMES:
+        following = _skip_blanks(text, end)
+        if following > end:
+            return _value_span(text, following, after_scheme=False)
+    reference = _TEXT_REFERENCE.match(text, start)
+    if reference and (reference.end() == len(text) or text[reference.end()].isspace()):
+        return None
+    return (start, end) if end > start else None
+
+
+def _word_end(text: str, start: int) -> int:
+    end = start
+    while end < len(text) and not text[end].isspace() and text[end] not in _VALUE_STOP:
+        end += 1
+    return end
