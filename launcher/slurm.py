@@ -16,15 +16,18 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.plan import derive_transport
 from launcher.slurm_config import INSIDE_ENV, control_character
-from rlcore import children
+from rlcore import children, ports
 from rlcore.admin_token import ADMIN_TOKEN_ENV
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
 from rlcore.health import SERVER_NONCE_ENV
+from rlcore.readback import shown
+from rlcore.run_json import is_job_id
 from rlcore.rundir import record_state
 from rlcore.runguard import RL, open_run
 from rlcore.user_files import read_user_text
@@ -105,14 +108,16 @@ def submit(plan, write_configs) -> int:
     run = plan.run
     text = job_script(plan, run.config_file("rl"))  # a bad template is refused before a write
     check_no_job(run, "output_dir")
-    open_run(run.root, RL)  # an rl run, never beside another rl nor a component started alone
+    run_id = open_run(run.root, RL)  # an rl run, never beside another rl nor a component alone
     write_configs(plan)
     os.environ.update(plan.secret_env)  # sbatch exports them to the job, never to a file
     run.logs.mkdir(parents=True, exist_ok=True)
     script = run.root / "slurm" / "job.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
-    done = children.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    comment = f"--comment={job_comment(run.root, run_id)}"  # how `rl stop` proves the job
+    done = children.run(["sbatch", "--parsable", comment, str(script)], capture_output=True,
+                        text=True)  # fmt: skip
     if done.returncode != 0:
         raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")
     job_id = done.stdout.strip().split(";")[0]
@@ -122,56 +127,120 @@ def submit(plan, write_configs) -> int:
     return 0
 
 
+JOB_COMMENT = "rl-run:{run_id}:{folder}"
+"""The comment `rl` gives the job it submits (sbatch --comment): the run's id (its marker) and
+folder, which the scheduler keeps and reports, so that a job id read back from run.json is
+acted on only while the scheduler says the job is this very run's (`prove_job`)."""
+
+
+def job_comment(root: Path, run_id: str) -> str:
+    return JOB_COMMENT.format(run_id=run_id, folder=root.resolve())
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the scheduler says of a job: its state (None: it no longer knows the job, which
+    is over) and the comment it was submitted with ('' when none)."""
+
+    id: str
+    state: str | None
+    comment: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+def query_job(job_id: str) -> Job | None:
+    """The job `job_id` (a checked job id, rlcore.run_json) as squeue, or else scontrol,
+    reports it; None when neither is here or answers (nobody can tell). The id travels as
+    `--jobs=ID` and after the words of `scontrol show job`, where no id can be an option."""
+    assert is_job_id(job_id), job_id
+    done = ask_slurm(["squeue", "-h", f"--jobs={job_id}", "-o", "%T|%k"])
+    if done is not None and done.returncode == 0:
+        lines = done.stdout.strip().splitlines()
+        if not lines:
+            return Job(job_id, None)
+        state, _, comment = lines[0].partition("|")
+        return Job(job_id, state.strip() or None, comment.strip())
+    if done is not None and "invalid job id" in done.stderr.lower():
+        return Job(job_id, None)
+    done = ask_slurm(["scontrol", "show", "job", job_id])
+    if done is None or done.returncode != 0:
+        gone = done is not None and "invalid job id" in done.stderr.lower()
+        return Job(job_id, None) if gone else None
+    return scontrol_job(job_id, done.stdout)
+
+
+def ask_slurm(cmd: list[str]) -> subprocess.CompletedProcess | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        return children.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def scontrol_job(job_id: str, text: str) -> Job:
+    """`scontrol show job`'s answer as a Job: `JobState=` is one word among others on its
+    line, `Comment=` the rest of its line."""
+    state, comment = None, ""
+    for line in text.splitlines():
+        for word in line.split():
+            if word.startswith("JobState="):
+                state = word.split("=", 1)[1]
+        if line.strip().startswith("Comment="):
+            comment = line.strip().split("=", 1)[1].strip()
+    return Job(job_id, state, "" if comment == "(null)" else comment)
+
+
 def job_state(job_id: str) -> str | None:
     """The job's state (PENDING, RUNNING, COMPLETED, FAILED, ...) from squeue or scontrol."""
-    for cmd in (
-        ["squeue", "-h", "-j", job_id, "-o", "%T"],
-        ["scontrol", "show", "job", job_id],
-    ):
-        try:
-            out = children.run(cmd, capture_output=True, text=True, timeout=20).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if cmd[0] == "squeue" and out.strip():
-            return out.strip().splitlines()[0]
-        for field in out.split():
-            if field.startswith("JobState="):
-                return field.split("=", 1)[1]
-    return None
+    job = query_job(job_id)
+    return None if job is None else job.state
 
 
-def job_over(job_id: str) -> bool:
-    """Whether squeue says the job has ended (listed in no active state, or no longer known);
-    False when squeue is not here or does not answer: then nobody can tell."""
-    if shutil.which("squeue") is None:
-        return False
-    try:
-        done = children.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
-                              text=True, timeout=20)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    if done.returncode == 0:
-        return not any(state in ACTIVE_STATES for state in done.stdout.split())
-    return "invalid job id" in done.stderr.lower()
+def prove_job(job: Job, root: Path) -> str | None:
+    """None when the scheduler's record of `job` names the run in `root` (JOB_COMMENT: its id
+    and folder); else why not, one clause naming the job, as `procs.verify` names a pid."""
+    from rlcore.ownership import read_run_id
+
+    run_id = read_run_id(root)
+    if run_id is not None and job.comment == job_comment(root, run_id):
+        return None
+    if not job.comment:
+        return (
+            f"SLURM job {job.id} carries no rl-run comment (submitted by an older rl, or by "
+            "someone else), so it cannot be proved to be this run's job"
+        )
+    return (
+        f"SLURM job {job.id} is not this run's job: its comment ({shown(job.comment, 120)}) "
+        "names another run or folder (the number was reused, or this folder is a copy)"
+    )
 
 
-def unfinished_job(state: dict) -> str | None:
+def unfinished_job(run, state: dict) -> str | None:
     """The SLURM job a run's run.json says it was submitted to and that may still write into
-    it (not finished, failed or stopped, and not known to be over); None otherwise, and inside
-    that very job (its own rl)."""
-    job = state.get("slurm_job_id")
-    if not job or state.get("status") in ENDED_STATUSES:
+    it: not finished, failed or stopped, not known to be over, and not proved another run's
+    (its comment names another run); None otherwise, and inside that very job (its own rl)."""
+    job_id = state.get("slurm_job_id")
+    if not job_id or state.get("status") in ENDED_STATUSES:
         return None
-    if os.environ.get("SLURM_JOB_ID") == str(job) or job_over(str(job)):
+    if os.environ.get("SLURM_JOB_ID") == str(job_id):
         return None
-    return str(job)
+    job = query_job(str(job_id))
+    if job is None:
+        return str(job_id)  # nobody can tell: it may run
+    if not job.active or (job.comment and prove_job(job, run.root) is not None):
+        return None
+    return str(job_id)
 
 
 def check_no_job(run, what: str) -> None:
     """A ConfigError naming `what` when run.json says a SLURM job may still run in `run`."""
     from launcher.commands.runs import read_state
 
-    job = unfinished_job(read_state(run).data)
+    job = unfinished_job(run, read_state(run).data)
     if job is not None:
         raise ConfigError(
             f"{what} {str(run.root)!r} was submitted to SLURM as job {job}, which has not "
@@ -181,8 +250,10 @@ def check_no_job(run, what: str) -> None:
 
 
 def cancel(job_id: str) -> bool:
+    """scancel the job (a checked id, after `--`: never an option such as `--me`)."""
+    assert is_job_id(job_id), job_id
     try:
-        return children.run(["scancel", job_id], timeout=30).returncode == 0
+        return children.run(["scancel", "--", job_id], timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -248,7 +319,11 @@ def place_in_job(plan) -> None:
     config.inference.replicas = len(inference_hosts)
     config.inference.server.host = "0.0.0.0"
     port = config.inference.server.port
+    if "inference.server.port" in plan.machine_chosen:  # unset: the same rule on each node
+        ports.release_all()  # each node's server reserves its own port there
+        port = config.inference.server.port = port_free_on(inference_hosts)
     urls = [f"http://{h}:{port + i}" for i, h in enumerate(inference_hosts)]
+    plan.ports_note = f"Inference: {', '.join(urls)} (each on its node)"
     config.orchestrator.client.base_url = [f"{url}/v1" for url in urls]
     config.trainer.nodes = len(trainer_hosts)
     node_gpus = list(range(slurm.gpus_per_node))
@@ -293,6 +368,46 @@ def listen_port_on(host: str):
         return int(words[-1])
 
     return listen_port
+
+
+FREE_PORTS_PROBE = """import socket, sys
+first, count, prefix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+free = []
+for port in range(first, first + count):
+    with socket.socket() as tcp, socket.socket(socket.AF_UNIX) as name:
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind(("", port))
+            name.bind("\\0" + prefix + str(port))
+        except OSError:
+            continue
+        free.append(port)
+print(*free)
+"""
+
+
+def port_free_on(hosts: list[str]) -> int:
+    """rlcore.ports' rule on each of `hosts`, whose i-th server listens on the port + i: the
+    first port from DEFAULT_PORT up that is free and unreserved there on every node (one
+    probe step on each)."""
+    free = []
+    for host in hosts:
+        args = [str(ports.DEFAULT_PORT), str(ports.SCAN_PORTS), ports.NAME_PREFIX]
+        cmd = [*srun_prefix([host], overlap=True), sys.executable, "-c", FREE_PORTS_PROBE, *args]
+        try:
+            done = children.run(cmd, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"checking TCP ports on node {host} took over 300 s") from None
+        if done.returncode != 0:
+            raise ConfigError(f"cannot check TCP ports on node {host}: {done.stderr.strip()}")
+        free.append({int(word) for word in done.stdout.split() if word.isdigit()})
+    for first in range(ports.DEFAULT_PORT, ports.DEFAULT_PORT + ports.SCAN_PORTS):
+        if all(first + i in on_node for i, on_node in enumerate(free)):
+            return first
+    raise ConfigError(
+        f"no free port for the inference servers on nodes {', '.join(hosts)} from "
+        f"{ports.DEFAULT_PORT} up: give one with --inference.server.port"
+    )
 
 
 def srun_wrapper(plan, component: str) -> list[str]:

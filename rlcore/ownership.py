@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlcore.errors import ConfigError
+from rlcore.readback import MARKER, Damaged, read_object
 
 RUN_MARKER = ".rl-run"
 WEIGHTS_MARKER = ".rl-weights"
@@ -25,27 +26,33 @@ RUN_ENTRIES = (
     "admin_token", "slurm", "wandb", "plot.png", "transfer", "state", "samples", "evals",
 )  # fmt: skip
 """What a run creates directly inside its folder; nothing else there is ever deleted."""
-_TEMPORARY = re.compile(r"^\.(.+)\.tmp\d+$|^\.shared-probe-")
-"""Temporary siblings of run entries (rlcore.files) and the SLURM shared-filesystem probe."""
+_TEMPORARY = re.compile(
+    rf"\.(?:{'|'.join(re.escape(name) for name in RUN_ENTRIES)})\.tmp[0-9]+"
+    rf"|\.{re.escape(RUN_MARKER)}\.tmp[0-9]+-[0-9a-f]{{8}}"
+    r"|\.shared-probe-(?:[0-9]+(?:_[0-9]+)?|x)"
+)
+"""The temporary names the run itself writes beside its entries, matched whole: rlcore.files'
+`.<entry>.tmp<pid>` of a RUN_ENTRIES entry, the marker's `..rl-run.tmp<pid>-<hex>` and the SLURM
+shared-filesystem probe `.shared-probe-<job>` (never a user's `.bashrc.tmp1`)."""
+RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+"""A run id as a marker holds it (rl writes 16 hex digits)."""
 
 
 def read_run_id(root: Path) -> str | None:
-    """The run id in `root`'s marker; None when there is no readable marker."""
+    """The run id in `root`'s marker; None when there is no readable marker or its id is not
+    one rl writes."""
     run_id = read_marker(root).get("run_id")
-    return run_id if isinstance(run_id, str) and run_id else None
+    return run_id if isinstance(run_id, str) and RUN_ID.fullmatch(run_id) else None
 
 
 def read_marker(root: Path) -> dict:
     """The marker's record (run_id, and since runs record it, kind and entry); {} when there is
-    no readable marker."""
-    marker = root / RUN_MARKER
-    if marker.is_symlink() or not marker.is_file():
-        return {}
+    no readable marker: none, a link, not a regular file (a FIFO is never waited on), over
+    its bound or not a JSON object (rlcore.readback)."""
     try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError):
+        return read_object(root / RUN_MARKER, MARKER)
+    except (FileNotFoundError, Damaged):
         return {}
-    return record if isinstance(record, dict) else {}
 
 
 def protected_reason(folder: Path) -> str | None:
@@ -247,11 +254,11 @@ def remove_run_files(root: Path, keep_marker: bool) -> Removal:
         name = entry.name
         if name == RUN_MARKER:
             continue
-        if name not in RUN_ENTRIES and not _TEMPORARY.match(name):
+        if name not in RUN_ENTRIES and not _TEMPORARY.fullmatch(name):
             result.kept.append(name)
             continue
         if name == "weights" and entry.is_symlink():
-            remove_weights_folder(entry, run_id)
+            remove_weights_folder(entry, run_id, root)
         inner = _runs_inside(entry)
         if inner:
             result.nested[name] = inner
@@ -288,20 +295,32 @@ def weights_marker(folder: Path, run_id: str, run_root: Path) -> None:
     (folder / WEIGHTS_MARKER).write_text(json.dumps(record) + "\n")
 
 
-def owns_weights_folder(folder: Path, run_id: str) -> bool:
-    marker = folder / WEIGHTS_MARKER
-    if folder.is_symlink() or marker.is_symlink() or not marker.is_file():
-        return False
+def weights_record(folder: Path) -> dict:
+    """The record in `folder`'s weights marker; {} when there is no readable one (read back
+    bounded: a link, a FIFO or a huge file is no marker)."""
+    if folder.is_symlink():
+        return {}
     try:
-        return json.loads(marker.read_text()).get("run_id") == run_id
-    except (OSError, ValueError, AttributeError):
+        return read_object(folder / WEIGHTS_MARKER, MARKER)
+    except (FileNotFoundError, Damaged):
+        return {}
+
+
+def owns_weights_folder(folder: Path, run_id: str) -> bool:
+    return weights_record(folder).get("run_id") == run_id
+
+
+def remove_weights_folder(link: Path, run_id: str, run_root: Path) -> bool:
+    """Delete the folder `link` points to if it is this run's policy folder: outside the run
+    and not holding it (a link to the run itself, a folder in it or one above it is only
+    unlinked), with a marker naming this run and this very folder (a copied run's link to the
+    original's folder is only unlinked); True if deleted."""
+    target, root = Path(os.path.realpath(link)), run_root.resolve()
+    if target.is_relative_to(root) or root.is_relative_to(target):
         return False
-
-
-def remove_weights_folder(link: Path, run_id: str) -> bool:
-    """Delete the folder `link` points to if its marker names this run; True if deleted."""
-    target = Path(os.path.realpath(link))
     if not target.is_dir() or protected_reason(target) or not owns_weights_folder(target, run_id):
+        return False
+    if weights_record(target).get("run_folder") != str(root):
         return False
     shutil.rmtree(target)
     return True

@@ -4,29 +4,45 @@
 import sys
 from pathlib import Path
 
+import psutil
+
 from launcher.commands.base import ask, command_parser
-from launcher.commands.runs import RUN_HELP, disk_use_gib, find_run, launcher_running, read_state
+from launcher.commands.runs import (
+    RUN_HELP,
+    RunState,
+    check_process,
+    disk_use_gib,
+    find_run,
+    read_state,
+    recorded_pid,
+)
 from launcher.slurm import check_no_job
+from rlcore import procs
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_ENTRIES, remove_run_files, verified_run
+from rlcore.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified_run
 from rlcore.paths import user_path
 from rlcore.rundir import RunDir
 from rlcore.runguard import is_plain_name, looks_like_run, run_candidates
-from rlcore.runlock import locked
+from rlcore.runlock import locked, pid_alive
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"
 EPILOG = f"""\
 What is removed: in a folder rl marked as a run (its .rl-run file), the entries a run creates
-({", ".join(RUN_ENTRIES)}) and the marker, links without what they point to (except the run's
-own rl-weights-<id> folder from weight_transfer.dir, which carries the run's id); anything else
+({", ".join(RUN_ENTRIES)}), the temporary files rl writes beside them (.<entry>.tmp<pid>, by
+exact name) and the marker; links without what they point to (except the run's own
+rl-weights-<id> folder from weight_transfer.dir, outside the run, whose marker names this run's
+id and folder: a link to the run itself, into it or above it is only unlinked). Anything else
 in the folder is kept and named. Never a folder without the marker, the current folder or one
 above it, home, / or a git work tree; RUN is resolved first (`x/..`, `~`, links in it), and a
 RUN that is itself a link is refused.
 
 Refused (exit 2, nothing deleted) while anyone holds the run: an rl running it, a trainer or
 orchestrator started alone in it (its shared lock), or a SLURM job it was submitted to that has
-not finished (`rl stop RUN` marks it stopped; a job squeue no longer lists is over)."""
+not finished (`rl stop RUN` marks it stopped; a job squeue no longer lists is over, and so is a
+job the scheduler says is another run's). A launcher pid in run.json that is not proved to be
+the run's (the pid now names another process) is said, and the run deleted if nothing holds
+it: `rl stop` then finds nothing to stop either."""
 
 
 def parser():
@@ -40,13 +56,14 @@ def run(args) -> int:
     run_dir = target(args.run)
     verified_run(run_dir.root, "RUN")
     state = read_state(run_dir)
-    if launcher_running(state):
-        raise ConfigError(f"{run_dir.root} is running: `rl stop {run_dir.root}` first")
+    note = check_not_running(run_dir, state)
     check_no_job(run_dir, "RUN")
     if state.problem:
         print(f"rl: warning: {state.problem}; cannot tell whether it still runs", file=sys.stderr)
     root = run_dir.root
     with locked(root, "RUN"):  # nobody else in it, shared holders included
+        if note:
+            print(f"rl: {note}")
         size = disk_use_gib(root)
         if not args.yes and not confirmed(root, size):
             print("rl: nothing deleted")
@@ -61,6 +78,28 @@ def run(args) -> int:
     for line in removal.kept_lines(root, f"rl delete {root}"):
         print(f"rl: {line}")
     return 0
+
+
+def check_not_running(run_dir: RunDir, state: RunState) -> str | None:
+    """Refuse a run whose launcher is proved to run it (`rl stop` would stop it). A live pid
+    run.json records that is not proved to be its launcher (reused by a stranger, or recorded
+    by an older rl without an identity) is no reason to refuse: the exclusive lock taken next
+    refuses the deletion if anything holds the run, exactly when `rl stop` does not say
+    "nothing to stop"; the note returned says it once the lock is taken. On a filesystem
+    without locks nothing can tell: refused."""
+    launcher = check_process(run_dir, state, procs.LAUNCHER)
+    root = run_dir.root
+    if isinstance(launcher, psutil.Process):
+        raise ConfigError(f"{root} is running (launcher pid {launcher.pid}): `rl stop {root}` "
+                          "first")  # fmt: skip
+    if launcher is None or not pid_alive(recorded_pid(state, procs.LAUNCHER)):
+        return None
+    if procs.lock_mode(root / RUN_MARKER) == "unsupported":
+        raise ConfigError(
+            f"{root} may be running: {launcher}, and its filesystem has no locks to tell; "
+            f"nothing deleted. If no rl runs it, remove what you want of it yourself"
+        )
+    return f"{launcher}; nothing holds the run, so its launcher is not running"
 
 
 def target(name: str) -> RunDir:

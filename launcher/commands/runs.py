@@ -78,12 +78,6 @@ def read_state(run: RunDir) -> RunState:
     return RunState({} if record is None else record.data)
 
 
-def launcher_running(state: RunState) -> bool:
-    """Whether the launcher pid run.json names is alive, proved or not: enough to refuse a
-    deletion, never to signal it or to call the run running (`check_process`)."""
-    return pid_alive(state.data.get("launcher_pid"))
-
-
 def recorded_pid(state: RunState, name: str) -> int | None:
     """The pid run.json records for `name` (procs.LAUNCHER or a component); None if none."""
     record = identities(state).get(name)

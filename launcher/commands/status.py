@@ -49,12 +49,11 @@ def run(args) -> int:
     if state.problem:
         print(f"              {state.problem}")
     if state.data.get("slurm_job_id"):
-        from launcher.slurm import job_state
-
-        job = state.data["slurm_job_id"]
-        print(f"slurm job:    {job} ({job_state(job) or 'state unknown'})")
+        print(f"slurm job:    {job_words(run_dir, str(state.data['slurm_job_id']))}")
     if launcher is not None:
         print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
+    if alive and state.data.get("inference_urls"):  # checked by rlcore.run_json; never 8000
+        print(f"{'serving at:':<14}{', '.join(state.data['inference_urls'])}")
     steps = last_steps(run_dir)
     for name in run_processes(run_dir, state):
         found = check_process(run_dir, state, name)
@@ -67,6 +66,18 @@ def run(args) -> int:
     print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
           f"{archive:.1f} MiB)")  # fmt: skip
     return 0
+
+
+def job_words(run_dir, job_id: str) -> str:
+    """'N (STATE)' of the run's SLURM job, or why the job under that number is not proved to
+    be the run's (launcher.slurm.prove_job)."""
+    from launcher.slurm import prove_job, query_job
+
+    job = query_job(job_id)
+    if job is None:
+        return f"{job_id} (state unknown)"
+    reason = prove_job(job, run_dir.root) if job.active else None
+    return f"{job_id} ({job.state or 'gone'}{'' if reason is None else f'; {reason}'})"
 
 
 def described(found: psutil.Process | str, pid: int | None) -> str:

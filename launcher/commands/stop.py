@@ -1,9 +1,12 @@
 """`rl stop [RUN]`: stop a running run cleanly (a SLURM job is cancelled).
 
 Only a launcher proved to be the run's own (its recorded identity and the run's lock,
-rlcore.procs) is signalled. Anything else run.json names is left alone and said: exit 0 when
-nothing of the run runs ("nothing to stop"), 1 when something holds the run that cannot be
-proved to be its launcher, 2 for a folder that is not a run."""
+rlcore.procs) is signalled, and only a SLURM job the scheduler says is the run's (the comment
+`rl` submitted it with: the run's id and folder, launcher.slurm.prove_job) is cancelled; a job
+id is passed where it cannot be an option. Anything else run.json names is left alone and
+said: exit 0 when nothing of the run runs ("nothing to stop"), 1 when something holds the run
+that cannot be proved to be its launcher or job, 2 for a folder that is not a run or a damaged
+run.json."""
 
 import signal
 
@@ -25,7 +28,8 @@ STOP_WAIT_S = 120
 
 
 def parser():
-    parser = command_parser(NAME, HELP + " (SIGTERM to its launcher, or scancel its SLURM job).")
+    parser = command_parser(NAME, HELP + " (SIGTERM to its launcher, or scancel its SLURM job, "
+                            "once proved the run's own).")  # fmt: skip
     parser.add_argument("run", nargs="?", help=RUN_HELP + " (default: the latest active run)")
     return parser
 
@@ -86,20 +90,28 @@ def nothing_to_stop(run_dir: RunDir, reason: str | None) -> int:
 
 
 def stop_job(run_dir: RunDir, data: dict) -> int:
-    """scancel the run's SLURM job (SIGTERM reaches the supervisor, which stops the rest), and
-    mark the run stopped in run.json once the job is known to be over or cancelled (then
-    `rl delete` and a new start accept it)."""
-    from launcher.slurm import ACTIVE_STATES, cancel, job_over, job_state
+    """scancel the run's SLURM job (SIGTERM reaches the supervisor, which stops the rest) once
+    the scheduler says it is this run's (launcher.slurm.prove_job: the comment rl submitted it
+    with), and mark the run stopped in run.json once the job is known to be over, cancelled or
+    another run's (then `rl delete` and a new start accept it). A job that cannot be proved
+    either way is left alone and said (exit 1)."""
+    from launcher.slurm import cancel, prove_job, query_job
 
-    job_id = str(data["slurm_job_id"])
-    state = job_state(job_id) or ("gone" if job_over(job_id) else None)
-    if state is None:
+    job_id = str(data["slurm_job_id"])  # a job id: rlcore.run_json checked it
+    job = query_job(job_id)
+    if job is None:
         print(f"rl: error: cannot tell the state of SLURM job {job_id} of {run_dir.root} "
               "(squeue and scontrol do not know it or are not here): run rl stop on a SLURM "
               "login node")  # fmt: skip
         return 1
-    if state not in ACTIVE_STATES:
-        print(f"rl: SLURM job {job_id} of {run_dir.root} is not running ({state})")
+    reason = prove_job(job, run_dir.root)
+    if not job.active:
+        print(f"rl: SLURM job {job_id} of {run_dir.root} is not running ({job.state or 'gone'})")
+    elif reason is not None and not job.comment:
+        print(f"rl: error: {reason}: nothing cancelled (if it is yours, `scancel {job_id}`)")
+        return 1
+    elif reason is not None:
+        print(f"rl: {reason}; nothing cancelled, nothing of this run to stop")
     elif cancel(job_id):
         print(f"rl: cancelled SLURM job {job_id} of {run_dir.root}")
     else:

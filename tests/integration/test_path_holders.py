@@ -4,6 +4,7 @@ SLURM job answered by stand-in squeue/scancel programs (the remote cluster's bou
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ from launcher.commands import run_command
 from launcher.preflight import check_output_dir, prepare_run_dir
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
+from launcher.slurm import job_comment
 from rlcore.errors import ConfigError
+from rlcore.ownership import read_run_id
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
 from tests.unit.launcher.test_path_promises import make_tree, release_locks, snapshot
@@ -81,12 +84,15 @@ def test_a_dry_run_and_a_start_report_a_shared_holder(trainer_alone):
     assert (root / "checkpoints").is_dir()
 
 
-def fake_slurm(tmp_path, monkeypatch, state: str) -> Path:
-    """squeue/scancel on PATH answering for one job (a remote cluster's boundary)."""
+def fake_slurm(tmp_path, monkeypatch, state: str, run: RunDir | None = None) -> Path:
+    """squeue/scancel on PATH answering for one job (a remote cluster's boundary), submitted
+    with `run`'s comment (launcher.slurm.job_comment)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho '{state}'\n" if state else "#!/bin/sh\n")
-    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$1" > {tmp_path / "cancelled"}\n')
+    comment = job_comment(run.root, read_run_id(run.root)) if run else ""
+    answer = shlex.quote(f"{state}|{comment}")
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho {answer}\n" if state else "#!/bin/sh\n")
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$2" > {tmp_path / "cancelled"}\n')
     for tool in ("squeue", "scancel"):
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -98,7 +104,7 @@ def test_rl_delete_refuses_a_run_submitted_to_slurm_until_stopped(tmp_path, monk
     cwd = make_tree(monkeypatch, tmp_path)
     run = RunDir(cwd / "outputs" / "sibling")
     run.run_json.write_text(json.dumps({"status": "submitted", "slurm_job_id": "4242"}))
-    fake_slurm(tmp_path, monkeypatch, "RUNNING")
+    fake_slurm(tmp_path, monkeypatch, "RUNNING", run)
     assert run_command("delete", ["sibling", "--yes"]) == 2
     assert "SLURM as job 4242" in capsys.readouterr().err and run.checkpoints.is_dir()
     plan = build_plan(RLConfig.model_validate({"output_dir": str(run.root)}), dry_run=True)

@@ -8,7 +8,10 @@ import pytest
 
 from launcher.commands import run_command
 from launcher.rl import API_KEY_FLAG, main, take_flag
+from rlcore import procs
 from rlcore.rundir import RunDir
+from rlcore.runlock import hold_run
+from tests.unit.launcher.test_path_promises import release_locks
 
 
 def make_run(root, steps=3, status="finished", launcher_pid=None):
@@ -39,7 +42,13 @@ def test_delete_asks_refuses_running_and_deletes_with_yes(tmp_path, capsys, monk
     assert run_command("delete", [str(run.root)]) == 2
     assert "needs --yes" in capsys.readouterr().err and run.root.exists()
     live = make_run(tmp_path / "live", status="running", launcher_pid=os.getpid())
-    assert run_command("delete", [str(live.root), "--yes"]) == 2
+    state = json.loads(live.run_json.read_text())
+    live.run_json.write_text(json.dumps(state | {"identities": {"launcher": procs.identity()}}))
+    hold_run(live.root)  # this process is the live run's launcher, proved
+    try:
+        assert run_command("delete", [str(live.root), "--yes"]) == 2
+    finally:
+        release_locks()
     assert "is running" in capsys.readouterr().err and live.root.exists()
     assert run_command("delete", [str(run.root), "--yes"]) == 0 and not run.root.exists()
 

@@ -11,9 +11,12 @@ import pytest
 
 from launcher.commands import run_command
 from launcher.preflight import clean_run
+from rlcore import procs
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER, claim, read_run_id, remove_run_files, verified_run
 from rlcore.rundir import RunDir
+from rlcore.runlock import hold_run
+from tests.unit.launcher.test_path_promises import release_locks
 from trainer.weights import place_weights
 
 
@@ -199,6 +202,11 @@ def test_rl_delete_asks_and_refuses_a_running_run(workdir, capsys, monkeypatch):
     run = make_run(workdir / "outputs" / "r")
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     assert run_command("delete", ["r"]) == 2 and "needs --yes" in capsys.readouterr().err
-    run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": os.getpid()}))
-    assert run_command("delete", ["r", "--yes"]) == 2 and "is running" in capsys.readouterr().err
-    assert run.root.exists()
+    run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": os.getpid(),
+                                        "identities": {"launcher": procs.identity()}}))  # fmt: skip
+    hold_run(run.root)  # this process is the run's launcher, proved
+    try:
+        assert run_command("delete", ["r", "--yes"]) == 2
+    finally:
+        release_locks()
+    assert "is running" in capsys.readouterr().err and run.root.exists()
