@@ -99,11 +99,12 @@ def trainer_memory(config, gpu_map: dict[str, list[int]], shape: ModelShape) -> 
 
 
 def run_shape(config) -> ModelShape | None:
-    """The shape of the trainer's model, from its local folder; None without one."""
-    from rlcore.models import model_folder
+    """The shape of the trainer's model, from its local folder (or the bundled model's GGUF
+    header before its first conversion); None without one."""
+    from rlcore.forecast.shape import shape_of
 
-    folder = model_folder(config.trainer.model.name)
-    return model_shape(folder) if folder is not None else None
+    shape, _ = shape_of(config.trainer.model.name)
+    return shape
 
 
 def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None]:
@@ -111,7 +112,7 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     exceeds what the trainer can have (`trainer_memory`)."""
     shape = run_shape(config)
     if shape is None:
-        return "trainer peak memory: not estimated (no local model folder)", None
+        return "trainer peak memory: not estimated (no local model folder or shape)", None
     trainer = config.trainer
     tokens = trainer.tokens_per_pass(on_cpu=not gpu_map.get("trainer"))
     parts = estimate_parts(

@@ -13,6 +13,7 @@ from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared, shared_overrides
 from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
+from rlcore.config import BaseConfig
 from rlcore.schema import rename_deep
 from trainer.config import TrainerConfig
 
@@ -32,6 +33,14 @@ def gpu_count(gpus: str) -> int:
 def gpu_type(gpus: str) -> str | None:
     """`8xH100` -> `H100`; None for a bare count."""
     return gpus.split("x", 1)[1] if "x" in gpus else None
+
+
+class CostConfig(BaseConfig):
+    """What the run's GPUs cost, for the estimate `rl` prints before it starts."""
+
+    gpu_hour_usd: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    """Price of one GPU for one hour in US dollars (e.g. 2.5): the estimate then prices the
+    run's GPU-hours; None prices nothing. Read by `rl` only."""
 
 
 SharedOverrides = shared_overrides()
@@ -84,6 +93,9 @@ class RLConfig(SharedOverrides):
     provider: str = "local"
     """Where the run goes: `local` (this machine) or `slurm` (an sbatch job with the [slurm]
     settings; one node with `gpus` GPUs when [slurm] is not given)."""
+
+    cost: CostConfig = CostConfig()
+    """Prices for the pre-launch estimate (`--cost.gpu-hour-usd 2.5`)."""
 
     slurm: SlurmConfig | None = None
     """Run as a SLURM job: `rl` writes and submits an sbatch script (`--dry-run` prints it), and

@@ -11,10 +11,9 @@ the loss head LOSS_HEAD_COPIES x T x vocab x 4. The constants were fitted to pea
 CPU with the default model (benchmarks/trainer_throughput.py prints estimate and measurement
 side by side); FSDP2 divides the first four terms by the number of trainer GPUs."""
 
-import json
-import struct
-from dataclasses import dataclass
 from pathlib import Path
+
+from rlcore.forecast.shape import ModelShape, folder_shape, safetensors_params  # noqa: F401
 
 ACTIVATION_BYTES_PER_HIDDEN = 85
 """Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
@@ -25,41 +24,10 @@ PROCESS_OVERHEAD = 0.3 * 2**30
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    params: int
-    hidden: int
-    layers: int
-    vocab: int
-
-
-def safetensors_params(folder: Path) -> int:
-    """Elements over all *.safetensors files in `folder`, read from their JSON headers."""
-    total = 0
-    for file in folder.glob("*.safetensors"):
-        with file.open("rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                count = 1
-                for dim in entry["shape"]:
-                    count *= dim
-                total += count
-    return total
-
-
 def model_shape(folder: Path) -> ModelShape | None:
-    """The shape of the HF model in `folder`; None when its files do not say."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        config = config.get("text_config", config)
-        params = safetensors_params(folder)
-        return ModelShape(
-            params, config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
-        )
-    except (OSError, ValueError, KeyError, struct.error):
-        return None
+    """The shape of the HF model in `folder`; None when its files do not say
+    (rlcore.forecast.shape reads it, as the run's estimate does)."""
+    return folder_shape(folder)
 
 
 def trainer_peak(

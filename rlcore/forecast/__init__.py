@@ -1,0 +1,14 @@
+"""Knowing a run before it starts: its time per step and in all, each process's peak memory,
+its disk at the end and its GPU-hours, estimated from the model's shape, the job and this
+machine's own measured speed; and, while it runs, the time left corrected from measured steps.
+
+- `shape.py`: the model's shape (parameters, layers, hidden size, heads, vocabulary) from an
+  HF folder's headers or a GGUF file's header (the bundled model before it is unpacked).
+- `model.py`: pure arithmetic (FLOPs, bytes, seconds) from a `Job`, a `ModelShape` and the
+  measured `Speeds`; no I/O, no clock.
+- `calibrate.py`: the measurement: a few seconds of matmul, decode-like and copy throughput in
+  the run's dtypes, in a child process (the launcher never imports torch), cached per machine
+  fingerprint (`rlcore.machine` plus library versions).
+- `progress.py`: the time left from measured step times, and what run.json records.
+
+Imports: the standard library and rlcore only (torch only inside the calibration's child)."""

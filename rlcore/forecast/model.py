@@ -1,0 +1,319 @@
+"""The estimate's arithmetic: FLOPs, bytes and seconds of a run from the model's shape (`Shape`),
+the job (`Job`) and this machine's measured speed (`Speeds`, rlcore.forecast.calibrate). Pure:
+no I/O, no clock, so the tests check it against hand-computed values.
+
+A step is split as the run splits it: generate (inference: prefill and one decode iteration per
+answer token and turn), the orchestrator's wait for the policy, train (forward, backward and
+AdamW) and publish (the policy to inference). Where inference and the trainer share the CPU's
+cores their work adds up; on separate GPUs an async run overlaps them. The constants below are
+ratios of a run's work to the calibration's products (how far a real step is from a clean
+matmul on the same machine), fitted by benchmarks/estimates.py; a machine's own speed is never
+in them."""
+
+import math
+from dataclasses import dataclass, field
+
+from rlcore.forecast.calibrate import Speeds
+from rlcore.forecast.shape import ModelShape
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+TRAIN_EFFICIENCY = 0.55
+"""Share of the calibrated matmul rate a training forward + backward reaches (attention, norms,
+the loss head's softmax and the packing are not clean products)."""
+TRAIN_OPS_PER_LAYER = 160
+"""Tensor operations per layer and micro-batch in forward + backward (dispatch overhead)."""
+ADAM_BYTES_PER_PARAM = 48
+"""Memory traffic of one foreach AdamW update per trained parameter, fp32 (weights, gradient,
+two moments, read and written, and the temporaries foreach makes)."""
+DECODE_OPS_PER_LAYER = 40
+"""Tensor operations per layer in one decode iteration of vLLM (dispatch overhead)."""
+DECODE_ITERATION_OVERHEAD_OPS = 4000
+"""A decode iteration's scheduling and sampling, in tiny-op units (Python per iteration)."""
+PUBLISH_COPIES = 3.0
+"""Memory copies of the policy's bytes a publish makes (gather, cast, send/write, load)."""
+OVERLAP_ON_SHARED_CORES = 0.85
+"""Share of the shorter of generation and training that still adds to the step where both run
+on the same CPU cores (an async run overlaps them only where one leaves cores idle)."""
+START_IMPORTS = 7.0
+"""Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
+the measured `import torch` time."""
+FIRST_STEP_EXTRA = 1.0
+"""The first step's warm-up (kernels built, caches filled) in steps."""
+WALL_RANGE = (0.8, 1.3)
+"""The range printed around the wall time (answer lengths are the largest unknown)."""
+ANSWER_FILL = 0.75
+"""Share of `max_tokens` an answer is taken to use (answers stop at EOS; the range covers
+0.5-1)."""
+PROMPT_TOKENS = 44
+"""Prompt tokens per turn where the environment does not say (a chat template and a short
+question)."""
+INFERENCE_BASE = 1.6 * GIB
+"""vLLM's processes on CPU besides the weights and KV cache (torch, vLLM, the API server)."""
+ORCHESTRATOR_BASE = 0.45 * GIB
+"""The orchestrator's process (verifiers, the tokenizer, the environments)."""
+LAUNCHER_BASE = 0.08 * GIB
+ARCHIVE_BYTES_PER_TOKEN = 5.0
+"""The rollout archive's zstd Parquet bytes per token (text, logprob and mask per token)."""
+ARCHIVE_BYTES_PER_ROLLOUT = 40.0
+LOG_BYTES_PER_STEP = 1600.0
+"""metrics.jsonl and the logs per step."""
+LOG_BYTES_FIXED = 60_000.0
+"""Configs, run.json, state files and the start of each log."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the run does, as the estimate needs it (built from a config by the launcher)."""
+
+    max_steps: int
+    rollouts: int
+    """Rollouts (samples) per step."""
+    rollouts_per_example: int = 1
+    prompt_tokens: int = PROMPT_TOKENS
+    answer_tokens: int = 256
+    """The bound on an answer per turn (`sampling.max_tokens`, at most `seq_len`)."""
+    turns: float = 1.0
+    max_turns: int = 1
+    seq_len: int = 2048
+    async_level: int = 1
+    train_dtype: str = "float32"
+    decode_dtype: str = "float32"
+    """The dtype inference's products run in (the matmul dtype on CPU)."""
+    served_bytes: int = 4
+    """Bytes per served parameter."""
+    trainable: int | None = None
+    """Parameters that train when fewer than all do (LoRA)."""
+    micro_batch_tokens: int = 2048
+    max_concurrent: int = 32
+    on_gpu: bool = False
+    trainer_gpus: int = 0
+    inference_gpus: int = 0
+    gpu_memory_bytes: float = 0.0
+    """The smallest GPU's memory, 0 on CPU."""
+    kv_cache_bytes: float = 0.0
+    """Inference's KV cache on CPU (`cpu.kvcache_space_gib`), or its share of a GPU."""
+    inference_replicas: int = 1
+    checkpoints_kept: int = 1
+    """Complete checkpoints in the folder at the end."""
+    checkpoints_saved: int = 1
+    policy_folders: int = 0
+    """weights/step_<n> folders left at the end (0 with the collective transport)."""
+    archive: bool = True
+    sft: bool = False
+    """Supervised fine-tuning: no inference, no orchestrator; `rollouts` are the batch's
+    samples and `answer_tokens` their length."""
+    trainer_peak: float = 0.0
+    """The trainer's peak memory in bytes (rlcore.estimate), computed by the caller."""
+
+    @property
+    def answer_mean(self) -> float:
+        return self.answer_tokens * ANSWER_FILL
+
+    @property
+    def groups(self) -> int:
+        return max(self.rollouts // max(self.rollouts_per_example, 1), 1)
+
+
+@dataclass
+class Forecast:
+    """The estimate: seconds, bytes, GPU-hours; `basis` says what it rests on."""
+
+    phases: dict[str, float]
+    """Seconds per step: generate, wait, train, publish."""
+    step_s: float
+    start_s: float
+    end_s: float
+    wall_s: float
+    wall_range: tuple[float, float]
+    memory: dict[str, float]
+    """Peak bytes per process (trainer, inference, orchestrator)."""
+    machine_memory: float
+    """Bytes of the machine's memory in all at the peak (all processes, on GPUs host memory)."""
+    gpu_memory: dict[str, float] = field(default_factory=dict)
+    """Peak bytes per GPU by its process (on GPUs)."""
+    disk: dict[str, float] = field(default_factory=dict)
+    gpu_hours: float = 0.0
+    basis: list[str] = field(default_factory=list)
+
+    @property
+    def disk_total(self) -> float:
+        return sum(self.disk.values())
+
+    def record(self) -> dict:
+        """What run.json keeps (`estimate`)."""
+        return {
+            "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
+            "step_s": round(self.step_s, 3), "start_s": round(self.start_s, 2),
+            "end_s": round(self.end_s, 2), "wall_s": round(self.wall_s, 1),
+            "wall_range_s": [round(x, 1) for x in self.wall_range],
+            "memory_bytes": {k: int(v) for k, v in self.memory.items()},
+            "machine_memory_bytes": int(self.machine_memory),
+            "gpu_memory_bytes": {k: int(v) for k, v in self.gpu_memory.items()},
+            "disk_bytes": {k: int(v) for k, v in self.disk.items()},
+            "gpu_hours": round(self.gpu_hours, 4), "basis": self.basis,
+        }  # fmt: skip
+
+
+# -- FLOPs and bytes -------------------------------------------------------------------------
+def forward_flops(shape: ModelShape, tokens: float, context: float = 0.0) -> float:
+    """A forward pass over `tokens` tokens: 2 x matmul parameters per token, plus attention
+    (scores and values: 4 x layers x heads' width x context per token)."""
+    attention = 4 * shape.layers * shape.hidden * context
+    return tokens * (2 * shape.matmul_params + attention)
+
+
+def train_flops(shape: ModelShape, tokens: float, context: float, lora: bool) -> float:
+    """Forward + backward: 3x a forward (2x for the backward's two products), 2x where only
+    adapters train (no weight gradients of the frozen matrices)."""
+    return (2.0 if lora else 3.0) * forward_flops(shape, tokens, context)
+
+
+def train_tokens(job: Job, answer: float) -> float:
+    """Tokens a step trains on: each group's prompt once (shared prompts), every answer, and
+    in a multi-turn job every turn's prompt and answer."""
+    turns = job.turns
+    prompt = job.groups * job.prompt_tokens * turns
+    return prompt + job.rollouts * answer * turns
+
+
+# -- time ------------------------------------------------------------------------------------
+def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
+    """One step's generation: each turn's prefill, then one decode iteration per answer token
+    (the longest answer sets the count) in waves of `max_concurrent` rollouts."""
+    dtype = job.decode_dtype
+    flops = speeds.matmul_flops.get(dtype) or min(speeds.matmul_flops.values())
+    stream = speeds.stream_bytes.get(dtype) or min(speeds.stream_bytes.values())
+    concurrent = max(min(job.rollouts, job.max_concurrent), 1)
+    waves = math.ceil(job.rollouts / concurrent)
+    weight_bytes = shape.matmul_params * DTYPE_BYTES.get(dtype, 4)
+    total = 0.0
+    for turn in range(max(round(job.turns), 1)):
+        context = job.prompt_tokens * (turn + 1) + answer * turn
+        prefill = forward_flops(shape, job.rollouts * job.prompt_tokens, context) / flops
+        batches = max(concurrent / 32, 1.0)  # the stream rate was measured at 32 rows
+        iteration = weight_bytes / stream * batches
+        iteration += (DECODE_OPS_PER_LAYER * shape.layers + DECODE_ITERATION_OVERHEAD_OPS) * (
+            speeds.op_s
+        )
+        iteration += forward_flops(shape, concurrent, context + answer) / flops - (
+            2 * shape.matmul_params * concurrent / flops
+        )  # attention beyond the products the stream rate covers
+        total += prefill + waves * job.answer_tokens * iteration
+    return total
+
+
+def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
+    """One optimizer step: forward + backward at TRAIN_EFFICIENCY of the calibrated rate,
+    dispatch overhead per layer and micro-batch, and AdamW's memory traffic."""
+    flops = speeds.matmul_flops.get(job.train_dtype) or min(speeds.matmul_flops.values())
+    shards = max(job.trainer_gpus, 1)
+    tokens = train_tokens(job, answer)
+    context = job.prompt_tokens + answer
+    lora = job.trainable is not None
+    compute = train_flops(shape, tokens, context, lora) / (flops * TRAIN_EFFICIENCY) / shards
+    micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
+    dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
+    trained = shape.params if job.trainable is None else job.trainable
+    optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
+    return compute + dispatch + optimizer
+
+
+def publish_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
+    """The new policy to inference: its bytes copied PUBLISH_COPIES times (adapters alone with
+    LoRA)."""
+    if job.sft:
+        return 0.0
+    params = shape.params if job.trainable is None else job.trainable
+    return PUBLISH_COPIES * params * job.served_bytes / speeds.copy_bytes
+
+
+def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> dict[str, float]:
+    """Seconds per step by phase, and the step itself (`step`)."""
+    train = train_s(job, shape, speeds, answer)
+    if job.sft:
+        return {"generate": 0.0, "wait": 0.0, "train": train, "publish": 0.0, "step": train}
+    generate = generate_s(job, shape, speeds, answer)
+    publish = publish_s(job, shape, speeds)
+    trainer_side = train + publish
+    if job.async_level == 0:
+        step = generate + trainer_side
+    elif job.on_gpu:
+        step = max(generate, trainer_side)
+    else:  # one set of cores: overlapping only fills what the other leaves idle
+        step = max(generate, trainer_side) + OVERLAP_ON_SHARED_CORES * min(generate, trainer_side)
+    return {"generate": generate, "wait": max(step - generate, 0.0), "train": train,
+            "publish": publish, "step": step}  # fmt: skip
+
+
+def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
+    """From `rl` to the first step: imports and vLLM's engine (in import units), loading the
+    weights, and the first step's warm-up (added by the caller)."""
+    load = shape.params * 4 / speeds.copy_bytes * 4
+    return START_IMPORTS * speeds.import_s * (0.5 if job.sft else 1.0) + load
+
+
+def end_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
+    """The last checkpoint's write (memory to page cache; on CPU every core is free by then)."""
+    return checkpoint_bytes(job, shape) / speeds.copy_bytes * 4 if job.checkpoints_saved else 0.0
+
+
+# -- memory and disk -------------------------------------------------------------------------
+def inference_memory(job: Job, shape: ModelShape) -> float:
+    """Inference's peak: served weights, a compute copy where the products run in another
+    dtype, the KV cache and vLLM's own processes (on a GPU: its share of the GPU)."""
+    if job.sft:
+        return 0.0
+    weights = shape.params * job.served_bytes
+    copy = shape.matmul_params * DTYPE_BYTES.get(job.decode_dtype, 4)
+    copy = copy if DTYPE_BYTES.get(job.decode_dtype, 4) != job.served_bytes else 0.0
+    return (weights + copy + job.kv_cache_bytes + INFERENCE_BASE) * job.inference_replicas
+
+
+def checkpoint_bytes(job: Job, shape: ModelShape) -> float:
+    """One checkpoint: fp32 weights (adapters alone with LoRA) and two fp32 AdamW moments of
+    what trains, plus the orchestrator's small part."""
+    trained = shape.params if job.trainable is None else job.trainable
+    return 4 * trained + 8 * trained + 64_000
+
+
+def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
+    """The run folder at the end, by part."""
+    rollout_tokens = (job.prompt_tokens + answer) * job.turns
+    per_step = job.rollouts * (rollout_tokens * ARCHIVE_BYTES_PER_TOKEN + ARCHIVE_BYTES_PER_ROLLOUT)
+    policy = shape.params * job.served_bytes if job.trainable is None else 4 * job.trainable
+    return {
+        "checkpoints": job.checkpoints_kept * checkpoint_bytes(job, shape),
+        "weights": job.policy_folders * policy,
+        "rollout archive": per_step * job.max_steps if job.archive and not job.sft else 0.0,
+        "logs": LOG_BYTES_FIXED + LOG_BYTES_PER_STEP * job.max_steps,
+    }
+
+
+def estimate(job: Job, shape: ModelShape, speeds: Speeds) -> Forecast:
+    """The whole estimate for `job` on this machine."""
+    mid = step_phases(job, shape, speeds, job.answer_mean)
+    start = start_s(job, shape, speeds) + FIRST_STEP_EXTRA * mid["step"]
+    end = end_s(job, shape, speeds)
+    wall = start + job.max_steps * mid["step"] + end
+    low, high = WALL_RANGE
+    memory = {"trainer": job.trainer_peak}
+    if not job.sft:
+        memory["inference"] = inference_memory(job, shape)
+        memory["orchestrator"] = ORCHESTRATOR_BASE
+    gpu_memory: dict[str, float] = {}
+    if job.on_gpu:
+        gpu_memory = {"trainer": job.trainer_peak}
+        if not job.sft:
+            gpu_memory["inference"] = job.gpu_memory_bytes * 0.9
+        host = LAUNCHER_BASE + ORCHESTRATOR_BASE + 2 * 0.3 * GIB
+        memory = {k: v for k, v in memory.items()}
+    else:
+        host = LAUNCHER_BASE + sum(memory.values())
+    gpus = job.trainer_gpus + (0 if job.sft else job.inference_gpus)
+    return Forecast(
+        phases={k: v for k, v in mid.items() if k != "step"}, step_s=mid["step"],
+        start_s=start, end_s=end, wall_s=wall, wall_range=(wall * low, wall * high),
+        memory=memory, machine_memory=host, gpu_memory=gpu_memory,
+        disk=disk(job, shape, job.answer_mean), gpu_hours=gpus * wall / 3600,
+    )  # fmt: skip

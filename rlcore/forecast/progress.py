@@ -1,0 +1,86 @@
+"""The time left while a run goes: the pre-launch step time corrected by the steps measured so
+far, and what run.json keeps of estimate and outcome, so every finished run says how good its
+estimate was. Pure: the caller gives the clock's readings."""
+
+import math
+from dataclasses import dataclass, field
+
+PRIOR_WEIGHT_STEPS = 2.0
+"""The pre-launch step time counts as this many measured steps (two measured steps already
+outweigh it: a machine's load is what the calibration could not see)."""
+RECENT_STEPS = 8
+"""Measured steps the pace is taken over (the latest ones: the first step's warm-up and an
+earlier load fade out)."""
+
+
+@dataclass
+class Progress:
+    """Steps seen with the time each was seen (seconds on one monotonic clock)."""
+
+    max_steps: int
+    estimated_step_s: float | None
+    estimated_end_s: float = 0.0
+    """After the last step: the final checkpoint and the shutdown."""
+    start: float = 0.0
+    seen: dict[int, float] = field(default_factory=dict)
+    """Completed steps (1-based count) and when each was seen."""
+
+    def step_done(self, done: int, now: float) -> None:
+        self.seen.setdefault(done, now)
+
+    def pace_s(self) -> float | None:
+        """Seconds per step: the recent measured steps' mean, blended with the estimate."""
+        done = sorted(self.seen)
+        recent = [n for n in done if n >= 2][-(RECENT_STEPS + 1) :]  # from the second step on
+        measured, count = None, 0
+        if len(recent) >= 2:
+            count = recent[-1] - recent[0]
+            measured = (self.seen[recent[-1]] - self.seen[recent[0]]) / count
+        if measured is None:
+            return self.estimated_step_s
+        if self.estimated_step_s is None:
+            return measured
+        weight = PRIOR_WEIGHT_STEPS
+        return (measured * count + self.estimated_step_s * weight) / (count + weight)
+
+    def left_s(self, now: float) -> float | None:
+        """Seconds until the run ends; 0 once every step is done; None without any figure."""
+        done = max(self.seen, default=0)
+        if done >= self.max_steps:
+            return 0.0
+        pace = self.pace_s()
+        if pace is None:
+            return None
+        since_last = now - self.seen[done] if done else 0.0
+        return max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
+
+
+def duration(seconds: float | None) -> str:
+    """`1 h 05 min`, `4 min 10 s`, `42 s`; `?` for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = max(int(round(seconds)), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def accuracy(estimate: dict, measured: dict) -> dict[str, float]:
+    """measured / estimated for the figures both hold (wall time, step time, each process's
+    peak memory, disk): 1.0 is a perfect estimate."""
+    pairs = {
+        "wall": (estimate.get("wall_s"), measured.get("wall_s")),
+        "step": (estimate.get("step_s"), measured.get("step_s")),
+        "disk": (sum((estimate.get("disk_bytes") or {}).values()), measured.get("disk_bytes")),
+    }
+    for name, value in (estimate.get("memory_bytes") or {}).items():
+        pairs[f"memory {name}"] = (value, (measured.get("peak_memory_bytes") or {}).get(name))
+    ratios = {}
+    for name, (est, got) in pairs.items():
+        if isinstance(est, int | float) and isinstance(got, int | float) and est > 0:
+            ratios[name] = round(got / est, 3)
+    return ratios
