@@ -11,6 +11,7 @@ from launcher.rl_config import RLConfig
 from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
+from rlcore.forecast.model import Forecast
 from rlcore.health import SERVER_NONCE_ENV, server_url
 from rlcore.machine import (
     Machine,
@@ -36,6 +37,10 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     memory: str = ""
     """The trainer's estimated peak memory against what it has (launcher.memory)."""
+    forecast: Forecast | None = None
+    """The run's estimate (launcher.forecast): recorded in run.json, the time left from it."""
+    estimate: list[str] = field(default_factory=list)
+    """The estimate block's lines, or one line saying why there is none."""
 
     @property
     def run(self) -> RunDir:
@@ -327,6 +332,7 @@ def describe(plan: Plan) -> str:
         lines.append(f"  {component:<13} {'GPUs ' + ','.join(map(str, gpus)) if gpus else 'CPU'}")
     if plan.memory:
         lines.append(plan.memory)
+    lines += plan.estimate
     lines.append("Commands (started together; the orchestrator waits for inference):")
     for component in plan.components:
         env = plan.env(component)

@@ -4,6 +4,7 @@ trainer's memory estimate against them (launcher/memory.py)."""
 import shutil
 import subprocess
 
+from launcher.forecast import forecast
 from launcher.memory import check_memory
 from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
@@ -59,4 +60,5 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
         plan.memory, warning = check_memory(plan.config, plan.gpu_map)
         if warning is not None:
             plan.warnings.append(warning)
+        plan.forecast, plan.estimate = forecast(plan)  # never raises: one line when not made
     return plan
