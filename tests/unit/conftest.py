@@ -69,6 +69,13 @@ def no_process(monkeypatch, request):
         pytest.fail("this unit test imported vLLM; move it to tests/integration")
 
 
+@pytest.fixture(autouse=True)
+def no_calibration(monkeypatch):
+    """The estimate's speed measurement runs in a child process (rlcore/forecast/calibrate.py):
+    off here, so a plan's estimate says it was not made; its arithmetic has tests of its own."""
+    monkeypatch.setenv("RL_CALIBRATION", "off")
+
+
 def pytest_collection_modifyitems(config, items):
     """No test under tests/unit is marked `integration` (those start processes)."""
     here = os.path.dirname(__file__) + os.sep
