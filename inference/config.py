@@ -63,8 +63,11 @@ class ServerConfig(BaseConfig):
     host: str = "127.0.0.1"
     """Address to bind; use 0.0.0.0 only on a trusted network."""
 
-    port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    """TCP port of the OpenAI-compatible server."""
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    """TCP port of the OpenAI-compatible server. None: 8000 for `inference` started alone;
+    under `rl` (and `evals`' own server) 8000 when it is free, else the next free port above
+    it, reserved for the run from its checks on (several replicas: that many in a row) and
+    recorded in run.json. A port given is used as given, and refused at once when taken."""
 
     startup_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     """Seconds the server may take to load the model and answer /health; past it, the
@@ -173,7 +176,7 @@ class InferenceConfig(BaseConfig):
 
     replicas: Annotated[int, Field(gt=0, le=256)] = 1
     """Servers `rl` starts from this config, each on its own share of `--inference-gpu-ids` and
-    its own port (`server.port` + i); the orchestrator sends each request to the least-loaded one
+    its own port (the first one's + i); the orchestrator sends each request to the least-loaded one
     and every weight update to all. The `inference` command itself serves one. At most 256 (one
     process and port each)."""
 

@@ -26,6 +26,7 @@ from rlcore.health import SERVER_NONCE_ENV, port_problem
 from rlcore.logs import setup_logging
 from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.poll import wait_until_async
+from rlcore.ports import DEFAULT_PORT, held_for_me, reservation_holder, reserve
 from rlcore.rundir import RunDir
 from rlcore.runguard import INFERENCE, check_run, open_run
 from rlcore.toml_io import write_config
@@ -44,7 +45,7 @@ def run(config: InferenceConfig) -> None:
     setup_logging(PROG, config.log.level, stream=sys.stderr)
     try:
         model_path = resolve_served_model(config.model.name)
-        check_port_free(config.server.host, config.server.port)
+        check_port(config)
         check_run(config.output_dir, INFERENCE)  # before vLLM's import: its kind, its holders
         os.environ.setdefault("VLLM_LOGGING_LEVEL", config.log.level.upper())
         on_cpu = setup_device_env(config)
@@ -121,8 +122,16 @@ def check_hub_model(name: str) -> None:
         ) from None
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port(config: InferenceConfig) -> None:
+    """The port to serve on (unset: DEFAULT_PORT, the per-component workflow's) must be free
+    and, unless this server's launcher reserved it for it, reserved by no starting run (then
+    this process reserves it until it exits, so no launcher takes it while vLLM loads)."""
+    host = config.server.host
+    port = config.server.port = config.server.port or DEFAULT_PORT
     problem = port_problem(host, port)
+    if problem is None and not held_for_me(port) and not reserve(port):
+        holder = reservation_holder(port) or "a process that cannot be named from here"
+        problem = f"reserved by another run's launcher, {holder}, whose server is starting"
     if problem is not None:
         raise ConfigError(
             f"server.port {port} on {host} is not available ({problem}): stop whatever uses it "

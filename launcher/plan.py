@@ -21,6 +21,7 @@ from rlcore.machine import (
     serving_dtypes,
     slow_bf16_warning,
 )
+from rlcore.ports import HELD_ENV
 from rlcore.rundir import RunDir
 from rlcore.runlock import LAUNCHER_ENV
 from rlcore.speed import SpeedChoices
@@ -69,6 +70,12 @@ class Plan:
     admin_token: str | None = None
     """One admin token for all inference servers of the run (RL_ADMIN_TOKEN in their
     environment only), so that the orchestrator's one `admin_token` file fits them all."""
+    machine_chosen: dict[str, object] = field(default_factory=dict)
+    """Settings `rl` chose on this machine because the user left them unset (the inference
+    port, and the base URL derived from it), by their dotted key with the value given (None):
+    `configs/rl.toml` and a dry run's config keep them so, and a resume chooses again."""
+    ports_note: str = ""
+    """Which ports the inference servers listen on and why, as the banner and `--dry-run` say."""
     server_nonce: str = ""
     """The current attempt's inference nonce (rlcore.health), new for every start and restart:
     the servers prove it on /health, and `rl` and the orchestrator accept no server that
@@ -91,6 +98,9 @@ class Plan:
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token
+        reserved = self.config.inference.server.port and not self.urls  # not on other nodes
+        if component.startswith("inference") and reserved:  # this launcher holds its port
+            env[HELD_ENV] = str(replica_config(self.config, component).server.port)
         if self.server_nonce and (component.startswith("inference") or component == "orchestrator"):
             env[SERVER_NONCE_ENV] = self.server_nonce
         return env
@@ -155,7 +165,7 @@ def inference_names(replicas: int) -> list[str]:
 
 
 def replica_config(config: RLConfig, name: str):
-    """The InferenceConfig of server `name`: its own port (`server.port` + its index)."""
+    """The InferenceConfig of server `name`: its own port (the first server's + its index)."""
     index = inference_names(config.inference.replicas).index(name)
     replica = config.inference.model_copy(deep=True)
     replica.server.port += index
@@ -165,22 +175,11 @@ def replica_config(config: RLConfig, name: str):
 def derive(config: RLConfig) -> RLConfig:
     """Fill settings one component derives from another (base URL, the dtype published
     weights are written in, data parallelism)."""
-    server = config.inference.server
-    urls = [
-        server_url(server.host, server.port + i) + "/v1" for i in range(config.inference.replicas)
-    ]
-    client = config.orchestrator.client
-    if client.base_url is None:
-        client.base_url = urls[0] if len(urls) == 1 else urls
-    elif [u.rstrip("/") for u in client.base_urls] != urls:
-        raise ConfigError(
-            f"orchestrator.client.base_url = {client.base_url!r} but inference serves at "
-            f"{', '.join(urls)}: leave base_url unset under `rl` (it is derived) or match "
-            "inference.server.port"
-        )
+    derive_base_url(config)
     derive_max_model_len(config)
     # The orchestrator starts with inference and waits for /health itself: as long as rl would.
     startup_s = config.inference.server.startup_timeout_s
+    client = config.orchestrator.client
     client.health_timeout_s = max(client.health_timeout_s, startup_s)
     derive_lora(config)
     gpus = config.inference_gpu_ids
@@ -189,6 +188,25 @@ def derive(config: RLConfig) -> RLConfig:
             config.inference.parallel.tp * config.inference.replicas
         )
     return config
+
+
+def derive_base_url(config: RLConfig) -> None:
+    """The orchestrator's base URLs are the servers' (one per replica), checked when given.
+    Nothing while the port is unset: a SLURM job chooses it on its node."""
+    server, client = config.inference.server, config.orchestrator.client
+    if server.port is None:
+        return
+    urls = [
+        server_url(server.host, server.port + i) + "/v1" for i in range(config.inference.replicas)
+    ]
+    if client.base_url is None:
+        client.base_url = urls[0] if len(urls) == 1 else urls
+    elif [u.rstrip("/") for u in client.base_urls] != urls:
+        raise ConfigError(
+            f"orchestrator.client.base_url = {client.base_url!r} but inference serves at "
+            f"{', '.join(urls)}: leave base_url unset under `rl` (it is derived) or match "
+            "inference.server.port"
+        )
 
 
 def derive_dtypes(
@@ -310,6 +328,20 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
     return Plan(config, gpu_map, warnings, admin_token=new_token(), machine=machine, dtypes=dtypes)
 
 
+def as_given(plan: Plan) -> dict:
+    """The resolved config as `configs/rl.toml` and a dry run show it: what `rl` chose on this
+    machine because it was unset (Plan.machine_chosen) back to unset, so `rl @` the file
+    chooses again where it runs (a resume, a SLURM job's node) instead of insisting on it."""
+    data = plan.config.model_dump(mode="json")
+    for key, value in plan.machine_chosen.items():
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return data
+
+
 def numeric_choices(plan: Plan) -> dict[str, str]:
     """What made this run's numbers (run.json keeps it; a resume on a machine that chooses
     otherwise is told so): the ISA its kernels ran with and the dtypes chosen."""
@@ -326,6 +358,8 @@ def describe(plan: Plan) -> str:
     """The GPU map and commands, as `--dry-run` and the start banner show them."""
     lines = [f"Machine: {plan.machine.describe()}"] if plan.machine else []
     lines += [f"  {note}" for note in plan.dtypes]
+    if plan.ports_note:
+        lines.append(plan.ports_note)
     lines.append("GPU map:")
     for component in ("trainer", "orchestrator", *plan.inference_names):
         gpus = plan.gpu_map[component]

@@ -6,28 +6,16 @@ import os
 import shutil
 from pathlib import Path
 
-from launcher.plan import Plan, numeric_choices, replica_config
+from launcher.plan import Plan, numeric_choices
 from launcher.rl_config import COMPONENTS
 from launcher.slurm import check_no_job
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
-from rlcore.health import port_holder, port_problem
 from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import read_run_id, remove_run_files, verified_run
 from rlcore.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
-
-
-def check_port_free(host: str, port: int) -> None:
-    problem = port_problem(host, port)
-    if problem is not None:
-        holder = port_holder(port)
-        by = f"by {holder}" if holder else "another inference server or run?"
-        raise ConfigError(
-            f"port {port} on {host} is in use ({problem}; {by}): stop it or pick another "
-            "port with --inference.server.port"
-        )
 
 
 def check_environments(plan: Plan) -> None:
@@ -165,10 +153,8 @@ def check_output_dir(plan: Plan, clean: bool) -> None:
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:
-    """Every check before anything starts; returns the resolved resume step."""
-    for name in plan.inference_names:
-        server = replica_config(plan.config, name).server
-        check_port_free(server.host, server.port)
+    """Every check before anything starts (the inference ports were checked and reserved as
+    the plan was built: launcher.prepare.settle_ports); returns the resolved resume step."""
     check_environments(plan)
     check_references(plan)
     check_disk(plan, model_folder(plan.config.inference.model.name))

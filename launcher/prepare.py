@@ -10,8 +10,9 @@ from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
-from rlcore import children
+from rlcore import children, ports
 from rlcore.errors import ConfigError
+from rlcore.health import server_url
 
 
 def query_gpus(field: str) -> list[str]:
@@ -48,11 +49,41 @@ def check_gpu_type(config: RLConfig, dry_run: bool, warnings: list[str]) -> None
         warnings.append(message + " (dry run: continuing)")
 
 
+def settle_ports(config: RLConfig, dry_run: bool) -> str:
+    """The inference servers' ports on this machine, reserved for the run from here on
+    (rlcore.ports; a dry run only looks): the given one if free (else a ConfigError naming it,
+    its holder and the flag), or when unset DEFAULT_PORT if free, else the next free one (as
+    many in a row as there are replicas). Returns the line the banner and a dry run show."""
+    server, count = config.inference.server, config.inference.replicas
+    if server.port is not None:
+        ports.claim(server.host, server.port, count, "--inference.server.port", not dry_run)
+        why = "inference.server.port as given"
+    else:
+        server.port = ports.choose(server.host, count, reserve_it=not dry_run)
+        why = (
+            f"inference.server.port unset: {ports.DEFAULT_PORT} is free"
+            if server.port == ports.DEFAULT_PORT
+            else f"inference.server.port unset: {ports.DEFAULT_PORT} is taken, this is the next "
+            "free port"
+        )
+    urls = ", ".join(server_url(server.host, server.port + i) for i in range(count))
+    held = "would be reserved" if dry_run else "reserved for this run"
+    return f"Inference: {urls} ({why}; {held})"
+
+
 def build_plan(config: RLConfig, dry_run: bool) -> Plan:
     """The plan for this machine, with the memory estimate (skipped when submitting a SLURM
-    job: its GPUs are elsewhere)."""
+    job: its GPUs are elsewhere). The inference ports are settled first (the base URL is
+    derived from them); a job settles them on its nodes."""
     submitting = config.slurm is not None and not inside_job()
+    chosen = {}
+    if config.inference.server.port is None:
+        chosen["inference.server.port"] = None
+        if config.orchestrator.client.base_url is None:
+            chosen["orchestrator.client.base_url"] = None
+    note = "" if submitting else settle_ports(config, dry_run)
     plan = make_plan(config, detect_gpus(), dry_run, submitting)
+    plan.ports_note, plan.machine_chosen = note, chosen
     if not submitting:
         check_gpu_type(plan.config, dry_run, plan.warnings)
     if not submitting:  # a job's machine decides them there, as it does the dtypes

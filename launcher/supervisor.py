@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.eta import RunClock
 from launcher.plan import Plan, numeric_choices, replica_config
 from launcher.stall import (
     STOPPED_AFTER_S,
@@ -49,6 +50,7 @@ class Supervisor:
         self.last_health_probe = 0.0
         self.waits = WaitTimes(self.run.root, plan.attempt, plan.inference_names)
         self.identity = procs.identity()
+        self.clock = RunClock(plan.forecast, plan.config.orchestrator.max_steps, plan.components)
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
@@ -72,6 +74,10 @@ class Supervisor:
         server = replica_config(self.plan.config, name).server
         return server_url(server.host, server.port)
 
+    def port(self, name: str) -> int:
+        """The port server `name` listens on (chosen free or given: launcher.prepare)."""
+        return replica_config(self.plan.config, name).server.port
+
     def wait_healthy(self, timeout_s: float) -> None:
         """Until every inference server answers /health as this attempt's own (or any component
         exits: the supervision loop reports it); TimeoutError(message, name) after
@@ -94,6 +100,8 @@ class Supervisor:
     def poll(self) -> tuple[str, int] | None:
         """One supervision tick: (component, code) of a finished run or failure, else None."""
         self.update_view()
+        live = {c.name: c.proc.pid for c in self.children.values() if c.proc.poll() is None}
+        self.clock.sample_memory(live)
         for child in self.children.values():
             code = child.proc.poll()
             if code is None:
@@ -115,6 +123,7 @@ class Supervisor:
             child = self.children.get(record.get("component", ""))
             if child is not None:
                 child.clock.record(time.monotonic())
+            self.clock.record(record)  # the trainer's steps: the time left
             if is_training_step(record):
                 self.show_step(record_step_line(record), int(record["step"]))
 
@@ -123,7 +132,7 @@ class Supervisor:
         done = min(step + 1, total)
         width = 20
         bar = "#" * (width * done // total) + "-" * (width - width * done // total)
-        print(f"[{bar}] {done}/{total} | {line.strip()}", flush=True)
+        print(f"[{bar}] {done}/{total} | {line.strip()}{self.clock.suffix()}", flush=True)
         self.last_step_line = line.strip()
 
     def probe_inference(self) -> None:
@@ -214,9 +223,11 @@ class Supervisor:
             "gpu_map": self.plan.gpu_map,
             "inference_url": self.url("inference"),
             "inference_urls": [self.url(n) for n in self.plan.inference_names],
+            "inference_ports": {n: self.port(n) for n in self.plan.inference_names},
             "machine": self.plan.machine.record() if self.plan.machine else None,
             "numeric_choices": numeric_choices(self.plan),
             "speed_choices": self.plan.speed.record() if self.plan.speed else None,
+            **self.clock.state(),  # estimate, time left, and at the end the measured totals
             **extra,
         }
         record_state(self.run, status, **state)

@@ -17,6 +17,11 @@ MAX_PID = 2**22
 JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
 """A SLURM job id: digits, or an array task `JOB_TASK`."""
 MAX_STATUS_CHARS = 40
+SERVER_URL = re.compile(
+    r"https?://[A-Za-z0-9.\-]{1,253}:[0-9]{1,5}|https?://\[[0-9A-Fa-f:.]{2,45}\]:[0-9]{1,5}"
+)
+"""An inference server's address as the launcher records it: scheme, host (an IPv6 literal in
+brackets) and port, nothing else."""
 
 
 def is_pid(value: object) -> bool:
@@ -41,6 +46,9 @@ class RunJson:
     pids: dict[str, int] = field(default_factory=dict)
     identities: dict[str, dict] = field(default_factory=dict)
     slurm_job_id: str | None = None
+    inference_urls: list[str] = field(default_factory=list)
+    """Where the run's inference servers listen (their ports chosen at start: never assume
+    8000)."""
 
 
 def parse(data: dict[str, Any], where: Path | str = "run.json") -> RunJson:
@@ -63,8 +71,13 @@ def parse(data: dict[str, Any], where: Path | str = "run.json") -> RunJson:
     job = data.get("slurm_job_id")
     if job is not None and not is_job_id(job):
         raise Damaged(where, "slurm_job_id is not a SLURM job id (digits, or JOB_TASK)")
+    urls = data.get("inference_urls", [])
+    if not isinstance(urls, list) or not all(
+        isinstance(url, str) and SERVER_URL.fullmatch(url) for url in urls
+    ):
+        raise Damaged(where, "inference_urls is not a list of server addresses (http://HOST:PORT)")
     return RunJson(data, status, launcher_pid, dict(pids), dict(identities),
-                   None if job is None else str(job))  # fmt: skip
+                   None if job is None else str(job), list(urls))  # fmt: skip
 
 
 def read(path: Path, root: Path | None = None) -> RunJson | None:

@@ -30,15 +30,24 @@ LOOPBACK = "127.0.0.1"
 
 def listen_port_here(port: int | None) -> int | None:
     """A TCP port free on this machine's loopback: `port` when nothing listens on it (else
-    None), the OS's pick when `port` is None."""
+    None), the OS's pick when `port` is None. Reserved by this process from here on, as the
+    inference ports are (rlcore.ports), so that no other launcher takes it meanwhile."""
     import socket
 
-    with socket.socket() as sock:
-        try:
-            sock.bind((LOOPBACK, port or 0))
-        except OSError:
-            return None
-        return sock.getsockname()[1]
+    from rlcore.ports import reserve
+
+    for _ in range(10):
+        with socket.socket() as sock:
+            try:
+                sock.bind((LOOPBACK, port or 0))
+            except OSError:
+                return None
+            found = sock.getsockname()[1]
+        if reserve(found):
+            return found
+        if port:
+            return None  # given, and another launcher's run is about to listen on it
+    return None
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ id = "{env_id}"
 args = {{}}                    # load_environment's keyword arguments (v1 taskset: its config)
 
 [inference.server]
-port = 8000
+# port = 8000                  # unset: 8000 if free, else the next free one (rl says which)
 
 # [wandb]                      # uncomment to log to Weights & Biases (offline without a key)
 # project = "my-rl-project"

@@ -1,8 +1,8 @@
 """The evaluation's own inference server: `inference` started as a command on the model to
-evaluate (its own port, its log in the output folder; rlcore.children: its own session, gone
-when the evaluation dies however it dies), ready when /health answers with the proof of the
-nonce it was given (rlcore.health: a stranger on its port is refused), always stopped at the
-end."""
+evaluate (its own port, reserved from before the start: rlcore.ports; its log in the output
+folder; rlcore.children: its own session, gone when the evaluation dies however it dies), ready
+when /health answers with the proof of the nonce it was given (rlcore.health: a stranger on its
+port is refused), always stopped at the end."""
 
 import logging
 import sys
@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlcore import children
+from rlcore import children, ports
 from rlcore.errors import ConfigError
-from rlcore.health import SERVER_NONCE_ENV, free_port, new_nonce, server_url
+from rlcore.health import SERVER_NONCE_ENV, new_nonce, server_url
 from rlcore.literal_secrets import write_for_child
 
 logger = logging.getLogger("orchestrator")
@@ -26,7 +26,7 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     settings = {**settings, "model": {**settings.get("model", {}), "name": model}}
     server = settings.setdefault("server", {})
     host = server.setdefault("host", "127.0.0.1")
-    server.setdefault("port", free_port(host))
+    server["port"] = own_port(host, server.get("port"))
     settings["model"].setdefault("max_model_len", seq_len)
     # A request's logits independent of its batch: the same policy and seed give the same
     # results, whatever else is in flight (README: Reproducible runs).
@@ -38,7 +38,7 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
     logger.info(f"starting an inference server for {model} (log: {log_path})")
     nonce = new_nonce()
     command = [sys.executable, "-m", "inference.main", "@", str(config_file)]
-    env = {**secret_env, SERVER_NONCE_ENV: nonce}
+    env = {**secret_env, SERVER_NONCE_ENV: nonce, ports.HELD_ENV: str(server["port"])}
     child = children.start("inference", command, log_path, env)
     try:
         root = server_url(host, server["port"])
@@ -46,6 +46,18 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
         yield root + "/v1"
     finally:
         children.stop([child], STOP_GRACE_S)
+
+
+def own_port(host: str, port: Any) -> Any:
+    """The server's port, reserved by this process until it exits (rlcore.ports): the one given
+    in `inference.server.port` if it is free (else a ConfigError naming it), or when unset 8000
+    if free, else the next free one. A value that is not a port is left to `inference` to
+    refuse by its own schema."""
+    if port is None or port == "None":
+        return ports.choose(host)
+    if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        ports.claim(host, port, 1, "--inference.server.port")
+    return port
 
 
 def wait_ready(child: children.Child, root: str, nonce: str, timeout_s: float) -> None:

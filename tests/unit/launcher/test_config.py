@@ -408,7 +408,8 @@ def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys):
 def test_inference_replicas_get_their_own_ports_gpus_and_urls():
     from launcher.plan import assign_gpus, derive, replica_config
 
-    config = derive(RLConfig.model_validate({"inference": {"replicas": 2}}))
+    given = {"replicas": 2, "server": {"port": 8000}}  # unset, rl chooses it (test_ports.py)
+    config = derive(RLConfig.model_validate({"inference": given}))
     assert config.orchestrator.client.base_url == [
         "http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"
     ]  # fmt: skip
