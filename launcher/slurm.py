@@ -319,7 +319,7 @@ def place_in_job(plan) -> None:
     config.inference.replicas = len(inference_hosts)
     config.inference.server.host = "0.0.0.0"
     port = config.inference.server.port
-    if "inference.server.port" in plan.machine_chosen:  # unset: the same rule on each node
+    if port is None or "inference.server.port" in plan.machine_chosen:  # the rule, per node
         ports.release_all()  # each node's server reserves its own port there
         port = config.inference.server.port = port_free_on(inference_hosts)
     urls = [f"http://{h}:{port + i}" for i, h in enumerate(inference_hosts)]

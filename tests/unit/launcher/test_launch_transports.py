@@ -78,6 +78,7 @@ def test_placing_a_collective_job_derives_the_trainer_nodes_address(monkeypatch)
     monkeypatch.setattr(slurm, "job_hosts", lambda: ["n1", "n2", "n3"])
     monkeypatch.setattr(slurm, "check_shared", lambda root, hosts: None)
     monkeypatch.setattr(slurm, "listen_port_on", lambda host: lambda port: 2345)
+    monkeypatch.setattr(slurm, "port_free_on", lambda hosts: 8000)  # probed on the nodes
     sections = {"slurm": {"nodes": 3, "trainer_nodes": 2, "gpus_per_node": 0}}
     plan = plan_for(**COLLECTIVE, **sections)
     slurm.place_in_job(plan)

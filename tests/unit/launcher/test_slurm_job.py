@@ -34,6 +34,7 @@ def test_node_counts_must_add_up():
 
 def test_components_are_placed_on_their_nodes(monkeypatch):
     monkeypatch.setattr(slurm, "job_hosts", lambda: ["n1", "n2", "n3", "n4"])
+    monkeypatch.setattr(slurm, "port_free_on", lambda hosts: 8000)  # probed on the nodes
     monkeypatch.setattr(slurm, "check_shared", lambda root, hosts: None)
     config = RLConfig.model_validate({**GPU_RUN, "slurm": {"nodes": 4, "trainer_nodes": 2}})
     plan = make_plan(config, dry_run=True)
