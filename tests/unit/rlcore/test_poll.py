@@ -55,7 +55,7 @@ def test_a_signal_during_a_long_sleep_ends_it_within_a_tick(stop_handlers):
         with pytest.raises(poll.Stop) as stopped:
             poll.sleep(30)
         assert stopped.value.exit_code == 143
-        assert time.monotonic() - started < 0.2 + 2 * poll.TICK_S + 0.5
+        assert time.monotonic() - started < 1.2  # literal: the promise, not the constant
     finally:
         signal.signal(signal.SIGALRM, previous)
 

@@ -152,3 +152,14 @@ def test_the_estimate_decides_for_a_qwen3_shape(tokens, memory_gib, want):
 )
 def test_fused_adamw_on_cuda_unless_set(requested, on_gpu, want):
     assert choose_fused(requested, on_gpu)[0] is want
+
+
+def test_the_payoff_steps_computed_by_hand():
+    """Literal values, worked out from the recorded figures: on the H100 a step of the reference
+    job takes 16384/20640 = 0.7938 s eager and 16384/27119 = 0.6042 s compiled, so 60 s of
+    compiling is paid back after 60 / 0.1896 = 316.4 steps (317); on the bf16 CPU, 212.7 s
+    against 47.56 - 40.65 = 6.91 s a step: 30.8 steps (31)."""
+    assert payoff_step(COMPILE_FIGURES["gpu"], LONG_GPU_RUN) == 317
+    assert payoff_step(COMPILE_FIGURES["cpu-bfloat16"], LONG_CPU_RUN) == 31
+    doubled = COMPILE_FIGURES["cpu-bfloat16"].step_s(False, 2 * SMOLLM2_135M_PARAMS, 1024)
+    assert doubled == pytest.approx(4 * 47.56)  # linear in parameters and in tokens
