@@ -135,3 +135,29 @@ def test_on_cpu_the_background_writes_copies_are_counted_unless_they_are_off(
         assert "background copies" not in line, line  # a zero term is left out
     else:
         assert f"background copies {gib}," in line or f"background copies {gib})" in line, line
+
+
+@pytest.mark.parametrize(
+    ("dtype", "replicas", "share_gib"), [("float32", 1, 6.5), ("bfloat16", 2, 12.0)]
+)
+def test_on_cpu_the_trainer_has_what_inference_leaves(
+    tmp_path, tiny_model_dir, monkeypatch, dtype, replicas, share_gib
+):
+    """2**28 parameters, served in fp32 (4 bytes: 1 GiB) or bf16 (2 bytes: 0.5 GiB), a 3.5 GiB
+    KV cache and vLLM's 2 GiB of its own: 6.5 GiB for one replica, (0.5 + 3.5 + 2) x 2 = 12 GiB
+    for two in bf16 — worked out by hand; the machine has 32 GiB available."""
+    from launcher import memory
+
+    model = declared_model(tmp_path / "model", tiny_model_dir, 2**28)
+    config = RLConfig.model_validate({"model": {"name": str(model)}})
+    config.inference.model.dtype = dtype
+    config.inference.cpu.kvcache_space_gib = 3.5
+    config.inference.replicas = replicas
+    monkeypatch.setattr(memory, "available_ram", lambda: 32 * GIB)
+    have, where = memory.trainer_memory(
+        config, {"trainer": [], "inference": []}, model_shape(model)
+    )
+    assert have == (32 - share_gib) * GIB and "less inference's share" in where
+    # With inference on GPUs, the trainer on CPU has the whole machine.
+    have, _ = memory.trainer_memory(config, {"trainer": [], "inference": [0]}, model_shape(model))
+    assert have == 32 * GIB
