@@ -130,8 +130,11 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if name == "done":
         ignore_stop_signals("rl")
         supervisor.stop_all(plan.config.shutdown_grace_s)
+        supervisor.clock.finish(plan.run.root)  # measured totals beside the estimate
         supervisor.write_state("finished")
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
+        if (against := supervisor.clock.against_estimate()) is not None:
+            print(f"rl: {against}", flush=True)
         records, _ = read_records(plan.run.metrics)
         for line in reward_curve(records).splitlines():
             print(f"rl: {line}", flush=True)

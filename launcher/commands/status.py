@@ -60,12 +60,26 @@ def run(args) -> int:
         up = "not running" if found is None else described(found, recorded_pid(state, name))
         step = f", last logged step {steps[name]}" if name in steps else ""
         print(f"{name + ':':<14}{up}{step}{waiting(run_dir, name)}")
+    if (left := time_words(run_dir, state.data)) is not None:
+        print(f"{'time:' if state.status == 'finished' else 'time left:':<14}{left}")
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
     archive = disk_use_gib(run_dir.samples) * 1024
     print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
           f"{archive:.1f} MiB)")  # fmt: skip
     return 0
+
+
+def time_words(run_dir, data: dict) -> str | None:
+    """The time left and expected finish (estimate corrected by the measured steps), or for a
+    finished run its estimate against the actual time (rlcore.forecast.progress)."""
+    import time
+
+    from rlcore.forecast.progress import status_line
+    from rlcore.metrics import read_records
+
+    records, _ = read_records(run_dir.metrics)
+    return status_line(data, records, time.time())
 
 
 def job_words(run_dir, job_id: str) -> str:

@@ -3,6 +3,7 @@ far, and what run.json keeps of estimate and outcome, so every finished run says
 estimate was. Pure: the caller gives the clock's readings."""
 
 import math
+import time
 from dataclasses import dataclass, field
 
 PRIOR_WEIGHT_STEPS = 2.0
@@ -84,3 +85,46 @@ def accuracy(estimate: dict, measured: dict) -> dict[str, float]:
         if isinstance(est, int | float) and isinstance(got, int | float) and est > 0:
             ratios[name] = round(got / est, 3)
     return ratios
+
+
+def from_records(estimate: object, records: list, max_steps: int) -> Progress:
+    """A run's progress read back (run.json's `estimate`, metrics.jsonl's records): each trainer
+    step at the wall-clock `time` its record carries. Damaged fields count as absent."""
+    estimate = estimate if isinstance(estimate, dict) else {}
+    step_s, end_s = estimate.get("step_s"), estimate.get("end_s")
+    progress = Progress(
+        max_steps,
+        float(step_s) if isinstance(step_s, int | float) and step_s > 0 else None,
+        float(end_s) if isinstance(end_s, int | float) and end_s >= 0 else 0.0,
+    )
+    for record in records:
+        step, when = record.get("step"), record.get("time")
+        if record.get("component") not in ("trainer", "sft") or not isinstance(step, int):
+            continue
+        if step > 0 and isinstance(when, int | float) and math.isfinite(when):
+            progress.step_done(step, float(when))
+    return progress
+
+
+def status_line(state: dict, records: list, now: float) -> str | None:
+    """`rl status`'s and `rl view`'s words on time: the time left with the expected finish
+    while it runs, estimate against actual once finished; None without an estimate or steps."""
+    estimate = state.get("estimate")
+    measured, ratios = state.get("measured"), state.get("estimate_accuracy")
+    if isinstance(measured, dict) and isinstance(estimate, dict):
+        wall, actual = estimate.get("wall_s"), measured.get("wall_s")
+        if isinstance(wall, int | float) and isinstance(actual, int | float):
+            ratio = f" ({actual / wall:.2f}x)" if wall > 0 else ""
+            rest = ""
+            if isinstance(ratios, dict):
+                rest = "; " + ", ".join(f"{k} {v}x" for k, v in ratios.items() if k != "wall")
+            return f"estimated {duration(wall)}, took {duration(actual)}{ratio}{rest}"
+    progress_state = state.get("progress") if isinstance(state.get("progress"), dict) else {}
+    max_steps = progress_state.get("max_steps")
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return None
+    left = from_records(estimate, records, max_steps).left_s(now)
+    if left is None:
+        return None
+    finish = time.strftime("%H:%M:%S", time.localtime(now + left))
+    return f"~{duration(left)} (expected to finish at {finish})"

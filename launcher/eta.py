@@ -1,0 +1,151 @@
+"""The run's clock against its estimate, for the supervisor: the time left on the progress line
+and in run.json (with the expected finish, for `rl status` and `rl view`), each process's peak
+memory sampled as it runs, and at the end the measured totals beside the pre-launch estimate,
+so every finished run says how good its estimate was (rlcore/forecast/progress.py)."""
+
+import time
+from pathlib import Path
+
+import psutil
+
+from rlcore.forecast.progress import Progress, accuracy, duration
+
+MEMORY_SAMPLE_S = 5.0
+"""How often each process tree's memory is read (proportional set size: shared pages split)."""
+
+
+def tree_memory(pid: int) -> int:
+    """Bytes a process and its descendants hold (PSS where readable, else RSS); 0 when gone."""
+    total = 0
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+            total += getattr(info, "pss", 0) or info.rss
+        except psutil.AccessDenied:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        except psutil.Error:
+            continue
+    return total
+
+
+def folder_bytes(root: Path) -> int:
+    """Bytes of the regular files under `root`, links not followed."""
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.lstat().st_size
+        except OSError:
+            continue
+    return total
+
+
+class RunClock:
+    """One attempt's progress against the plan's estimate (None: no estimate, measured only)."""
+
+    def __init__(self, forecast, max_steps: int, components: list[str]):
+        self.estimate = forecast.record() if forecast is not None else None
+        self.started = time.monotonic()
+        self.progress = Progress(
+            max_steps,
+            forecast.step_s if forecast is not None else None,
+            forecast.end_s if forecast is not None else 0.0,
+            start=self.started,
+        )
+        self.first_step_at: float | None = None
+        self.peaks: dict[str, int] = {}
+        self.components = components
+        self.last_sample = 0.0
+        self.finished_at: float | None = None
+
+    def record(self, record: dict) -> None:
+        """A metrics.jsonl record: the trainer's (`step` = optimizer steps done) counts."""
+        step = record.get("step")
+        if record.get("component") in ("trainer", "sft") and isinstance(step, int) and step > 0:
+            self.step_done(step)
+
+    def step_done(self, done: int) -> None:
+        now = time.monotonic()
+        if self.first_step_at is None:
+            self.first_step_at = now
+        self.progress.step_done(done, now)
+
+    def left_s(self) -> float | None:
+        if self.finished_at is not None:
+            return 0.0
+        if not self.progress.seen and self.estimate:  # not started: the whole estimate
+            return max(self.estimate["wall_s"] - (time.monotonic() - self.started), 0.0)
+        return self.progress.left_s(time.monotonic())
+
+    def suffix(self) -> str:
+        """` | left ~4 min 10 s` for the progress line ('' without a figure)."""
+        left = self.left_s()
+        return "" if left is None else f" | left ~{duration(left)}"
+
+    def sample_memory(self, pids: dict[str, int]) -> None:
+        """Each component's memory now, kept at its peak (every MEMORY_SAMPLE_S)."""
+        now = time.monotonic()
+        if now - self.last_sample < MEMORY_SAMPLE_S:
+            return
+        self.last_sample = now
+        for name, pid in pids.items():
+            key = "inference" if name.startswith("inference") else name
+            self.peaks[key] = max(self.peaks.get(key, 0), tree_memory(pid))
+
+    def finish(self, root: Path) -> dict:
+        """The measured totals at the end of a run, and their ratio to the estimate."""
+        self.finished_at = time.monotonic()
+        wall = self.finished_at - self.started
+        seen = sorted(self.progress.seen)
+        step = None
+        if len(seen) >= 2:
+            step = (self.progress.seen[seen[-1]] - self.progress.seen[seen[0]]) / (
+                seen[-1] - seen[0]
+            )
+        measured = {
+            "wall_s": round(wall, 1),
+            "step_s": round(step, 3) if step is not None else None,
+            "start_s": round(self.first_step_at - self.started, 1) if self.first_step_at else None,
+            "peak_memory_bytes": dict(self.peaks),
+            "disk_bytes": folder_bytes(root),
+        }
+        self.measured = measured
+        return measured
+
+    def against_estimate(self) -> str | None:
+        """One line: the estimate against what the run measured (None without an estimate)."""
+        measured = getattr(self, "measured", None)
+        if not self.estimate or measured is None:
+            return None
+        ratios = accuracy(self.estimate, measured)
+        words = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in ratios.items())
+        return (
+            f"estimated {duration(self.estimate['wall_s'])}, took "
+            f"{duration(measured['wall_s'])} (measured / estimated: {words})"
+        )
+
+    def state(self) -> dict:
+        """What run.json keeps: the estimate, the time left with the expected finish (wall
+        clock, for `rl status` and `rl view`) and, once finished, the measured totals."""
+        left = self.left_s()
+        state: dict = {"estimate": self.estimate}
+        state["progress"] = {
+            "steps_done": max(self.progress.seen, default=0),
+            "max_steps": self.progress.max_steps,
+            "time_left_s": round(left, 1) if left is not None else None,
+            "expected_finish": round(time.time() + left, 1) if left is not None else None,
+        }
+        measured = getattr(self, "measured", None)
+        if measured is not None:
+            state["measured"] = measured
+            if self.estimate:
+                state["estimate_accuracy"] = accuracy(self.estimate, measured)
+        return state

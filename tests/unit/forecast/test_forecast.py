@@ -1,0 +1,263 @@
+"""The estimate's arithmetic against hand-computed values, the model's shape from a GGUF header
+and from an HF folder, the calibration's cache, the time left from measured steps, and an
+estimate that cannot be made saying why in one line."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlcore.forecast import calibrate, model, progress
+from rlcore.forecast.calibrate import Speeds
+from rlcore.forecast.model import Job
+from rlcore.forecast.shape import ModelShape, folder_shape, gguf_shape
+
+# A known small model: 1,000 parameters of which a 50 x 10 tied embedding, 2 layers.
+SMALL = ModelShape(params=1000, hidden=10, layers=2, vocab=50, heads=2, kv_heads=1)
+FLAT = Speeds(
+    matmul_flops={"float32": 1e9}, stream_bytes={"float32": 1e9}, op_s=0.0, copy_bytes=1e9,
+    import_s=1.0, threads=1,
+)  # fmt: skip
+
+
+def test_forward_flops_are_two_per_parameter_and_token_plus_attention():
+    assert SMALL.matmul_params == 1000  # tied: the head multiplies, the lookup does not
+    assert model.forward_flops(SMALL, 3) == 3 * 2 * 1000
+    # attention: 4 x layers x hidden x context per token = 4 * 2 * 10 * 5 = 400
+    assert model.forward_flops(SMALL, 3, context=5) == 3 * (2000 + 400)
+    assert model.train_flops(SMALL, 3, 0, lora=False) == 18_000
+    assert model.train_flops(SMALL, 3, 0, lora=True) == 12_000
+
+
+def test_an_untied_head_counts_once_and_the_embedding_lookup_never():
+    untied = ModelShape(params=1500, hidden=10, layers=2, vocab=50, tied=False)
+    assert untied.matmul_params == 1500 - 500
+    assert SMALL.kv_width == 2 * 1 * 5  # keys and values of one kv head of width 10 / 2
+
+
+def test_train_seconds_by_hand():
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10,
+              answer_tokens=8, micro_batch_tokens=1000)  # fmt: skip
+    answer = 8.0
+    tokens = 2 * 10 + 4 * 8  # each group's prompt once, every answer
+    assert model.train_tokens(job, answer) == tokens
+    flops = 3 * tokens * (2 * 1000 + 4 * 2 * 10 * (10 + 8))
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
+    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
+
+
+def test_checkpoint_and_disk_bytes_by_hand():
+    job = Job(max_steps=10, rollouts=4, prompt_tokens=10, answer_tokens=8, checkpoints_kept=2,
+              policy_folders=1, served_bytes=4)  # fmt: skip
+    assert model.checkpoint_bytes(job, SMALL) == 12 * 1000 + 64_000
+    parts = model.disk(job, SMALL, answer=6.0)
+    assert parts["checkpoints"] == 2 * (12_000 + 64_000)
+    assert parts["weights"] == 4 * 1000
+    per_step = 4 * ((10 + 6) * model.ARCHIVE_BYTES_PER_TOKEN + model.ARCHIVE_BYTES_PER_ROLLOUT)
+    assert parts["rollout archive"] == pytest.approx(10 * per_step)
+    lora = Job(max_steps=1, rollouts=1, trainable=100)
+    assert model.checkpoint_bytes(lora, SMALL) == 12 * 100 + 64_000
+
+
+def test_inference_memory_counts_weights_a_compute_copy_and_the_kv_cache():
+    job = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="bfloat16",
+              kv_cache_bytes=5000.0)  # fmt: skip
+    assert model.inference_memory(job, SMALL) == 4000 + 2000 + 5000 + model.INFERENCE_BASE
+    same = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="float32")
+    assert model.inference_memory(same, SMALL) == 4000 + model.INFERENCE_BASE
+
+
+def test_steps_overlap_on_gpus_and_add_up_on_shared_cores():
+    base = dict(max_steps=4, rollouts=8, answer_tokens=16, trainer_peak=1.0)
+    cpu = model.step_phases(Job(**base), SMALL, FLAT, 12.0)
+    gpu = model.step_phases(Job(**base, on_gpu=True, trainer_gpus=1), SMALL, FLAT, 12.0)
+    sync = model.step_phases(Job(**base, async_level=0), SMALL, FLAT, 12.0)
+    trainer_side = cpu["train"] + cpu["publish"]
+    assert gpu["step"] == pytest.approx(max(gpu["generate"], gpu["train"] + gpu["publish"]))
+    assert sync["step"] == pytest.approx(cpu["generate"] + trainer_side)
+    assert max(cpu["generate"], trainer_side) < cpu["step"] <= sync["step"]
+    assert cpu["wait"] == pytest.approx(cpu["step"] - cpu["generate"])
+
+
+def test_the_whole_estimate_adds_its_parts():
+    job = Job(
+        max_steps=10, rollouts=8, answer_tokens=16, trainer_peak=2.0 * model.GIB, on_gpu=True,
+        trainer_gpus=1, inference_gpus=1, gpu_memory_bytes=80 * model.GIB,
+    )  # fmt: skip
+    result = model.estimate(job, SMALL, FLAT)
+    assert result.wall_s == pytest.approx(result.start_s + 10 * result.step_s + result.end_s)
+    assert result.wall_range[0] < result.wall_s < result.wall_range[1]
+    assert result.gpu_hours == pytest.approx(2 * result.wall_s / 3600)
+    assert set(result.gpu_memory) == {"trainer", "inference"}
+    record = result.record()
+    assert json.loads(json.dumps(record))["wall_s"] == round(result.wall_s, 1)
+
+
+def test_an_sft_job_has_no_inference():
+    job = Job(max_steps=3, rollouts=4, answer_tokens=32, sft=True, trainer_peak=1.0)
+    result = model.estimate(job, SMALL, FLAT)
+    assert result.phases["generate"] == result.phases["publish"] == 0.0
+    assert set(result.memory) == {"trainer"}
+    assert result.disk["rollout archive"] == 0.0
+
+
+def write_gguf(path: Path, tied: bool) -> None:
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_embedding_length(8)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_vocab_size(20)
+    writer.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(20)])
+    writer.add_tensor("token_embd.weight", np.zeros((20, 8), dtype=np.float32))
+    writer.add_tensor("blk.0.ffn_up.weight", np.zeros((16, 8), dtype=np.float32))
+    if not tied:
+        writer.add_tensor("output.weight", np.zeros((20, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_gguf_header_gives_the_shape(tmp_path, tied):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, tied)
+    shape = gguf_shape(path)
+    params = 160 + 128 + (0 if tied else 160)
+    assert shape == ModelShape(
+        params=params, hidden=8, layers=2, vocab=20, heads=2, kv_heads=1, intermediate=16, tied=tied
+    )
+
+
+@pytest.mark.parametrize("data", [b"", b"GGUF", b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, b"PK\x03"])
+def test_a_damaged_gguf_is_no_shape(tmp_path, data):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    assert gguf_shape(path) is None
+
+
+def test_the_bundled_model_shape_is_known_before_it_is_unpacked(tmp_path, monkeypatch):
+    from rlcore.config import DEFAULT_MODEL
+    from rlcore.forecast.shape import shape_of
+    from rlcore.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))  # a fresh clone: nothing converted yet
+    shape, source = shape_of(DEFAULT_MODEL)
+    assert source == "the bundled GGUF's header"
+    assert (shape.params, shape.layers, shape.hidden, shape.vocab) == (134_515_008, 30, 576, 49152)
+
+
+def test_a_folder_shape_reads_config_and_headers(tiny_model_dir):
+    shape = folder_shape(tiny_model_dir)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert shape.hidden == config["hidden_size"] and shape.layers == config["num_hidden_layers"]
+    assert shape.params > 0
+
+
+def test_a_hub_model_is_not_estimated_and_says_why():
+    from rlcore.forecast.shape import shape_of
+
+    shape, why = shape_of("some-org/some-model")
+    assert shape is None and "no local folder" in why
+
+
+# -- the calibration's cache -------------------------------------------------------------
+MACHINE = {"arch": "x86_64", "model": "CPU", "isa": "avx512_bf16", "hardware_isa": "avx512_bf16",
+           "capped_by": "", "num_cpus": 2, "num_gpus": 0, "gpu_name": ""}  # fmt: skip
+
+
+def test_the_fingerprint_changes_with_the_machine_caps_and_versions(monkeypatch):
+    key = calibrate.fingerprint(MACHINE, ["float32"])
+    assert calibrate.fingerprint(dict(MACHINE, memory_gib=99), ["float32"]) == key
+    assert calibrate.fingerprint(dict(MACHINE, isa="avx2", capped_by="X=1"), ["float32"]) != key
+    assert calibrate.fingerprint(MACHINE, ["bfloat16", "float32"]) != key
+    monkeypatch.setattr(calibrate, "versions", lambda: {"torch": "0.0.1"})
+    assert calibrate.fingerprint(MACHINE, ["float32"]) != key
+
+
+def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_path, monkeypatch):
+    from rlcore.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    measured = {"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9},
+                "op_s": 1e-6, "copy_bytes": 5e9, "import_s": 2.0, "threads": 2}  # fmt: skip
+    runs = []
+    monkeypatch.setattr(calibrate, "run_child", lambda dtypes: runs.append(dtypes) or measured)
+    first = calibrate.speeds(MACHINE, ["float32"])
+    again = calibrate.speeds(MACHINE, ["float32"])
+    assert len(runs) == 1 and not first.cached and again.cached
+    assert again.matmul_flops == {"float32": 2e9}
+    calibrate.cache_file(first.fingerprint).write_text("{not json")
+    calibrate.speeds(MACHINE, ["float32"])
+    assert len(runs) == 2
+
+
+def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
+    from rlcore.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(calibrate, "run_child", lambda dtypes: {"matmul_flops": "nonsense"})
+    with pytest.raises(calibrate.CalibrationError, match="no usable figures"):
+        calibrate.speeds(MACHINE, ["float32"])
+
+
+# -- the time left ---------------------------------------------------------------------------
+def test_the_time_left_follows_measured_steps_and_reaches_zero():
+    clock = progress.Progress(max_steps=10, estimated_step_s=10.0, estimated_end_s=5.0)
+    assert clock.left_s(0.0) == 10 * 10.0 + 5.0
+    for done in range(1, 6):
+        clock.step_done(done, 100.0 + 4.0 * done)  # the run goes at 4 s a step
+    # measured 3 steps (2..5) at 4 s, the estimate counts as PRIOR_WEIGHT_STEPS at 10 s
+    pace = (4.0 * 3 + 10.0 * progress.PRIOR_WEIGHT_STEPS) / (3 + progress.PRIOR_WEIGHT_STEPS)
+    assert clock.pace_s() == pytest.approx(pace)
+    assert clock.left_s(120.0) == pytest.approx(5 * pace + 5.0)
+    for done in range(6, 11):
+        clock.step_done(done, 100.0 + 4.0 * done)
+    assert clock.left_s(200.0) == 0.0
+
+
+def test_the_time_left_without_an_estimate_is_measured_only():
+    clock = progress.Progress(max_steps=4, estimated_step_s=None)
+    assert clock.left_s(0.0) is None
+    clock.step_done(2, 10.0)
+    clock.step_done(3, 13.0)
+    assert clock.left_s(13.0) == pytest.approx(3.0)
+
+
+def test_status_words_from_a_run_json_and_its_records():
+    state = {"estimate": {"step_s": 2.0, "end_s": 1.0, "wall_s": 30.0},
+             "progress": {"max_steps": 4}}  # fmt: skip
+    records = [{"component": "trainer", "step": s, "time": 1000.0 + 2 * s} for s in (1, 2, 3)]
+    records.append({"component": "trainer", "step": "x", "time": "damaged"})
+    line = progress.status_line(state, records, now=1006.0)
+    assert line.startswith("~3 s (expected to finish at")
+    state["measured"] = {"wall_s": 33.0}
+    state["estimate_accuracy"] = {"wall": 1.1, "disk": 0.95}
+    assert progress.status_line(state, records, 2000.0) == (
+        "estimated 30 s, took 33 s (1.10x); disk 0.95x"
+    )
+    assert progress.status_line({}, records, 0.0) is None
+
+
+def test_accuracy_is_measured_over_estimated():
+    estimate = {"wall_s": 100.0, "step_s": 4.0, "disk_bytes": {"a": 50, "b": 50},
+                "memory_bytes": {"trainer": 200, "inference": 0}}  # fmt: skip
+    measured = {"wall_s": 110.0, "step_s": 4.0, "disk_bytes": 90,
+                "peak_memory_bytes": {"trainer": 150}}  # fmt: skip
+    assert progress.accuracy(estimate, measured) == {
+        "wall": 1.1, "step": 1.0, "disk": 0.9, "memory trainer": 0.75,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "seconds, words",
+    [(None, "?"), (0, "0 s"), (42.4, "42 s"), (250, "4 min 10 s"), (3900, "1 h 05 min")],
+)
+def test_durations_read_as_words(seconds, words):
+    assert progress.duration(seconds) == words
