@@ -111,3 +111,21 @@ def test_reward_curve_summarizes_training_steps(tmp_path):
     text = reward_curve(read_records(run.metrics)[0], window=2)
     assert text.splitlines()[0] == "reward by step 0..5: ▁▁▅███"
     assert text.splitlines()[1].endswith("first 2 steps 0.000, of the last 2 1.000")
+
+
+def test_an_in_run_eval_record_is_no_training_step(tmp_path):
+    """The orchestrator logs an in-run eval as its own record (`eval/<env>/reward`, no
+    `reward`): the progress line and the reward curve skip it; counted as a step, the
+    supervisor's step line would fail on it."""
+    from rlcore.metrics import is_training_step, read_records, record_step_line, reward_curve
+
+    run = RunDir(tmp_path)
+    run.append_metrics("orchestrator", 0, {"reward": 0.5, "num_tokens": 10, "num_samples": 2})
+    run.append_metrics("orchestrator", 0, {"eval/policy_step": 0, "eval/add/reward": 0.75,
+                                           "eval/add/num_rollouts": 8})  # fmt: skip
+    run.append_metrics("orchestrator", 1, {"reward": 1.0, "num_tokens": 10, "num_samples": 2})
+    records, _ = read_records(run.metrics)
+    assert [is_training_step(r) for r in records] == [True, False, True]
+    lines = [record_step_line(r) for r in records if is_training_step(r)]
+    assert [line.split(" | ")[2] for line in lines] == ["Reward: 0.5000", "Reward: 1.0000"]
+    assert reward_curve(records).startswith("reward by step 0..1: ")
