@@ -319,8 +319,8 @@ def place_in_job(plan) -> None:
     config.inference.replicas = len(inference_hosts)
     config.inference.server.host = "0.0.0.0"
     port = config.inference.server.port
+    ports.release_all()  # each node's server reserves its own port there (this one's too)
     if port is None or "inference.server.port" in plan.machine_chosen:  # the rule, per node
-        ports.release_all()  # each node's server reserves its own port there
         port = config.inference.server.port = port_free_on(inference_hosts)
     urls = [f"http://{h}:{port + i}" for i, h in enumerate(inference_hosts)]
     plan.ports_note = f"Inference: {', '.join(urls)} (each on its node)"

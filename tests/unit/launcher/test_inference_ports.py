@@ -133,3 +133,22 @@ def test_run_json_records_the_servers_addresses_as_checked_data(tmp_path):
     for bad in (["http://h:8000/../x"], "http://h:8000", [8000], ["h:8000"], ["http://h:80\n"]):
         with pytest.raises(Damaged, match="inference_urls"):
             run_json.parse({"inference_urls": bad})
+
+
+def test_a_multi_node_job_leaves_each_servers_port_to_its_node(monkeypatch, tmp_path, own_ports):
+    """The launcher keeps no reservation there (its own node may serve inference-0, which
+    reserves its port itself) and tells no server its port is held for it."""
+    monkeypatch.setattr(slurm, "job_hosts", lambda: ["n1", "n2", "n3"])
+    monkeypatch.setattr(slurm, "check_shared", lambda root, hosts: None)
+    monkeypatch.setattr(slurm, "port_free_on", lambda hosts: 8000)
+    job = {"output_dir": str(tmp_path / "run"), "inference": {"server": {"port": own_ports}},
+           "slurm": {"nodes": 3, "trainer_nodes": 1, "gpus_per_node": 0}}  # fmt: skip
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv(slurm.INSIDE_ENV, "1")
+    plan = build_plan(RLConfig.model_validate(job), dry_run=False)
+    assert own_ports in ports._held  # checked and reserved here first
+    slurm.place_in_job(plan)
+    assert not ports._held and plan.config.inference.server.port == own_ports  # kept as given
+    for name in ("inference", "inference-1"):
+        assert not any(a.startswith(ports.HELD_ENV) for a in plan.command(name)), name
+    assert plan.config.orchestrator.client.base_url[1] == f"http://n2:{own_ports + 1}/v1"
