@@ -92,18 +92,18 @@ def test_every_declared_dependency_is_imported_or_known_to_be_needed():
 
 
 def test_the_tests_and_benchmarks_import_only_what_the_project_declares():
-    """Tests and benchmarks may use the product's dependencies, the bundled environments and
-    the `dev` group, nothing that only happens to be installed."""
+    """Tests, benchmarks and scripts (the docs' generator) may use the product's dependencies,
+    the bundled environments and the `dev` group, nothing that only happens to be installed."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
     dev = {normalized(re.match(r"[A-Za-z0-9._-]+", r).group())
            for r in data["dependency-groups"]["dev"]}  # fmt: skip
     declared = ROOT_DECLARED | ENVS_DECLARED | dev | {"rl-envs"}
-    own = ROOT_OWN | ENVS_OWN | {"tests", "benchmarks", "helpers", "conftest"}
+    own = ROOT_OWN | ENVS_OWN | {"tests", "benchmarks", "scripts", "helpers", "conftest"}
     local = {p.stem for p in (REPO / "tests").rglob("*.py")}  # test modules import each other
     elsewhere = {  # runs in an environment of its own, which the benchmark installs
         "benchmarks/trl_grpo_job.py: trl": "benchmarks/vs_trl.py installs TRL in its own venv",
     }
     found = {}
-    for folder in ("tests", "benchmarks"):
+    for folder in ("tests", "benchmarks", "scripts"):
         found |= undeclared(REPO / folder, declared, own | local)
     assert {k: v for k, v in found.items() if k not in elsewhere} == {}
