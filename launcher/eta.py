@@ -81,9 +81,12 @@ class RunClock:
     def left_s(self) -> float | None:
         if self.finished_at is not None:
             return 0.0
-        if not self.progress.seen and self.estimate:  # not started: the whole estimate
-            return max(self.estimate["wall_s"] - (time.monotonic() - self.started), 0.0)
-        return self.progress.left_s(time.monotonic())
+        left = self.progress.left_s(time.monotonic())
+        if not self.progress.seen and self.estimate and left is not None:
+            # before the first step: what is left of the start as well
+            start = self.estimate["start_s"] - self.estimate["step_s"]
+            left += max(start - (time.monotonic() - self.started), 0.0)
+        return left
 
     def suffix(self) -> str:
         """` | left ~4 min 10 s` for the progress line ('' without a figure)."""

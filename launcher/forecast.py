@@ -8,6 +8,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from rlcore.errors import ConfigError
 from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
 from rlcore.forecast.model import DTYPE_BYTES, GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
@@ -86,7 +87,22 @@ def rl_job(plan, shape: ModelShape) -> Job:
         policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level) - 1
         if trainer.weight_transfer.copies_in_background() else 0,
         archive=orch.samples.keep, trainer_peak=sum(peak.values()),
+        tokenizer_bytes=side_files_bytes(config.trainer.model.name),
     )  # fmt: skip
+
+
+def side_files_bytes(name: str) -> float:
+    """Bytes of a model folder's files besides its weights (tokenizer, configs), which every
+    policy folder repeats; the model's default where there is no folder yet."""
+    from rlcore.forecast.model import TOKENIZER_BYTES
+    from rlcore.models import model_folder
+
+    try:
+        folder = model_folder(name)
+        files = [f for f in folder.iterdir() if f.is_file() and f.suffix != ".safetensors"]
+        return float(sum(f.stat().st_size for f in files)) or TOKENIZER_BYTES
+    except (ConfigError, OSError, AttributeError):
+        return TOKENIZER_BYTES
 
 
 def measured_speeds(machine, dtypes: list[str]):
@@ -129,11 +145,16 @@ def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
     """What the estimate rests on, one phrase each."""
     rates = ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in sorted(found.matmul_flops.items()))
     when = "cached" if found.cached else f"measured now in {found.measured_s:.1f} s"
+    work = (
+        f"{job.rollouts} samples x ~{job.answer_tokens} tokens a step (the data's first rows)"
+        if job.sft
+        else f"{job.rollouts} rollouts x ~{job.prompt_tokens} prompt + up to {job.answer_tokens} "
+        f"answer tokens, {job.max_turns} turn(s), async {job.async_level}"
+    )
     return [
         f"model {shape.params / 1e6:.0f}M parameters, {shape.layers} layers, hidden "
         f"{shape.hidden}, vocabulary {shape.vocab} (from {source})",
-        f"{job.rollouts} rollouts x ~{job.prompt_tokens} prompt + up to {job.answer_tokens} "
-        f"answer tokens, {job.max_turns} turn(s), async {job.async_level}",
+        work,
         f"this machine: {rates} ({when}, fingerprint {found.fingerprint})",
     ]
 
@@ -169,3 +190,75 @@ def describe(
         lines.append(f"  GPU-hours: {result.gpu_hours:.2f}{cost}")
     lines += [f"  basis: {line}" for line in result.basis]
     return lines
+
+
+CHARS_PER_TOKEN = 4.0
+"""Characters per token when a data file's rows are measured without a tokenizer."""
+SAMPLE_ROWS = 200
+
+
+def data_tokens(name: str, seq_len: int) -> int:
+    """The mean tokens of an SFT data file's first rows (characters / CHARS_PER_TOKEN plus a
+    chat template's few tokens per message), at most `seq_len`; `seq_len` x ANSWER_FILL where
+    the file cannot be read here (a hub data set)."""
+    from rlcore.forecast.model import ANSWER_FILL
+
+    path = Path(name).expanduser()
+    lengths = []
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line, _ in zip(f, range(SAMPLE_ROWS), strict=False):
+                if line.strip():
+                    lengths.append(len(line) / CHARS_PER_TOKEN)
+    except OSError:
+        pass
+    if not lengths:
+        return int(seq_len * ANSWER_FILL)
+    return int(min(sum(lengths) / len(lengths), seq_len))
+
+
+def sft_job(config, machine, shape: ModelShape) -> Job:
+    """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0)."""
+    from rlcore.estimate import trainer_peak
+    from rlcore.machine import compute_dtype
+
+    on_gpu = bool(machine and machine.num_gpus)
+    dtype, _ = compute_dtype(config.model.dtype, on_gpu, machine)
+    data = config.data
+    seq_len = min(data.seq_len or config.seq_len, config.seq_len)
+    tokens = data_tokens(data.name, seq_len)
+    micro = data.micro_batch_tokens or max(seq_len, 2048)
+    trainable = lora_trainable(config.lora, shape)
+    ac = config.model.activation_checkpointing is True
+    peak = trainer_peak(shape, min(micro, tokens * data.batch_size), DTYPE_BYTES.get(dtype, 4),
+                        ac, trainable=trainable,
+                        head_chunk=config.model.logprob_chunk_tokens)  # fmt: skip
+    saved, kept = checkpoint_counts(config.ckpt, config.max_steps)
+    return Job(
+        max_steps=config.max_steps, rollouts=data.batch_size, rollouts_per_example=data.batch_size,
+        prompt_tokens=0, answer_tokens=tokens, seq_len=seq_len, train_dtype=dtype,
+        trainable=trainable, micro_batch_tokens=micro, on_gpu=on_gpu,
+        trainer_gpus=1 if on_gpu else 0, checkpoints_kept=kept, checkpoints_saved=saved,
+        policy_folders=1, archive=False, sft=True, trainer_peak=sum(peak.values()),
+        answer_fill=1.0,
+    )  # fmt: skip
+
+
+def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
+    """The estimate for an SFT run and its block's lines; never raises."""
+    try:
+        from rlcore.machine import probe
+
+        machine = probe()
+        shape, source = shape_of(config.model.name)
+        if shape is None:
+            return None, [f"Estimate: not made ({source})"]
+        job = sft_job(config, machine, shape)
+        found, why = measured_speeds(machine, [job.train_dtype])
+        if found is None:
+            return None, [f"Estimate: not made ({why})"]
+        result = estimate(job, shape, found)
+        result.basis = basis(shape, source, job, found)
+        return result, describe(result, job, machine.memory_gib, None)
+    except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
+        return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

@@ -12,12 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.eta import RunClock
 from launcher.exits import exit_message, oom_kills
+from launcher.forecast import sft_forecast
 from rlcore import children, procs
 from rlcore.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.entry import exit_with, parse_config
 from rlcore.errors import ConfigError
 from rlcore.literal_secrets import write_for_child
+from rlcore.metrics import read_records
 from rlcore.poll import (
     STOP_EXIT_CODES,
     Stop,
@@ -51,6 +54,8 @@ def main(argv: list[str]) -> int:
     max_restarts = parse_restarts(restarts)
     config, _ = parse_config(SFTConfig, "rl sft", argv, usage=USAGE, extra_help=EXTRA_HELP)
     check_data(argv)
+    forecast, lines = sft_forecast(config)  # never raises: one line when not made
+    print("\n".join(lines), flush=True)
     run = RunDir(config.output_dir)
     try:
         step = prepare(run, config, clean)
@@ -58,7 +63,7 @@ def main(argv: list[str]) -> int:
         exit_with(str(err), "rl sft")
     failures = 0
     while True:
-        code = run_attempt(run, config, step)
+        code = run_attempt(run, config, step, RunClock(forecast, config.max_steps, ["sft"]))
         if code == DISK_FULL_EXIT_CODE:
             print(f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
                   file=sys.stderr)  # fmt: skip
@@ -122,7 +127,7 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
     return run.prepare_attempt(config.ckpt.resume_step, ("weights",), RL_SFT)
 
 
-def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
+def run_attempt(run: RunDir, config: SFTConfig, step: int | None, clock: RunClock) -> int:
     """Start `sft` on the resolved config (resuming from `step`; rlcore.children: its own
     session, gone when this launcher dies), show its output (logs/sft.log) here, wait; its
     exit code (-n when signal n ended it, said as `rl` says it: launcher.exits), or 128 + n
@@ -140,10 +145,20 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     identities = {procs.LAUNCHER: procs.identity(), "sft": child.identity}
     processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
                  procs.IDENTITIES: identities}  # fmt: skip
-    record_state(run, "running", **processes)  # for `rl status` and `rl stop`
+    record_state(run, "running", **processes, **clock.state())  # for `rl status`, `rl stop`
+
+    metrics = [run.metrics.stat().st_size if run.metrics.exists() else 0]
+
+    def ended() -> bool:
+        shown.copy()
+        records, metrics[0] = read_records(run.metrics, metrics[0])
+        for record in records:
+            clock.record(record)  # the steps' pace, for run.json's measured totals
+        clock.sample_memory({"trainer": child.pid})
+        return child.proc.poll() is not None
+
     try:
-        wait_until(lambda: shown.copy() or child.proc.poll() is not None, math.inf,
-                   OUTPUT_POLL_S, "sft to end")  # fmt: skip
+        wait_until(ended, math.inf, OUTPUT_POLL_S, "sft to end")
     except Stop as stop:
         ignore_stop_signals("rl sft")
         print(f"rl sft: stopping ({stop})", file=sys.stderr, flush=True)
@@ -156,8 +171,13 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None) -> int:
     if code not in (0, DISK_FULL_EXIT_CODE):  # a full disk: main says which file
         message = exit_message("sft", code, (oom_before, oom_kills()), OOM_KNOBS)
         print(f"rl sft: error: {message}", file=sys.stderr, flush=True)
+    if code == 0:
+        clock.finish(run.root)
+        if (against := clock.against_estimate()) is not None:
+            print(f"rl sft: {against}", flush=True)
     try:
-        record_state(run, "finished" if code == 0 else "failed", exit_code=code, **processes)
+        state = "finished" if code == 0 else "failed"
+        record_state(run, state, exit_code=code, **processes, **clock.state())
     except DiskFullError:
         if code != DISK_FULL_EXIT_CODE:
             raise  # rl sft's own write met the full disk first (rlcore.entry says so)

@@ -30,6 +30,11 @@ DECODE_OPS_PER_LAYER = 40
 """Tensor operations per layer in one decode iteration of vLLM (dispatch overhead)."""
 DECODE_ITERATION_OVERHEAD_OPS = 4000
 """A decode iteration's scheduling and sampling, in tiny-op units (Python per iteration)."""
+GENERATE_STEP_OPS = 100_000
+"""The orchestrator's fixed work per step (requests, scoring, the batch written), in tiny-op
+units: it sets the step of a tiny model."""
+TRAIN_STEP_OPS = 100_000
+"""The trainer's fixed work per step (the batch read, packing, logging), in tiny-op units."""
 PUBLISH_COPIES = 3.0
 """Memory copies of the policy's bytes a publish makes (gather, cast, send/write, load)."""
 OVERLAP_ON_SHARED_CORES = 0.85
@@ -56,6 +61,10 @@ LAUNCHER_BASE = 0.08 * GIB
 ARCHIVE_BYTES_PER_TOKEN = 5.0
 """The rollout archive's zstd Parquet bytes per token (text, logprob and mask per token)."""
 ARCHIVE_BYTES_PER_ROLLOUT = 40.0
+CHECKPOINT_FIXED = 64_000
+"""A checkpoint's orchestrator part, configs and manifest."""
+TOKENIZER_BYTES = 3.6e6
+"""A policy folder's tokenizer and config files, where the model folder does not say."""
 LOG_BYTES_PER_STEP = 1600.0
 """metrics.jsonl and the logs per step."""
 LOG_BYTES_FIXED = 60_000.0
@@ -105,10 +114,14 @@ class Job:
     samples and `answer_tokens` their length."""
     trainer_peak: float = 0.0
     """The trainer's peak memory in bytes (rlcore.estimate), computed by the caller."""
+    tokenizer_bytes: float = TOKENIZER_BYTES
+    """A policy folder's files besides its weights (tokenizer, config)."""
+    answer_fill: float = ANSWER_FILL
+    """Share of `answer_tokens` an answer uses on average (1: `answer_tokens` is a mean)."""
 
     @property
     def answer_mean(self) -> float:
-        return self.answer_tokens * ANSWER_FILL
+        return self.answer_tokens * self.answer_fill
 
     @property
     def groups(self) -> int:
@@ -200,7 +213,7 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
             2 * shape.matmul_params * concurrent / flops
         )  # attention beyond the products the stream rate covers
         total += prefill + waves * job.answer_tokens * iteration
-    return total
+    return total + GENERATE_STEP_OPS * speeds.op_s
 
 
 def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
@@ -216,7 +229,7 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
     optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
-    return compute + dispatch + optimizer
+    return compute + dispatch + optimizer + TRAIN_STEP_OPS * speeds.op_s
 
 
 def publish_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
@@ -267,14 +280,26 @@ def inference_memory(job: Job, shape: ModelShape) -> float:
     weights = shape.params * job.served_bytes
     copy = shape.matmul_params * DTYPE_BYTES.get(job.decode_dtype, 4)
     copy = copy if DTYPE_BYTES.get(job.decode_dtype, 4) != job.served_bytes else 0.0
-    return (weights + copy + job.kv_cache_bytes + INFERENCE_BASE) * job.inference_replicas
+    kv = min(job.kv_cache_bytes, kv_touched(job, shape))
+    return (weights + copy + kv + INFERENCE_BASE) * job.inference_replicas
+
+
+def kv_touched(job: Job, shape: ModelShape) -> float:
+    """KV-cache bytes the run writes into over its life: vLLM hands out free blocks in turn, so
+    the cache's pages are touched (and held) as far as the run's tokens reach, no further."""
+    per_token = shape.kv_width * shape.layers * job.served_bytes
+    tokens = job.max_steps * job.rollouts * (job.prompt_tokens + job.answer_tokens) * job.turns
+    return tokens * per_token
 
 
 def checkpoint_bytes(job: Job, shape: ModelShape) -> float:
     """One checkpoint: fp32 weights (adapters alone with LoRA) and two fp32 AdamW moments of
-    what trains, plus the orchestrator's small part."""
-    trained = shape.params if job.trainable is None else job.trainable
-    return 4 * trained + 8 * trained + 64_000
+    what trains (a tied embedding's weights are saved under both names), plus the
+    orchestrator's and the configs' small part."""
+    if job.trainable is not None:
+        return 12 * job.trainable + CHECKPOINT_FIXED
+    tied = 4 * shape.vocab * shape.hidden if shape.tied else 0
+    return 12 * shape.params + tied + CHECKPOINT_FIXED
 
 
 def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
@@ -282,6 +307,7 @@ def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
     rollout_tokens = (job.prompt_tokens + answer) * job.turns
     per_step = job.rollouts * (rollout_tokens * ARCHIVE_BYTES_PER_TOKEN + ARCHIVE_BYTES_PER_ROLLOUT)
     policy = shape.params * job.served_bytes if job.trainable is None else 4 * job.trainable
+    policy += job.tokenizer_bytes
     return {
         "checkpoints": job.checkpoints_kept * checkpoint_bytes(job, shape),
         "weights": job.policy_folders * policy,

@@ -43,27 +43,33 @@ def test_train_seconds_by_hand():
     assert model.train_tokens(job, answer) == tokens
     flops = 3 * tokens * (2 * 1000 + 4 * 2 * 10 * (10 + 8))
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam  # op_s = 0: no fixed work
     assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
 
 
 def test_checkpoint_and_disk_bytes_by_hand():
     job = Job(max_steps=10, rollouts=4, prompt_tokens=10, answer_tokens=8, checkpoints_kept=2,
-              policy_folders=1, served_bytes=4)  # fmt: skip
-    assert model.checkpoint_bytes(job, SMALL) == 12 * 1000 + 64_000
+              policy_folders=1, served_bytes=4, tokenizer_bytes=300.0)  # fmt: skip
+    # fp32 weights and two moments, and the tied 50 x 10 embedding saved a second time
+    one = 12 * 1000 + 4 * 500 + model.CHECKPOINT_FIXED
+    assert model.checkpoint_bytes(job, SMALL) == one
     parts = model.disk(job, SMALL, answer=6.0)
-    assert parts["checkpoints"] == 2 * (12_000 + 64_000)
-    assert parts["weights"] == 4 * 1000
+    assert parts["checkpoints"] == 2 * one
+    assert parts["weights"] == 4 * 1000 + 300
     per_step = 4 * ((10 + 6) * model.ARCHIVE_BYTES_PER_TOKEN + model.ARCHIVE_BYTES_PER_ROLLOUT)
     assert parts["rollout archive"] == pytest.approx(10 * per_step)
     lora = Job(max_steps=1, rollouts=1, trainable=100)
-    assert model.checkpoint_bytes(lora, SMALL) == 12 * 100 + 64_000
+    assert model.checkpoint_bytes(lora, SMALL) == 12 * 100 + model.CHECKPOINT_FIXED
 
 
-def test_inference_memory_counts_weights_a_compute_copy_and_the_kv_cache():
+def test_inference_memory_counts_weights_a_compute_copy_and_the_kv_cache_it_touches():
     job = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="bfloat16",
-              kv_cache_bytes=5000.0)  # fmt: skip
-    assert model.inference_memory(job, SMALL) == 4000 + 2000 + 5000 + model.INFERENCE_BASE
+              kv_cache_bytes=5000.0, prompt_tokens=10, answer_tokens=10)  # fmt: skip
+    # 20 tokens x (keys and values of one 5-wide head: 10) x 2 layers x 4 bytes = 1600
+    assert model.kv_touched(job, SMALL) == 1600
+    assert model.inference_memory(job, SMALL) == 4000 + 2000 + 1600 + model.INFERENCE_BASE
+    longer = Job(max_steps=100, rollouts=1, served_bytes=4, kv_cache_bytes=5000.0)
+    assert model.inference_memory(longer, SMALL) == 4000 + 5000 + model.INFERENCE_BASE
     same = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="float32")
     assert model.inference_memory(same, SMALL) == 4000 + model.INFERENCE_BASE
 
