@@ -436,8 +436,15 @@ def config_pages() -> dict[Path, str]:
 
 def pages() -> dict[Path, str]:
     """Every generated page: its path under the repository and its text."""
+    columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS
-    return {**config_pages(), **command_pages()}
+    try:
+        return {**config_pages(), **command_pages()}
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
 
 
 def stale(root: Path = REPO) -> list[Path]:
