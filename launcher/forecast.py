@@ -48,10 +48,19 @@ def checkpoint_counts(ckpt, max_steps: int) -> tuple[int, int]:
 
 
 def lora_trainable(lora, shape: ModelShape) -> int | None:
-    """Adapter parameters: two rank x hidden matrices per target per layer (as launcher.memory)."""
+    """Adapter parameters: rank x (inputs + outputs) of each target matrix in each layer."""
     if lora is None:
         return None
-    return 2 * lora.rank * shape.hidden * len(lora.target_modules) * shape.layers
+    heads = shape.heads or max(shape.hidden // 64, 1)
+    head_dim = shape.head_dim or shape.hidden // heads
+    attention, kv = heads * head_dim, (shape.kv_heads or heads) * head_dim
+    mlp = shape.intermediate or 4 * shape.hidden
+    sides = {"q_proj": (shape.hidden, attention), "k_proj": (shape.hidden, kv),
+             "v_proj": (shape.hidden, kv), "o_proj": (attention, shape.hidden),
+             "gate_proj": (shape.hidden, mlp), "up_proj": (shape.hidden, mlp),
+             "down_proj": (mlp, shape.hidden)}  # fmt: skip
+    per_layer = sum(sum(sides.get(t, (shape.hidden, shape.hidden))) for t in lora.target_modules)
+    return lora.rank * per_layer * shape.layers
 
 
 def rl_job(plan, shape: ModelShape) -> Job:
@@ -160,7 +169,12 @@ def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
 
 
 def gib(value: float) -> str:
-    return f"{value / GIB:.1f} GiB"
+    """`5.1 GiB`, `120 MiB`, `35 kB`: bytes in the unit that reads best."""
+    if value >= GIB:
+        return f"{value / GIB:.1f} GiB"
+    if value >= 2**20:
+        return f"{value / 2**20:.0f} MiB"
+    return f"{value / 1000:.0f} kB"
 
 
 def describe(
