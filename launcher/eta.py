@@ -67,10 +67,15 @@ class RunClock:
         self.finished_at: float | None = None
 
     def record(self, record: dict) -> None:
-        """A metrics.jsonl record: the trainer's (`step` = optimizer steps done) counts."""
+        """A metrics.jsonl record: the trainer's (`step` = optimizer steps done) and the
+        orchestrator's training batches (`step` = the batch's index) count."""
         step = record.get("step")
-        if record.get("component") in ("trainer", "sft") and isinstance(step, int) and step > 0:
+        if not isinstance(step, int):
+            return
+        if record.get("component") in ("trainer", "sft") and step > 0:
             self.step_done(step)
+        elif record.get("component") == "orchestrator" and "reward" in record and step >= 0:
+            self.progress.batch_done(step + 1, time.monotonic())
 
     def step_done(self, done: int) -> None:
         now = time.monotonic()

@@ -3,20 +3,22 @@ far, and what run.json keeps of estimate and outcome, so every finished run says
 estimate was. Pure: the caller gives the clock's readings."""
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 
-PRIOR_WEIGHT_STEPS = 2.0
-"""The pre-launch step time counts as this many measured steps (two measured steps already
-outweigh it: a machine's load is what the calibration could not see)."""
 RECENT_STEPS = 8
-"""Measured steps the pace is taken over (the latest ones: the first step's warm-up and an
-earlier load fade out)."""
+"""Measured intervals per stream the pace is taken from (the latest ones: the first step's
+warm-up and an earlier load fade out)."""
+MEDIAN_FROM = 3
+"""From this many measured intervals on, the pace is their median alone; below, their mean
+with the pre-launch step time counted as one more."""
 
 
 @dataclass
 class Progress:
-    """Steps seen with the time each was seen (seconds on one monotonic clock)."""
+    """Steps seen with the time each was seen (seconds on one clock): the trainer's optimizer
+    steps, which end the run, and the orchestrator's batches, which show the pace earlier."""
 
     max_steps: int
     estimated_step_s: float | None
@@ -24,35 +26,46 @@ class Progress:
     """After the last step: the final checkpoint and the shutdown."""
     start: float = 0.0
     seen: dict[int, float] = field(default_factory=dict)
-    """Completed steps (1-based count) and when each was seen."""
+    """The trainer's completed steps (1-based count) and when each was seen."""
+    batches: dict[int, float] = field(default_factory=dict)
+    """The orchestrator's written batches (1-based count) and when each was seen."""
 
     def step_done(self, done: int, now: float) -> None:
         self.seen.setdefault(done, now)
 
+    def batch_done(self, done: int, now: float) -> None:
+        self.batches.setdefault(done, now)
+
+    def intervals(self) -> list[float]:
+        """Seconds per step between consecutive records of each stream (the trainer's from its
+        second step on: its first carries the model's warm-up), the latest RECENT_STEPS."""
+        found = []
+        for times, first in ((self.seen, 2), (self.batches, 1)):
+            done = [n for n in sorted(times) if n >= first][-(RECENT_STEPS + 1) :]
+            for a, b in zip(done, done[1:], strict=False):
+                found.append((times[b] - times[a]) / (b - a))
+        return found
+
     def pace_s(self) -> float | None:
-        """Seconds per step: the recent measured steps' mean, blended with the estimate."""
-        done = sorted(self.seen)
-        recent = [n for n in done if n >= 2][-(RECENT_STEPS + 1) :]  # from the second step on
-        measured, count = None, 0
-        if len(recent) >= 2:
-            count = recent[-1] - recent[0]
-            measured = (self.seen[recent[-1]] - self.seen[recent[0]]) / count
-        if measured is None:
+        """Seconds per step: the measured intervals' median once there are MEDIAN_FROM, before
+        that their mean with the estimate counted once; the estimate alone before any."""
+        measured = self.intervals()
+        if len(measured) >= MEDIAN_FROM or (measured and self.estimated_step_s is None):
+            return statistics.median(measured)
+        if not measured:
             return self.estimated_step_s
-        if self.estimated_step_s is None:
-            return measured
-        weight = PRIOR_WEIGHT_STEPS
-        return (measured * count + self.estimated_step_s * weight) / (count + weight)
+        return (sum(measured) + self.estimated_step_s) / (len(measured) + 1)
 
     def left_s(self, now: float) -> float | None:
-        """Seconds until the run ends; 0 once every step is done; None without any figure."""
+        """Seconds until the run ends (the trainer's steps left, then the end); None without
+        any figure."""
         done = max(self.seen, default=0)
+        since_last = now - self.seen[done] if done else 0.0
         if done >= self.max_steps:
-            return 0.0
+            return max(self.estimated_end_s - since_last, 0.0)
         pace = self.pace_s()
         if pace is None:
             return None
-        since_last = now - self.seen[done] if done else 0.0
         return max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
 
 
@@ -99,10 +112,14 @@ def from_records(estimate: object, records: list, max_steps: int) -> Progress:
     )
     for record in records:
         step, when = record.get("step"), record.get("time")
-        if record.get("component") not in ("trainer", "sft") or not isinstance(step, int):
+        if not isinstance(step, int) or not isinstance(when, int | float):
             continue
-        if step > 0 and isinstance(when, int | float) and math.isfinite(when):
+        if not math.isfinite(when):
+            continue
+        if record.get("component") in ("trainer", "sft") and step > 0:
             progress.step_done(step, float(when))
+        elif record.get("component") == "orchestrator" and "reward" in record and step >= 0:
+            progress.batch_done(step + 1, float(when))
     return progress
 
 

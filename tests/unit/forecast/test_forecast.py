@@ -217,15 +217,29 @@ def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
 def test_the_time_left_follows_measured_steps_and_reaches_zero():
     clock = progress.Progress(max_steps=10, estimated_step_s=10.0, estimated_end_s=5.0)
     assert clock.left_s(0.0) == 10 * 10.0 + 5.0
-    for done in range(1, 6):
-        clock.step_done(done, 100.0 + 4.0 * done)  # the run goes at 4 s a step
-    # measured 3 steps (2..5) at 4 s, the estimate counts as PRIOR_WEIGHT_STEPS at 10 s
-    pace = (4.0 * 3 + 10.0 * progress.PRIOR_WEIGHT_STEPS) / (3 + progress.PRIOR_WEIGHT_STEPS)
-    assert clock.pace_s() == pytest.approx(pace)
-    assert clock.left_s(120.0) == pytest.approx(5 * pace + 5.0)
+    clock.step_done(1, 100.0)  # the trainer's first step carries its warm-up: not a pace
+    clock.step_done(2, 104.0)
+    assert clock.intervals() == []
+    clock.step_done(3, 108.0)  # one interval of 4 s, the estimate counted once
+    assert clock.pace_s() == pytest.approx((4.0 + 10.0) / 2)
+    assert clock.left_s(108.0) == pytest.approx(7 * 7.0 + 5.0)
+    clock.step_done(4, 112.0)
+    clock.step_done(5, 116.0)  # three intervals: their median alone
+    assert clock.pace_s() == pytest.approx(4.0)
+    assert clock.left_s(118.0) == pytest.approx(5 * 4.0 - 2.0 + 5.0)
     for done in range(6, 11):
         clock.step_done(done, 100.0 + 4.0 * done)
-    assert clock.left_s(200.0) == 0.0
+    assert clock.left_s(140.0) == pytest.approx(5.0)  # the end (the last checkpoint) is left
+    assert clock.left_s(146.0) == 0.0
+
+
+def test_the_orchestrators_batches_show_the_pace_before_the_trainer_does():
+    clock = progress.Progress(max_steps=8, estimated_step_s=20.0)
+    for done, at in ((1, 50.0), (2, 55.0), (3, 60.0), (4, 65.0)):
+        clock.batch_done(done, at)
+    assert clock.pace_s() == pytest.approx(5.0)
+    clock.step_done(1, 62.0)
+    assert clock.left_s(62.0) == pytest.approx(7 * 5.0)
 
 
 def test_the_time_left_without_an_estimate_is_measured_only():
@@ -241,7 +255,9 @@ def test_status_words_from_a_run_json_and_its_records():
              "progress": {"max_steps": 4}}  # fmt: skip
     records = [{"component": "trainer", "step": s, "time": 1000.0 + 2 * s} for s in (1, 2, 3)]
     records.append({"component": "trainer", "step": "x", "time": "damaged"})
+    records.append({"component": "trainer", "step": 3, "time": float("nan")})
     line = progress.status_line(state, records, now=1006.0)
+    # one interval of 2 s and the estimate's 2 s: a step and the end left
     assert line.startswith("~3 s (expected to finish at")
     state["measured"] = {"wall_s": 33.0}
     state["estimate_accuracy"] = {"wall": 1.1, "disk": 0.95}
