@@ -114,14 +114,14 @@ def side_files_bytes(name: str) -> float:
         return TOKENIZER_BYTES
 
 
-def measured_speeds(machine, dtypes: list[str]):
-    """This machine's speeds (cached per fingerprint), or (None, why)."""
+def measured_speeds(machine, dtypes: list[str], device: str = "cpu"):
+    """This machine's speeds on `device` (cached per fingerprint), or (None, why)."""
     import os
 
     if os.environ.get(CALIBRATION_ENV, "").lower() == "off":
         return None, f"the speed measurement is off ({CALIBRATION_ENV}=off)"
     try:
-        return speeds(machine.record(), dtypes), ""
+        return speeds(machine.record(), dtypes, device), ""
     except CalibrationError as err:
         return None, str(err)
 
@@ -141,7 +141,8 @@ def _forecast(plan) -> tuple[Forecast | None, list[str]]:
     if shape is None:
         return None, [f"Estimate: not made ({source})"]
     job = rl_job(plan, shape)
-    found, why = measured_speeds(plan.machine, sorted({job.train_dtype, job.decode_dtype}))
+    dtypes = sorted({job.train_dtype, job.decode_dtype})
+    found, why = measured_speeds(plan.machine, dtypes, "cuda" if job.on_gpu else "cpu")
     if found is None:
         return None, [f"Estimate: not made ({why})"]
     result = estimate(job, shape, found)
@@ -268,7 +269,7 @@ def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
         if shape is None:
             return None, [f"Estimate: not made ({source})"]
         job = sft_job(config, machine, shape)
-        found, why = measured_speeds(machine, [job.train_dtype])
+        found, why = measured_speeds(machine, [job.train_dtype], "cuda" if job.on_gpu else "cpu")
         if found is None:
             return None, [f"Estimate: not made ({why})"]
         result = estimate(job, shape, found)

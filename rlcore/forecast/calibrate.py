@@ -22,7 +22,9 @@ CALIBRATION_VERSION = 1
 TIMEOUT_S = 60.0
 """The child's limit (it takes 3-8 s with torch's import)."""
 MATMUL_SHAPE = (1024, 1024, 1024)
-"""A training-sized product: rows x inner x out."""
+"""A training-sized product on a CPU: rows x inner x out."""
+GPU_MATMUL_SHAPE = (8192, 8192, 8192)
+"""The same on a GPU, large enough to fill one."""
 DECODE_ROWS = 32
 """A decode step's rows (concurrent sequences)."""
 DECODE_WEIGHT_BYTES = 64 * 2**20
@@ -61,20 +63,28 @@ class CalibrationError(RuntimeError):
     """The measurement failed; the message names what and why."""
 
 
-def _timed(fn, min_s: float = 0.25, max_reps: int = 200) -> float:
-    """Median-free best time of `fn` over repeats lasting about `min_s` (one warm-up)."""
+def _timed(fn, min_s: float = 0.25, max_reps: int = 200, sync=lambda: None) -> float:
+    """The best time of `fn` over repeats lasting about `min_s` (one warm-up first; the best,
+    not the mean: another process's burst of work is not this machine's speed); `sync` waits
+    for a GPU's queued work."""
     fn()
-    best, spent, reps = float("inf"), 0.0, 0
-    while spent < min_s and reps < max_reps:
+    sync()
+    best, spent = float("inf"), 0.0
+    for _ in range(max_reps):
+        if spent >= min_s:
+            break
         start = time.perf_counter()
         fn()
+        sync()
         elapsed = time.perf_counter() - start
-        best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
+        best, spent = min(best, elapsed), spent + elapsed
     return best
 
 
-def measure(dtypes: list[str]) -> dict:
-    """The measurement itself (imports torch): see `Speeds`."""
+def measure(dtypes: list[str], device: str = "cpu") -> dict:
+    """The measurement itself (imports torch): see `Speeds`. With `cuda` the products run on
+    the first visible GPU (GPU_MATMUL_SHAPE, a weight 16x larger); the tiny ops and the copy
+    stay on the CPU."""
     started = time.perf_counter()
     import torch
 
@@ -82,15 +92,21 @@ def measure(dtypes: list[str]) -> dict:
     torch.manual_seed(0)
     matmul, stream = {}, {}
     decode = torch.nn.functional.linear
-    m, k, n = MATMUL_SHAPE
+    on_gpu = device == "cuda" and torch.cuda.is_available()
+    where = "cuda" if on_gpu else "cpu"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    m, k, n = GPU_MATMUL_SHAPE if on_gpu else MATMUL_SHAPE
     for name in dtypes:
         dtype = getattr(torch, name)
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-        matmul[name] = 2 * m * k * n / _timed(lambda a=a, b=b: a @ b)
-        side = int((DECODE_WEIGHT_BYTES / dtype.itemsize) ** 0.5)
-        weight = torch.randn(side, side, dtype=dtype)
-        x = torch.randn(DECODE_ROWS, side, dtype=dtype)
-        stream[name] = weight.numel() * dtype.itemsize / _timed(lambda x=x, w=weight: decode(x, w))
+        a = torch.randn(m, k, dtype=dtype, device=where)
+        b = torch.randn(k, n, dtype=dtype, device=where)
+        matmul[name] = 2 * m * k * n / _timed(lambda a=a, b=b: a @ b, sync=sync)
+        side = int((DECODE_WEIGHT_BYTES * (16 if on_gpu else 1) / dtype.itemsize) ** 0.5)
+        weight = torch.randn(side, side, dtype=dtype, device=where)
+        x = torch.randn(DECODE_ROWS, side, dtype=dtype, device=where)
+        stream[name] = (
+            weight.numel() * dtype.itemsize / _timed(lambda x=x, w=weight: decode(x, w), sync=sync)
+        )
     tiny = torch.zeros(64)
     reps = 2000
     op_s = _timed(lambda: [tiny.add_(1.0) for _ in range(reps)], 0.1, 20) / reps
@@ -99,7 +115,7 @@ def measure(dtypes: list[str]) -> dict:
     copy = big.numel() * 4 / _timed(lambda: dst.copy_(big))
     return {
         "matmul_flops": matmul, "stream_bytes": stream, "op_s": op_s, "copy_bytes": copy,
-        "import_s": import_s, "threads": torch.get_num_threads(),
+        "import_s": import_s, "threads": torch.get_num_threads(), "device": where,
         "measured_s": time.perf_counter() - started,
     }  # fmt: skip
 
@@ -160,14 +176,15 @@ def read_cache(key: str) -> Speeds | None:
         return None  # a damaged entry is measured again
 
 
-def run_child(dtypes: list[str], env: dict[str, str] | None = None) -> dict:
+def run_child(dtypes: list[str], device: str = "cpu") -> dict:
     """The measurement in a child process; CalibrationError naming what failed."""
     from rlcore import children
 
-    command = [sys.executable, "-m", "rlcore.forecast.calibrate", *dtypes]
+    command = [sys.executable, "-m", "rlcore.forecast.calibrate", "--device", device, *dtypes]
+    env = dict(os.environ)
     try:
         out = children.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
-                           env=env or dict(os.environ))  # fmt: skip
+                           env=env)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise CalibrationError(f"the speed measurement took over {TIMEOUT_S:.0f} s") from None
     except OSError as err:
@@ -181,15 +198,16 @@ def run_child(dtypes: list[str], env: dict[str, str] | None = None) -> dict:
         raise CalibrationError("the speed measurement printed no result") from None
 
 
-def speeds(machine: dict, dtypes: list[str]) -> Speeds:
-    """This machine's speeds in `dtypes`: cached, or measured now (and cached)."""
+def speeds(machine: dict, dtypes: list[str], device: str = "cpu") -> Speeds:
+    """This machine's speeds in `dtypes` on `device` (`cpu`, or `cuda`: the first visible
+    GPU): cached, or measured now (and cached)."""
     dtypes = sorted(set(dtypes))
-    key = fingerprint(machine, dtypes)
+    key = fingerprint(machine, [*dtypes, device])
     cached = read_cache(key)
     if cached is not None:
         return cached
     try:
-        found = from_record(run_child(dtypes), key, cached=False)
+        found = from_record(run_child(dtypes, device), key, cached=False)
     except ValueError as err:
         raise CalibrationError(f"the speed measurement gave no usable figures: {err}") from None
     write_cache(key, found)
@@ -209,8 +227,11 @@ def write_cache(key: str, found: Speeds) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    dtypes = (sys.argv[1:] if argv is None else argv) or ["float32"]
-    print(json.dumps(measure(dtypes)), flush=True)
+    args = sys.argv[1:] if argv is None else argv
+    device = "cpu"
+    if args[:1] == ["--device"]:
+        device, args = args[1], args[2:]
+    print(json.dumps(measure(args or ["float32"], device)), flush=True)
 
 
 if __name__ == "__main__":

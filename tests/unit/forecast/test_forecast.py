@@ -194,11 +194,13 @@ def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_pat
     measured = {"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9},
                 "op_s": 1e-6, "copy_bytes": 5e9, "import_s": 2.0, "threads": 2}  # fmt: skip
     runs = []
-    monkeypatch.setattr(calibrate, "run_child", lambda dtypes: runs.append(dtypes) or measured)
+    monkeypatch.setattr(
+        calibrate, "run_child", lambda dtypes, device: runs.append((dtypes, device)) or measured
+    )
     first = calibrate.speeds(MACHINE, ["float32"])
     again = calibrate.speeds(MACHINE, ["float32"])
     assert len(runs) == 1 and not first.cached and again.cached
-    assert again.matmul_flops == {"float32": 2e9}
+    assert again.matmul_flops == {"float32": 2e9} and runs == [(["float32"], "cpu")]
     calibrate.cache_file(first.fingerprint).write_text("{not json")
     calibrate.speeds(MACHINE, ["float32"])
     assert len(runs) == 2
@@ -208,7 +210,7 @@ def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
     from rlcore.models import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(calibrate, "run_child", lambda dtypes: {"matmul_flops": "nonsense"})
+    monkeypatch.setattr(calibrate, "run_child", lambda dtypes, device: {"matmul_flops": "nonsense"})
     with pytest.raises(calibrate.CalibrationError, match="no usable figures"):
         calibrate.speeds(MACHINE, ["float32"])
 
