@@ -200,7 +200,8 @@ def write_step(root: Path, step: int, columns: dict[str, list]) -> Path:
     folder = root / "samples"
     folder.mkdir(exist_ok=True)
     tmp = folder / f".step_{step}.parquet.tmp"
-    pq.write_table(table, tmp, compression="zstd")
+    with tmp.open("wb") as f:  # a file object: pyarrow takes only UTF-8 paths
+        pq.write_table(table, f, compression="zstd")
     tmp.rename(folder / f"step_{step}.parquet")
     return folder / f"step_{step}.parquet"
 

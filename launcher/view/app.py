@@ -2,10 +2,21 @@
 browser by Plotly.js from JSON routes under /api/ that the pages poll, and static files come
 from a fixed list (static/ and the plotly wheel's own plotly.min.js). A run is named by the id
 the server gave it (launcher.view.library), steps and pages by integers; any other input is
-checked by launcher.view.safe. Errors are a page (or JSON under /api/) with their status."""
+checked by launcher.view.safe. Errors are a page (or JSON under /api/) with their status.
 
+Every route is a coroutine that hands its reading to a pool of its own: a run's pages to
+PAGE_WORKERS threads (at most MAX_WAITING waiting, beyond which a page answers 503), the runs
+list to LIST_WORKERS others, and the list is served from memory for LIST_FRESH_S: however many
+slow pages are open, the runs list answers. JSON answers carry NaN and infinities as words and
+any text repaired (`SafeJSON`)."""
+
+import asyncio
+import functools
 import importlib.util
+import json
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -16,13 +27,31 @@ from starlette.exceptions import HTTPException
 
 from launcher.view import archive, compare, safe
 from launcher.view.curves import Curves, add_columns, panels
-from launcher.view.data import RunData
+from launcher.view.data import RunData, one_line
 from launcher.view.guard import Guard
 from launcher.view.library import Library
+from rlcore.readback import Damaged, clean_text, json_safe
 
 HERE = Path(__file__).parent
 MAX_COMPARED = 4
 POLL_MS = 2000
+PAGE_WORKERS = 2
+"""Threads that read a run's pages: each holds at most a page's bounded reads in memory."""
+LIST_WORKERS = 2
+MAX_WAITING = 64
+"""Pages waiting for a thread beyond which a page answers 503 (busy)."""
+LIST_FRESH_S = 1.0
+"""How long the runs list is served from memory (its page polls every POLL_MS)."""
+
+
+class SafeJSON(JSONResponse):
+    """A JSON answer of anything read back: NaN and infinities as "NaN", "Infinity" and
+    "-Infinity", lone surrogates repaired (rlcore.readback.json_safe), never an encoding error."""
+
+    def render(self, content) -> bytes:
+        text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":"))  # fmt: skip
+        return text.encode("utf-8")
 
 
 def plotly_js() -> Path:
@@ -44,7 +73,7 @@ class ViewError(Exception):
 
 class Site:
     """What every route uses: the runs (launcher.view.library), the templates, the static
-    files."""
+    files, and the thread pools that read them."""
 
     def __init__(self, library: Library):
         self.library = library
@@ -52,11 +81,16 @@ class Site:
                                      autoescape=select_autoescape(["html"]))  # fmt: skip
         self.templates.filters["num"] = number
         self.static = {**STATIC, "plotly.min.js": plotly_js()}
+        self.pages = ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="rl-view-page")
+        self.lists = ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="rl-view-list")
+        self.waiting = 0
+        self.listed: tuple[float, list[dict]] | None = None
+        self.listing: asyncio.Future | None = None
         warm_up(self.templates)
 
     def page(self, name: str, status: int = 200, **context) -> HTMLResponse:
         html = self.templates.get_template(name).render(poll_ms=POLL_MS, **context)
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(clean_text(html), status_code=status)
 
     def run_of(self, rid: str) -> RunData:
         run = self.library.get(rid)
@@ -64,9 +98,36 @@ class Site:
             raise ViewError(404, f"no run with id {rid!r} (the runs list names every run found)")
         return run
 
+    async def work(self, call, *args, **kwargs):
+        """`call(*args, **kwargs)` on a page thread; 503 when MAX_WAITING are waiting."""
+        if self.waiting >= MAX_WAITING:
+            raise ViewError(503, f"busy: {self.waiting} pages are being read; try again soon")
+        self.waiting += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.pages, functools.partial(call, *args, **kwargs))
+        finally:
+            self.waiting -= 1
+
+    async def runs(self) -> list[dict]:
+        """Every run's summary, from memory when read in the last LIST_FRESH_S; one reading at
+        a time, on the list's own threads (shared by every request that asks meanwhile)."""
+        if self.listed and time.monotonic() - self.listed[0] < LIST_FRESH_S:
+            return self.listed[1]
+        if self.listing is None or self.listing.done():
+            loop = asyncio.get_running_loop()
+            self.listing = asyncio.ensure_future(loop.run_in_executor(self.lists, self.read_runs))
+        return await asyncio.shield(self.listing)
+
+    def read_runs(self) -> list[dict]:
+        found = [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(
+            self.library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
+        self.listed = (time.monotonic(), found)
+        return found
+
 
 def make_app(library: Library, token: str | None = None, loopback: bool = True) -> FastAPI:
-    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, default_response_class=SafeJSON)
     app.add_middleware(Guard, token=token, loopback=loopback)
     site = Site(library)
     for add in (add_error_handlers, add_list_routes, add_run_routes, add_sample_routes,
@@ -94,13 +155,14 @@ def add_error_handlers(app: FastAPI, site: Site) -> None:
     async def known_error(request: Request, err: Exception):
         return error_response(request, *classify(err), site.page)
 
-    for kind in (safe.Refused, safe.Missing, archive.Unreadable, OSError):
+    for kind in (safe.Refused, safe.Missing, archive.Unreadable, Damaged, OSError):
         app.add_exception_handler(kind, known_error)
 
     @app.exception_handler(Exception)
     async def any_error(request: Request, err: Exception):
         # A page saying what failed; the server's own log keeps the traceback.
-        print(f"rl view: {request.url.path}: {err.__class__.__name__}: {err}", file=sys.stderr)
+        print(f"rl view: {clean_text(request.url.path)}: {err.__class__.__name__}: "
+              f"{one_line(err)}", file=sys.stderr)  # fmt: skip
         return error_response(request, *classify(err), site.page)
 
 
@@ -108,29 +170,30 @@ def add_list_routes(app: FastAPI, site: Site) -> None:
     """The static files, the runs list and a run by its relative path."""
 
     @app.get("/static/{name}")
-    def static_file(name: str):
+    async def static_file(name: str):
         if name not in site.static:
             raise ViewError(404, f"no static file {name!r}")
         return FileResponse(site.static[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/", response_class=HTMLResponse)
-    def runs_page():
-        return site.page("runs.html", runs=runs_json(), folders=site.library.folders)
+    async def runs_page():
+        runs = await site.runs()
+        return site.page("runs.html", runs=runs, folders=[one_line_path(f) for f in
+                                                          site.library.folders])  # fmt: skip
 
     @app.get("/api/runs")
-    def runs_json():
-        return [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(
-            site.library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
+    async def runs_json():
+        return SafeJSON(await site.runs())
 
     @app.get("/at/{relative:path}")
-    def run_at(relative: str):
-        return RedirectResponse(f"/run/{find_at(site.library, relative)}", status_code=303)
+    async def run_at(relative: str):
+        rid = await site.work(find_at, site.library, relative)
+        return RedirectResponse(f"/run/{rid}", status_code=303)
 
 
 def add_run_routes(app: FastAPI, site: Site) -> None:
     """One run's page and the JSON it polls."""
 
-    @app.get("/run/{rid}", response_class=HTMLResponse)
     def run_page(rid: str):
         run = site.run_of(rid)
         summary = run.summary(disk=False)
@@ -139,48 +202,83 @@ def add_run_routes(app: FastAPI, site: Site) -> None:
                          restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
                          has_evals=bool(run.eval_steps()))  # fmt: skip
 
-    @app.get("/api/run/{rid}/curves")
-    def curves_json(rid: str, key: str = "", points: int = 600):
+    def curves_json(rid: str, key: str, points: int):
         run = site.run_of(rid)
-        curves = run.curves()
-        version = "-".join(map(str, curves.key))
-        if key and key == version:
-            return {"key": version, "unchanged": True}
-        limit = min(max(points, 10), 5000)
-        found = {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
-                 "sampled": curves.sampled,
-                 "summary": run.summary(disk=False), "waits": run.waits()}  # fmt: skip
-        return JSONResponse(found)  # json.dumps at once: FastAPI's encoder walks every number
+        with run.lock:
+            try:
+                curves = run.curves()
+            except Damaged:
+                curves = Curves()
+            version = "-".join(map(str, curves.key))
+            if key and key == version:
+                return {"key": version, "unchanged": True}
+            limit = min(max(points, 10), 5000)
+            return {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
+                    "sampled": curves.sampled, "summary": run.summary(disk=False),
+                    "waits": run.waits()}  # fmt: skip
 
-    @app.get("/api/run/{rid}/logs")
-    def logs_json(rid: str, lines: int = 40):
+    def logs_json(rid: str, lines: int):
         return {name: tail for name, tail in site.run_of(rid).log_tails(min(max(lines, 1), 500))}
+
+    app.get("/run/{rid}", response_class=HTMLResponse)(via(site, run_page))
+    app.get("/api/run/{rid}/curves")(via(site, curves_json, key="", points=600))
+    app.get("/api/run/{rid}/logs")(via(site, logs_json, lines=40))
+
+
+def via(site: Site, call, **defaults):
+    """A route that runs `call` on a page thread; `defaults` are its query parameters."""
+    import inspect
+
+    async def route(**kwargs):
+        return await site.work(call, **kwargs)
+
+    keyword, empty = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
+    params = [inspect.Parameter(name, keyword, default=defaults.get(name, empty),
+                                annotation=param.annotation)
+              for name, param in inspect.signature(call).parameters.items()]  # fmt: skip
+    route.__signature__ = inspect.Signature(params)
+    route.__name__ = call.__name__
+    return route
 
 
 def add_sample_routes(app: FastAPI, site: Site) -> None:
-    """A run's rollouts and evaluations, as pages and as JSON."""
+    """A run's rollouts and evaluations, as pages and as JSON, and a stored text paged."""
 
-    @app.get("/run/{rid}/rollouts", response_class=HTMLResponse)
-    def rollouts_page(rid: str, step: str = "", env: str = "", low: str = "", high: str = "",
-                      page_index: int = 0, tokens: bool = False):  # fmt: skip
+    def rollouts_page(rid: str, step: str, env: str, low: str, high: str, page_index: int,
+                      tokens: bool, token_start: int):  # fmt: skip
         run = site.run_of(rid)
         steps = archive.sample_steps(run)
         view, bounds = None, (number_arg(low, "low"), number_arg(high, "high"))
         if steps:
             chosen = steps[-1] if not step.strip() else int(number_arg(step, "step", int))
-            view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens)
+            view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens, token_start)
         return site.page("rollouts.html", rid=rid, run={"name": run.name}, steps=steps, view=view,
                          env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
 
-    @app.get("/api/run/{rid}/rollouts")
-    def rollouts_json(rid: str, step: int, env: str = "", low: str = "", high: str = "",
-                      page_index: int = 0, tokens: bool = True):  # fmt: skip
+    def rollouts_json(rid: str, step: int, env: str, low: str, high: str, page_index: int,
+                      tokens: bool, token_start: int):  # fmt: skip
         bounds = (number_arg(low, "low"), number_arg(high, "high"))
-        return archive.groups_page(site.run_of(rid), step, env, *bounds, page_index, tokens)
+        return archive.groups_page(site.run_of(rid), step, env, *bounds, page_index, tokens,
+                                   token_start)  # fmt: skip
 
-    @app.get("/run/{rid}/evals", response_class=HTMLResponse)
-    def evals_page(rid: str, step: int | None = None, env: str = "", failed: bool = False,
-                   page_index: int = 0):  # fmt: skip
+    def text_page(rid: str, source: str, step: int, row: int, part: str, start: int):
+        run = site.run_of(rid)
+        return site.page("text.html", rid=rid, run={"name": run.name},
+                         text=archive.text_page(run, source, step, row, part, start))  # fmt: skip
+
+    def text_json(rid: str, source: str, step: int, row: int, part: str, start: int):
+        return archive.text_page(site.run_of(rid), source, step, row, part, start)
+
+    page_args = dict(env="", low="", high="", page_index=0, token_start=0)
+    app.get("/run/{rid}/rollouts", response_class=HTMLResponse)(
+        via(site, rollouts_page, step="", tokens=False, **page_args)
+    )
+    app.get("/api/run/{rid}/rollouts")(via(site, rollouts_json, tokens=True, **page_args))
+    text_args = dict(source="rollouts", start=0)
+    app.get("/run/{rid}/text", response_class=HTMLResponse)(via(site, text_page, **text_args))
+    app.get("/api/run/{rid}/text")(via(site, text_json, **text_args))
+
+    def evals_page(rid: str, step: int | None, env: str, failed: bool, page_index: int):
         run = site.run_of(rid)
         steps = run.eval_steps()
         samples = None
@@ -191,20 +289,23 @@ def add_sample_routes(app: FastAPI, site: Site) -> None:
         return site.page("evals.html", rid=rid, run={"name": run.name}, table=table,
                          steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
 
-    @app.get("/api/run/{rid}/evals")
-    def evals_json(rid: str, step: int | None = None, env: str = "", page_index: int = 0):
+    def evals_json(rid: str, step: int | None, env: str, page_index: int):
         run = site.run_of(rid)
         found = {"table": archive.eval_table(run)}
         if step is not None:
             found["samples"] = archive.eval_samples(run, step, env, False, page_index)
         return found
 
+    app.get("/run/{rid}/evals", response_class=HTMLResponse)(
+        via(site, evals_page, step=None, env="", failed=False, page_index=0)
+    )
+    app.get("/api/run/{rid}/evals")(via(site, evals_json, step=None, env="", page_index=0))
+
 
 def add_compare_routes(app: FastAPI, site: Site) -> None:
     """Two to four runs side by side."""
 
-    @app.get("/compare", response_class=HTMLResponse)
-    def compare_page(runs: str = ""):
+    def compare_page(runs: str):
         chosen = compared(runs)
         return site.page("compare.html", ids=[rid for rid, _ in chosen],
                          names=[run.name for _, run in chosen],
@@ -217,6 +318,14 @@ def add_compare_routes(app: FastAPI, site: Site) -> None:
             raise ViewError(400, f"compare takes 2 to {MAX_COMPARED} different runs "
                                  "(?runs=ID,ID), from the runs list")  # fmt: skip
         return [(rid, site.run_of(rid)) for rid in ids]
+
+    app.get("/compare", response_class=HTMLResponse)(via(site, compare_page, runs=""))
+
+
+def one_line_path(path: Path) -> str:
+    from rlcore.readback import shown
+
+    return shown(path)
 
 
 def warm_up(templates: Environment) -> None:
@@ -253,6 +362,8 @@ def number_arg(text: str, name: str, kind=float):
 
 
 def classify(err: Exception) -> tuple[int, str]:
+    if isinstance(err, Damaged):
+        return 422, str(err)
     if isinstance(err, safe.Refused):
         return 400, f"refused: {err}"
     if isinstance(err, safe.Missing):
@@ -260,15 +371,16 @@ def classify(err: Exception) -> tuple[int, str]:
     if isinstance(err, archive.Unreadable):
         return 422, str(err)
     if isinstance(err, PermissionError):
-        return 403, f"cannot read {err.filename}: permission denied"
+        return 403, f"cannot read {one_line(err)}"
     if isinstance(err, OSError):
-        return 500, f"cannot read {err.filename or 'a file'}: {err.strerror or err}"
-    return 500, f"internal error ({err.__class__.__name__}): {err}"
+        return 500, f"cannot read {one_line(err)}"
+    return 500, f"internal error ({err.__class__.__name__}): {one_line(err)}"
 
 
 def error_response(request: Request, status: int, message: str, page):
+    message = clean_text(message)
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": message, "status": status}, status_code=status)
+        return SafeJSON({"error": message, "status": status}, status_code=status)
     return page("error.html", status=status, status_code=status, message=message)
 
 

@@ -1,12 +1,13 @@
 """What changed between runs: their resolved configs flattened to dotted keys (`trainer.optim.lr`)
 and the keys whose values differ listed side by side; and for a resumed run, its config against
 the one of the attempt it resumed from where the run recorded it
-(`checkpoints/step_<n>/configs/<component>.toml`)."""
+(`checkpoints/step_<n>/configs/<component>.toml`, read as the run's own configs are:
+launcher.view.data)."""
 
-import tomllib
 from typing import Any
 
-from rlcore.secrets import redact
+from rlcore import readback
+from rlcore.readback import Damaged
 
 MISSING = "(not set)"
 
@@ -68,12 +69,12 @@ def resume_note(run) -> dict:
 
 def recorded_configs(run, step: int) -> dict | None:
     found = {}
-    for path in run.listing("checkpoints", f"step_{step}", "configs"):
-        checked = run.file("checkpoints", f"step_{step}", "configs", path.name)
-        if checked is None or path.suffix != ".toml":
+    folder = ("checkpoints", f"step_{step}", "configs")
+    for name in run.names(*folder):
+        if not name.endswith(".toml"):
             continue
         try:
-            found[path.stem] = redact(tomllib.loads(checked.read_text(errors="replace")))
-        except (OSError, tomllib.TOMLDecodeError):
-            found[path.stem] = {"error": "does not parse"}
+            found[readback.shown(name[:-5])] = run.read((*folder, name), run.read_config) or {}
+        except Damaged as err:
+            found[readback.shown(name[:-5])] = {"error": str(err)}
     return found or None

@@ -4,15 +4,19 @@ modification time), only the new bytes when it grew, kept in memory as one serie
 that comes again (a restart or a resume) marks the curves there; the record read last wins.
 A file of more than SAMPLE_ABOVE lines is read in evenly spaced runs of lines (`sampled`) and
 its last lines whole: a curve gets at most MAX_POINTS points, so a 10,000-step run's first
-view costs what a 2,000-step run's does."""
+view costs what a 2,000-step run's does. Every read is bounded (rlcore.readback): more than
+WHOLE_BYTES of new lines are read as NUM_WINDOWS windows of WINDOW_BYTES spread over them and
+their last readback.METRICS_TAIL whole, so a file of any size, or one long line without an
+end, costs a few tens of MiB at most, once per change."""
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlcore import readback
 from rlcore.metrics import is_training_step
+from rlcore.readback import KIB, MIB, Bound, Damaged
 
 # (panel title, unit, [(component, metric key, trace name)]): the names the processes write
 # (orchestrator/loop.py, trainer/train.py, rlcore.rundir.append_metrics' rss_mib).
@@ -47,6 +51,12 @@ SAMPLE_ABOVE = 4800
 SAMPLED_LINES = 2400
 WINDOW = 8
 TAIL_LINES = 400
+WHOLE_BYTES = 32 * MIB
+"""New lines up to this size are read whole (a 10,000-step run's file is about 24 MB)."""
+NUM_WINDOWS = SAMPLED_LINES // WINDOW
+WINDOW_BYTES = 64 * KIB
+FIRST_LINE = Bound("metrics.jsonl's first line", 64 * KIB)
+ENDS_TAIL = Bound("metrics.jsonl's last lines", 256 * KIB)
 
 MAX_POINTS = 600
 """Points per trace sent to a page; longer series are averaged into this many buckets."""
@@ -71,7 +81,7 @@ class Curves:
         if not isinstance(component, str) or not isinstance(step, int) or isinstance(step, bool):
             return
         when = record.get("time")
-        if isinstance(when, int | float) and math.isfinite(when):
+        if is_number(when):
             self.first_time = when if self.first_time is None else min(self.first_time, when)
             self.last_time = when if self.last_time is None else max(self.last_time, when)
         before = self.last_step.get(component)
@@ -91,7 +101,12 @@ class Curves:
 
 
 def is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def file_key(path: Path) -> tuple:
@@ -102,24 +117,51 @@ def file_key(path: Path) -> tuple:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def refresh(curves: Curves, path: Path) -> Curves:
+def refresh(curves: Curves, path: Path, root: Path | None = None) -> Curves:
     """`curves` brought up to date with `path`: unchanged, extended by the lines appended since,
-    or read again from the start when the file was replaced or shrank."""
+    or read again from the start when the file was replaced or shrank. Damaged when it is not
+    a regular file inside `root`."""
     key = file_key(path)
     if key == curves.key:
         return curves
     grown = curves.key and key and key[0] == curves.key[0] and key[1] >= curves.offset
     if not grown:
         curves = Curves()
-    with path.open("rb") as f:
-        f.seek(curves.offset)
-        chunk = f.read()
-    chunk = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next
-    for block in blocks(sampled(curves, chunk)):
-        add_block(curves, block)
-    curves.offset += len(chunk)
+    size = key[1] if key else 0
+    if size - curves.offset <= WHOLE_BYTES:
+        chunk = readback.read_from(path, curves.offset, Bound("metrics.jsonl", WHOLE_BYTES), root)
+        chunk = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next
+        for block in blocks(sampled(curves, chunk)):
+            add_block(curves, block)
+        curves.offset += len(chunk)
+    else:
+        read_windows(curves, path, size, root)
     curves.key = key
     return curves
+
+
+def read_windows(curves: Curves, path: Path, size: int, root: Path | None) -> None:
+    """New lines too many to read whole: NUM_WINDOWS windows spread evenly over them (the
+    whole lines of each, at most WINDOW of them: a run of every component's records), then
+    their last readback.METRICS_TAIL whole."""
+    tail, tail_start = readback.read_tail(path, readback.METRICS_TAIL, root)
+    span = max(0, tail_start - curves.offset)
+    window = Bound("a window of metrics.jsonl", WINDOW_BYTES)
+    kept = []
+    for index in range(NUM_WINDOWS):
+        start = curves.offset + span * index // NUM_WINDOWS
+        data = readback.read_from(path, start, window, root)
+        lines = data.split(b"\n")[1 if start else 0 : -1]  # whole lines only
+        kept += lines[:WINDOW]
+    whole = tail[tail.find(b"\n") + 1 :] if tail_start > curves.offset else tail
+    whole = whole[: whole.rfind(b"\n") + 1]
+    chunk = b"\n".join(kept) + b"\n" + whole if kept else whole
+    for block in blocks(chunk):
+        add_block(curves, block)
+    read = max(1, len(kept) * WINDOW_BYTES // WINDOW)
+    curves.sampled = max(curves.sampled, span / read)
+    end = tail_start + tail.rfind(b"\n") + 1
+    curves.offset = max(curves.offset, end) if b"\n" in tail else curves.offset
 
 
 def sampled(curves: Curves, chunk: bytes) -> bytes:
@@ -127,9 +169,9 @@ def sampled(curves: Curves, chunk: bytes) -> bytes:
     runs of WINDOW consecutive lines (a run holds every component's record of its steps, as
     they write one each per step) to about SAMPLED_LINES, and the last TAIL_LINES whole (the
     last steps, the last-5 reward). A curve has at most MAX_POINTS points anyway."""
-    lines = chunk.split(b"\n")[:-1]
-    if len(lines) <= SAMPLE_ABOVE:
+    if chunk.count(b"\n") <= SAMPLE_ABOVE:
         return chunk
+    lines = chunk.split(b"\n")[:-1]
     head, tail = lines[:-TAIL_LINES], lines[-TAIL_LINES:]
     every = max(1, len(head) * WINDOW // SAMPLED_LINES)
     kept = [line for start in range(0, len(head), every) for line in head[start : start + WINDOW]]
@@ -138,27 +180,35 @@ def sampled(curves: Curves, chunk: bytes) -> bytes:
     return b"\n".join(kept + tail) + b"\n"
 
 
-def ends(path: Path, tail_bytes: int = 256 * 1024) -> Curves:
+def ends(path: Path, root: Path | None = None, tail_bytes: int = ENDS_TAIL.max_bytes) -> Curves:
     """What a list of runs needs from a metrics.jsonl of any length (its first time, the last
-    steps, the last rewards), from its first line and its last `tail_bytes` only."""
+    steps, the last rewards), from its first line (FIRST_LINE at most) and its last
+    `tail_bytes` only. Damaged when it is not a regular file inside `root`."""
     found = Curves()
-    with path.open("rb") as f:
-        first = f.readline()
-        size = os.fstat(f.fileno()).st_size
-        f.seek(max(f.tell(), size - tail_bytes))
-        tail = f.read(tail_bytes)
-    if size > len(first) + len(tail):
+    head = readback.read_from(path, 0, FIRST_LINE, root)
+    first = head[: head.find(b"\n") + 1]
+    tail, start = readback.read_tail(path, Bound(ENDS_TAIL.kind, tail_bytes), root)
+    if start > len(first):
         tail = tail[tail.find(b"\n") + 1 :]  # the first line of the tail may be cut
+    elif start < len(first):
+        tail = tail[len(first) - start :]
     tail = tail[: tail.rfind(b"\n") + 1]
-    for line in [first if first.endswith(b"\n") else b"", *tail.splitlines()]:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for line in [first, *tail.splitlines()]:
+        record = parse_line(line)
         if isinstance(record, dict):
             found.add(record)
     found.key = file_key(path)
     return found
+
+
+def parse_line(line: bytes):
+    """One line as a record; None for a torn, nested or otherwise damaged one."""
+    if not line.strip():
+        return None
+    try:
+        return readback.parse_json(line, "metrics.jsonl")
+    except Damaged:
+        return None
 
 
 def blocks(chunk: bytes, size: int | None = None):
@@ -181,10 +231,7 @@ def add_block(curves: Curves, block: bytes) -> None:
     else:
         lines = block.splitlines()
     for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a killed writer
+        record = parse_line(line)  # None: a line torn by a killed writer
         if isinstance(record, dict):
             curves.add(record)
 

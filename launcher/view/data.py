@@ -1,36 +1,72 @@
-"""One run as `rl view` reads it, lazily and read-only: its status (launcher.commands.runs'
-readers; the launcher is proved by its recorded identity, rlcore.procs, but its lock is never
-probed: a viewer must not take a run's lock even for an instant, when a starting `rl` could find
-it held), summary, curves (launcher.view.curves, cached by the file's identity), configs
-(redacted again, rlcore.secrets), checkpoints, log tails and what a live component waits for.
-Every file goes through launcher.view.safe."""
+"""One run as `rl view` reads it, lazily and read-only: its status (run.json through
+rlcore.run_json; the launcher is proved by its recorded identity, rlcore.procs, but its lock is
+never probed: a viewer must not take a run's lock even for an instant, when a starting `rl` could
+find it held), summary, curves (launcher.view.curves), configs (redacted again, rlcore.secrets),
+checkpoints, log tails (redacted as commands' output is, `redact_text`) and what a live component
+waits for. Every file is reached through launcher.view.safe and read through rlcore.readback, once
+per change of the file (`FileCache`); what cannot be read is `Damaged` and shown as such, and a
+run none of whose summary can be read is listed as damaged, never breaking the list."""
 
-import json
 import os
 import re
+import threading
 import time
 import tomllib
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
-from launcher.commands.runs import RunState, identities, read_state, recorded_pid
+from launcher.commands.runs import RunState, identities, recorded_pid
 from launcher.view import safe
 from launcher.view.curves import Curves, ends, file_key, last_mean, refresh
-from rlcore import procs, waits
-from rlcore.ownership import read_marker
+from rlcore import procs, readback, run_json, waits
+from rlcore.readback import MIB, Bound, Damaged, shown
 from rlcore.rundir import COMPONENTS, RunDir, steps_in
 from rlcore.runlock import pid_alive
-from rlcore.secrets import redact, redact_urls
+from rlcore.secrets import redact, redact_text
 
+T = TypeVar("T")
 LOG_TAIL_LINES = 40
-LOG_TAIL_BYTES = 64_000
-LOG_SCAN_BYTES = 4_000_000
-MAX_CONFIG_BYTES = 1_000_000
+LOG_SCAN = Bound("a log's attempts", 4 * MIB)
+MAX_LOG_LINE_CHARS = 4_000
 DISK_CACHE_S = 30.0
 LIVE = ("starting", "running")
 CONFIG_ORDER = ("rl", "trainer", "orchestrator", "inference", "sft")
+
+
+class FileCache:
+    """What was read from each file, kept with the file's identity (device, inode, size,
+    modification and change times) and given again while that is unchanged: a page polled
+    every 2 s reads a file once per change, never per poll. A file that could not be read is
+    remembered as such too."""
+
+    def __init__(self):
+        self.entries: dict[tuple, tuple[tuple, Any]] = {}
+
+    def get(self, path: Path, read: Callable[[Path], T], kind: str = "") -> T:
+        key = identity(path)
+        found = self.entries.get((path, kind))
+        if found is None or found[0] != key or not key:
+            try:
+                value: Any = read(path)
+            except Damaged as err:
+                err.__traceback__ = None
+                value = err
+            found = self.entries[(path, kind)] = (key, value)
+        if isinstance(found[1], Damaged):
+            raise found[1]
+        return found[1]
+
+
+def identity(path: Path) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RunData:
@@ -40,26 +76,62 @@ class RunData:
         self.root, self.folder = root, folder
         self.run = RunDir(root)
         self.curves_cache = Curves()
+        self.ends_cache = Curves()
         self.disk: tuple[float, float] | None = None
         self.listings: dict[tuple, tuple[int, list[str]]] = {}
+        self.cache = FileCache()
+        self.step_cache: OrderedDict = OrderedDict()
+        self.results_cache: OrderedDict = OrderedDict()
+        self.lock = threading.RLock()
+        """Held while the curves or an archive step are read (pages read on several threads)."""
 
     @property
     def name(self) -> str:
         relative = self.root.relative_to(self.folder) if self.root != self.folder else None
-        return str(relative) if relative else self.root.name
+        return shown(relative if relative else self.root.name)
 
     def file(self, *parts: str) -> Path | None:
-        """A file of the run, checked (safe.inside); None where it is missing or refused."""
+        """A regular file of the run, checked (safe.inside); None where it is missing, refused
+        or not a regular file."""
         try:
             return safe.inside(self.root, *parts)
         except (safe.Missing, safe.Refused):
             return None
 
+    def real(self, *parts: str) -> Path | None:
+        """Where an entry of the run really is (links followed), proved inside the run; None
+        where there is none; Damaged where it leads out of the run. Whether it is a regular
+        file is for rlcore.readback to say."""
+        try:
+            return safe.inside(self.root, *parts, kind="any")
+        except safe.Missing:
+            return None
+        except safe.Refused as err:
+            raise Damaged(self.root.joinpath(*parts), str(err)) from None
+
+    def identity(self, *parts: str) -> tuple:
+        path = self.real(*parts)
+        return identity(path) if path is not None else ()
+
+    def read(self, parts: tuple[str, ...], reader: Callable[[Path], T]) -> T | None:
+        """`reader(path)` of the run's file at `parts`, once per change of the file (FileCache);
+        None where there is no such file; Damaged where it cannot be read."""
+        path = self.real(*parts)
+        if path is None:
+            return None
+        try:
+            return self.cache.get(path, reader, kind=getattr(reader, "__qualname__", ""))
+        except FileNotFoundError:
+            return None
+
     # -- status --------------------------------------------------------------------------------
     def state(self) -> RunState:
-        if self.file("run.json") is None:
-            return RunState({})
-        return read_state(self.run)
+        """run.json read back and checked (rlcore.run_json); a damaged one is `problem`."""
+        try:
+            record = self.read(("run.json",), lambda path: run_json.read(path, self.root))
+        except Damaged as err:
+            return RunState({}, str(err))
+        return RunState({} if record is None else record.data)
 
     def status(self, state: RunState | None = None) -> tuple[str, str]:
         """(status, why): run.json's status, and "not running here" for a run it calls live
@@ -80,7 +152,10 @@ class RunData:
             if pid is not None and pid_alive(pid):
                 return recorded, f"pid {pid} is alive (not proved: no identity recorded)"
             return "not running here", "run.json records no live launcher"
-        found = procs.verify(record, "this run's launcher")
+        try:
+            found = procs.verify(record, "this run's launcher")
+        except Exception as err:  # a forged record: proves nothing
+            return "not running here", f"run.json's launcher record is damaged ({one_line(err)})"
         if isinstance(found, psutil.Process):
             return recorded, ""
         return "not running here", found
@@ -91,7 +166,11 @@ class RunData:
         return "no run.json"
 
     def kind(self) -> str:
-        kind = read_marker(self.root).get("kind") if self.file(".rl-run") else None
+        try:
+            marker = self.read((".rl-run",), self.read_marker) or {}
+        except Damaged:
+            marker = {}
+        kind = marker.get("kind")
         if kind in ("rl", "sft", "eval"):
             return kind
         if self.file("eval.toml"):
@@ -101,58 +180,89 @@ class RunData:
     def waits(self) -> list[str]:
         """What each live component records it waits for, as `rl status` words it."""
         found = []
-        names = [*COMPONENTS, *(p.stem for p in self.listing("state") if "inference-" in p.stem)]
+        names = [*COMPONENTS, *(n[:-5] for n in self.names("state")
+                                if n.startswith("inference-") and n.endswith(".json"))]  # fmt: skip
         for name in names:
-            path = self.file("state", f"{name}.json")
-            record = read_json(path) if path else None
-            if not isinstance(record, dict) or not pid_alive(record.get("pid")):
-                continue
-            for wait in waits.open_waits(record):
-                found.append(f"{name}: waiting for {wait['waiting_for']} from "
-                             f"{waits.peer_words(wait)}")  # fmt: skip
+            try:
+                record = self.read(("state", f"{name}.json"), self.read_state_file)
+                if not isinstance(record, dict) or not pid_alive(record.get("pid")):
+                    continue
+                for wait in waits.open_waits(record):
+                    found.append(shown(f"{name}: waiting for {wait['waiting_for']} from "
+                                       f"{waits.peer_words(wait)}", 500))  # fmt: skip
+            except (Damaged, TypeError, ValueError, KeyError, AttributeError) as err:
+                found.append(shown(f"{name}: {err}", 500))
         return found
+
+    def read_marker(self, path: Path) -> dict:
+        return readback.read_object(path, readback.MARKER, self.root)
+
+    def read_state_file(self, path: Path) -> dict:
+        return readback.read_object(path, readback.STATE, self.root)
 
     # -- curves and summary --------------------------------------------------------------------
     def curves(self) -> Curves:
-        path = self.file("metrics.jsonl")
+        """metrics.jsonl as curves, brought up to date (launcher.view.curves.refresh: bounded,
+        nothing read for an unchanged file); Damaged where it is not a regular file."""
+        path = self.real("metrics.jsonl")
         if path is None:
             self.curves_cache = Curves()
         else:
-            self.curves_cache = refresh(self.curves_cache, path)
+            self.curves_cache = refresh(self.curves_cache, path, self.root)
         return self.curves_cache
 
     def brief_curves(self) -> Curves:
         """The curves read so far when they are current, else the file's ends only (enough
-        for a list of runs, whatever the run's length)."""
-        path = self.file("metrics.jsonl")
+        for a list of runs, whatever the run's length), read once per change of the file."""
+        path = self.real("metrics.jsonl")
         if path is None:
             return Curves()
-        if self.curves_cache.key and self.curves_cache.key == file_key(path):
+        key = file_key(path)
+        if self.curves_cache.key and self.curves_cache.key == key:
             return self.curves_cache
-        return ends(path)
+        if not self.ends_cache.key or self.ends_cache.key != key:
+            self.ends_cache = ends(path, self.root)
+        return self.ends_cache
 
     def summary(self, brief: bool = False, disk: bool = True) -> dict[str, Any]:
         """The run in one record (the runs list, a page's heading); `brief` reads only the
         ends of metrics.jsonl unless its curves are in memory already; `disk` adds up the
-        sizes of its files (10,000 archived steps take a tenth of a second)."""
+        sizes of its files (10,000 archived steps take a tenth of a second). A run that cannot
+        be read is a record saying so (status "damaged"), never an error."""
+        try:
+            if brief:
+                return self.read_summary(brief, disk)
+            with self.lock:
+                return self.read_summary(brief, disk)
+        except Exception as err:  # any damage: the list of runs must still show the others
+            return {"name": self.name, "path": shown(self.root), "kind": "?",
+                    "status": "damaged", "why": one_line(err), "model": "", "envs": [],
+                    "step": None, "max_steps": None, "last5_reward": None, "wall_s": None,
+                    "machine": "", "disk_gib": None, "updated": None}  # fmt: skip
+
+    def read_summary(self, brief: bool, disk: bool) -> dict[str, Any]:
         state = self.state()
         status, why = self.status(state)
-        curves = self.brief_curves() if brief else self.curves()
+        try:
+            curves = self.brief_curves() if brief else self.curves()
+        except Damaged as err:
+            curves, status, why = Curves(), "damaged", str(err)
         configs = self.config_data()
         machine = state.data.get("machine") if isinstance(state.data.get("machine"), dict) else {}
         wall = None
         if curves.first_time is not None and curves.last_time is not None:
             wall = curves.last_time - curves.first_time
-        return {
-            "name": self.name, "path": str(self.root), "kind": self.kind(),
-            "status": status, "why": why, "model": model_name(configs), "envs": env_ids(configs),
+        return readback.json_safe({
+            "name": self.name, "path": shown(self.root), "kind": self.kind(),
+            "status": status, "why": shown(why, 1000), "model": model_name(configs),
+            "envs": env_ids(configs),
             "step": curves.last_step.get("trainer", curves.last_step.get("orchestrator")),
             "max_steps": max_steps(configs), "last5_reward": last_mean(curves, "orchestrator",
                                                                       "reward"),
             "wall_s": wall, "machine": machine_words(machine),
             "disk_gib": self.disk_gib() if disk else None,
             "updated": curves.last_time,
-        }  # fmt: skip
+        })  # fmt: skip
 
     def disk_gib(self) -> float:
         """Bytes of the run's files (links not followed), cached for DISK_CACHE_S."""
@@ -164,27 +274,36 @@ class RunData:
         return self.disk[1]
 
     # -- configs, checkpoints, logs --------------------------------------------------------------
-    def config_files(self) -> list[tuple[str, Path]]:
-        found = [(p.stem, p) for p in self.listing("configs") if p.suffix == ".toml"]
+    def config_files(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(name, parts) of each resolved config the run holds."""
+        names = [n for n in self.names("configs") if n.endswith(".toml")]
+        found = [(shown(n[:-5]), ("configs", n)) for n in names]
         found.sort(key=lambda f: (CONFIG_ORDER.index(f[0]) if f[0] in CONFIG_ORDER else 99, f[0]))
-        if self.file("eval.toml"):
-            found.insert(0, ("eval", self.root / "eval.toml"))
+        if self.real("eval.toml"):
+            found.insert(0, ("eval", ("eval.toml",)))
         return found
 
     def config_data(self) -> dict[str, dict]:
         """Each resolved config as data, secrets redacted again; {"error": ...} for one that
-        does not parse."""
+        cannot be read or does not parse."""
         configs = {}
-        for name, path in self.config_files():
-            checked = self.file(*path.relative_to(self.root).parts)
-            if checked is None or checked.stat().st_size > MAX_CONFIG_BYTES:
-                configs[name] = {"error": f"{path.name} is unreadable here"}
-                continue
+        for name, parts in self.config_files():
             try:
-                configs[name] = redact(tomllib.loads(checked.read_text(errors="replace")))
-            except (OSError, tomllib.TOMLDecodeError) as err:
-                configs[name] = {"error": f"{path.name} does not parse: {err}"}
+                configs[name] = self.read(parts, self.read_config) or {}
+            except Damaged as err:
+                configs[name] = {"error": str(err)}
         return configs
+
+    def read_config(self, path: Path) -> dict:
+        """A config file as data (TOML, within readback.CONFIG and JSON_DEPTH), redacted."""
+        text = readback.read_text(path, readback.CONFIG, self.root)
+        try:
+            data = tomllib.loads(readback.clean_text(text))
+        except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:
+            raise Damaged(path, f"does not parse ({one_line(err)[:200]})") from None
+        if readback.nesting(data, readback.JSON_DEPTH) > readback.JSON_DEPTH:
+            raise Damaged(path, f"nested deeper than {readback.JSON_DEPTH} levels")
+        return redact(data)
 
     def config_texts(self) -> list[tuple[str, str]]:
         """Each resolved config as TOML text to show, redacted again (rlcore.secrets)."""
@@ -193,9 +312,12 @@ class RunData:
         texts = []
         for name, data in self.config_data().items():
             if set(data) == {"error"}:
-                texts.append((name, data["error"]))
-            else:
-                texts.append((name, redact_urls(tomli_w.dumps(data))))
+                texts.append((name, str(data["error"])))
+                continue
+            try:
+                texts.append((name, redact_text(tomli_w.dumps(data))))
+            except (TypeError, ValueError) as err:
+                texts.append((name, f"cannot be shown as TOML ({one_line(err)[:200]})"))
         return texts
 
     def checkpoints(self) -> list[dict]:
@@ -212,25 +334,41 @@ class RunData:
         return found
 
     def log_tails(self, num_lines: int = LOG_TAIL_LINES) -> list[tuple[str, list[str]]]:
+        """The last lines of each log (readback.LOG_TAIL of it at most), each redacted as
+        commands' output is (`redact_text`) and cut at MAX_LOG_LINE_CHARS."""
         tails = []
-        for path in sorted(self.listing("logs"), key=lambda p: log_order(p.stem)):
-            checked = self.file("logs", path.name)
-            if checked is None or path.suffix != ".log":
-                continue
-            text = safe.read_tail(checked, LOG_TAIL_BYTES).decode(errors="replace")
-            lines = text.splitlines()[-num_lines:]
-            tails.append((path.stem, [redact_urls(line) for line in lines]))
+        names = sorted((n for n in self.names("logs") if n.endswith(".log")), key=log_order)
+        for name in names:
+            try:
+                lines = self.read(("logs", name), self.read_log_tail) or []
+            except Damaged as err:
+                lines = [str(err)]
+            tails.append((shown(name[:-4]), lines[-num_lines:]))
         return tails
+
+    def read_log_tail(self, path: Path) -> list[str]:
+        data, start = readback.read_tail(path, readback.LOG_TAIL, self.root)
+        lines = readback.decode(data).splitlines()
+        if start > 0 and lines:
+            lines = lines[1:]  # the first line of a tail may be cut
+        return [redact_text(readback.clean_text(line[:MAX_LOG_LINE_CHARS]))
+                for line in lines[-500:]]  # fmt: skip
 
     def restarts(self) -> int:
         """Attempts after the first, counted from the attempt headers in the trainer's log (its
-        last LOG_SCAN_BYTES: in a longer log the first attempt's header lies before them)."""
-        path = self.file("logs", "trainer.log") or self.file("logs", "orchestrator.log")
-        if path is None:
-            return 0
-        tail = safe.read_tail(path, LOG_SCAN_BYTES)
-        first = 1 if path.stat().st_size <= LOG_SCAN_BYTES else 0
-        return max(0, len(ATTEMPT_HEADER.findall(tail)) - first)
+        last LOG_SCAN bytes: in a longer log the first attempt's header lies before them)."""
+        for name in ("trainer.log", "orchestrator.log"):
+            try:
+                found = self.read(("logs", name), self.count_attempts)
+            except Damaged:
+                continue
+            if found is not None:
+                return found
+        return 0
+
+    def count_attempts(self, path: Path) -> int:
+        tail, start = readback.read_tail(path, LOG_SCAN, self.root)
+        return max(0, len(ATTEMPT_HEADER.findall(tail)) - (1 if start == 0 else 0))
 
     # -- folders -------------------------------------------------------------------------------
     def file_dir(self, *parts: str) -> Path | None:
@@ -240,8 +378,9 @@ class RunData:
             return None
 
     def names(self, *parts: str) -> list[str]:
-        """The entry names of a folder of the run, cached until the folder changes (its
-        modification time): the archive's 10,000 names are listed once per new step."""
+        """The entry names of a folder of the run (at most MAX_NAMES), cached until the folder
+        changes (its modification time): the archive's 10,000 names are listed once per new
+        step."""
         folder = self.file_dir(*parts)
         if folder is None:
             return []
@@ -249,14 +388,18 @@ class RunData:
             changed = folder.stat().st_mtime_ns
             cached = self.listings.get(parts)
             if cached is None or cached[0] != changed:
-                cached = self.listings[parts] = (changed, sorted(os.listdir(folder)))
+                with os.scandir(folder) as entries:
+                    listed = [
+                        entry.name for _, entry in zip(range(MAX_NAMES), entries, strict=False)
+                    ]
+                cached = self.listings[parts] = (changed, sorted(listed))
         except OSError:
             return []
         return cached[1]
 
     def listing(self, *parts: str) -> list[Path]:
         folder = self.file_dir(*parts)
-        return sorted(folder.iterdir()) if folder else []
+        return [folder / name for name in self.names(*parts)] if folder else []
 
     def eval_steps(self) -> list[int]:
         from launcher.view.archive import eval_steps
@@ -264,11 +407,13 @@ class RunData:
         return eval_steps(self)
 
 
+MAX_NAMES = 100_000
+"""Entries of one folder of a run that the view lists."""
 ATTEMPT_HEADER = re.compile(rb"^===== attempt ", re.M)
 
 
 def log_order(name: str) -> tuple:
-    order = ("rl", "inference", "orchestrator", "trainer")
+    order = ("rl.log", "inference.log", "orchestrator.log", "trainer.log")
     return (order.index(name) if name in order else len(order), name)
 
 
@@ -282,11 +427,13 @@ def failure(state: RunState) -> str:
     return ""
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def one_line(err: BaseException) -> str:
+    """An error as one printable line (an OSError names its file)."""
+    if isinstance(err, OSError) and err.filename:
+        text = f"{shown(err.filename)}: {err.strerror or err.__class__.__name__}"
+    else:
+        text = str(err) or err.__class__.__name__
+    return shown(" ".join(text.split()), 1000)
 
 
 def model_name(configs: dict[str, dict]) -> str:

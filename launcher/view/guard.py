@@ -4,7 +4,8 @@ Bound to loopback (the default), requests need no token, but their Host header m
 loopback address (a web page elsewhere cannot reach the server through DNS rebinding). Bound to
 any other address, every request needs the server's token: `?token=` (once: it is then kept in
 a cookie for that browser), the cookie, or `Authorization: Bearer`; compared in constant time.
-Any request whose path carries `..` or an encoded `.`, `/`, `\\` or NUL is refused outright."""
+Any request whose path carries `..` or an encoded `.`, `/`, `\\` or NUL is refused outright, and
+the one redirect (after `?token=`) goes to a path of this server only (`local_path`)."""
 
 import hmac
 import ipaddress
@@ -42,6 +43,13 @@ def refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status)
 
 
+def local_path(path: str) -> str:
+    """`path` as a redirect that stays on this server: one leading `/`, never `//host` or
+    `/\\host` (which a browser reads as another site), no backslash or control character."""
+    path = "".join(c for c in path.replace("\\", "/") if c.isprintable())
+    return "/" + path.lstrip("/")
+
+
 def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -63,8 +71,8 @@ class Guard(BaseHTTPMiddleware):
         given = request.query_params.get("token")
         if given is not None and self.matches(given):
             target = request.url.remove_query_params("token")
-            response = RedirectResponse(str(target.path) + (f"?{target.query}" if target.query
-                                                             else ""), status_code=303)  # fmt: skip
+            location = local_path(target.path) + (f"?{target.query}" if target.query else "")
+            response = RedirectResponse(location, status_code=303)
             response.set_cookie(COOKIE, given, httponly=True, samesite="strict")
             return response
         bearer = request.headers.get("authorization", "")

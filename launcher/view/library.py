@@ -4,21 +4,22 @@ A request names a run by that id, or by a path relative to one of the folders, c
 launcher.view.safe; nothing else reaches the disk."""
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
-from launcher.commands.runs import find_runs
 from launcher.view import safe
 from launcher.view.data import RunData
-from rlcore.rundir import RunDir
-from rlcore.runguard import looks_like_run
+from rlcore.ownership import RUN_MARKER
+from rlcore.runguard import LEGACY_CONFIGS
 
 RESCAN_S = 5.0
 """How long a listing of the runs is reused before the folders are looked at again."""
 
 
 def run_id(root: Path) -> str:
-    return hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    """A run's id: from its path's bytes (a name need not be UTF-8)."""
+    return hashlib.sha256(os.fsencode(root)).hexdigest()[:12]
 
 
 class Library:
@@ -35,9 +36,9 @@ class Library:
             return self.runs
         found: dict[str, RunData] = {}
         for folder in self.folders:
-            for run in [*find_runs(folder), *evals_runs(folder)]:
-                rid = run_id(run.root)
-                found.setdefault(rid, self.runs.get(rid) or RunData(run.root, folder))
+            for root in find_runs(folder):
+                rid = run_id(root)
+                found.setdefault(rid, self.runs.get(rid) or RunData(root, folder))
         self.runs, self.scanned = found, time.monotonic()
         return found
 
@@ -64,15 +65,41 @@ class Library:
         raise safe.Missing(f"no folder {relative!r} in {', '.join(map(str, self.folders))}")
 
 
-def evals_runs(folder: Path, depth: int = 3):
-    """`evals` output folders not marked as runs by an older version: results.jsonl or
-    step_<n>/summary.json beside eval.toml. Marked ones are found by find_runs."""
-    if depth < 0 or not folder.is_dir() or folder.is_symlink() or looks_like_run(folder):
-        return []
-    if (folder / "eval.toml").is_file():
-        return [RunDir(folder)]
-    found = []
-    for child in sorted(c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()):
-        if not child.name.startswith("."):
-            found += evals_runs(child, depth - 1)
-    return found
+RUN_ENTRIES = (RUN_MARKER, "run.json", *(f"configs/{c}.toml" for c in LEGACY_CONFIGS))
+"""Any of these makes a folder a run to show (rlcore.runguard.looks_like_run's rule)."""
+MAX_FOLDERS = 10_000
+"""Folders looked into for runs, in all (a folder of runs holds tens to thousands)."""
+
+
+def find_runs(folder: Path, depth: int = 3) -> list[Path]:
+    """Run folders at or below `folder` (not inside another run; links not followed): those
+    rl marked or an older rl left (RUN_ENTRIES), and `evals` output folders (eval.toml beside
+    their results). A folder that cannot be listed is passed over; one that holds a run entry
+    is a run however damaged it is (its page says what is wrong)."""
+    found, todo, seen = [], [(folder, depth)], 0
+    while todo and seen < MAX_FOLDERS:
+        current, left = todo.pop()
+        seen += 1
+        if is_run(current):
+            found.append(current)
+            continue
+        if left == 0:
+            continue
+        try:
+            with os.scandir(current) as entries:
+                children = [Path(e.path) for e in entries if not e.name.startswith(".")
+                            and e.is_dir(follow_symlinks=False)]  # fmt: skip
+        except OSError:
+            continue
+        todo += [(child, left - 1) for child in sorted(children, reverse=True)]
+    return sorted(found)
+
+
+def is_run(folder: Path) -> bool:
+    for name in (*RUN_ENTRIES, "eval.toml"):
+        try:
+            os.lstat(folder / name)
+            return True
+        except OSError:
+            continue
+    return False

@@ -32,7 +32,8 @@ def check_relative(text: str) -> list[str]:
 
 def inside(root: Path, *parts: str, kind: str = "file") -> Path:
     """`root/parts` resolved (links followed), proved to lie inside `root`'s real location and
-    to be a `kind` ("file" or "dir"); Refused when it escapes, Missing when it is not there."""
+    to be a `kind` ("file": a regular file, "dir", or "any": whatever it is, for
+    rlcore.readback to judge); Refused when it escapes, Missing when it is not there."""
     real_root = root.resolve()
     try:
         real = root.joinpath(*parts).resolve(strict=True)
@@ -42,14 +43,10 @@ def inside(root: Path, *parts: str, kind: str = "file") -> Path:
         raise Refused(f"{'/'.join(parts)}: {err.__class__.__name__}") from None
     if real != real_root and not real.is_relative_to(real_root):
         raise Refused(f"{'/'.join(parts)} leads outside {root} (a link)")
-    if (kind == "file" and not real.is_file()) or (kind == "dir" and not real.is_dir()):
+    try:
+        wrong = (kind == "file" and not real.is_file()) or (kind == "dir" and not real.is_dir())
+    except OSError:
+        wrong = True
+    if wrong:
         raise Missing(f"{'/'.join(parts)} in {root} is not a {kind}")
     return real
-
-
-def read_tail(path: Path, max_bytes: int) -> bytes:
-    """The last `max_bytes` of a file (opened read-only, never through a FIFO or device)."""
-    with path.open("rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(max(0, size - max_bytes))
-        return f.read(max_bytes)

@@ -178,7 +178,7 @@ def test_evaluations_of_a_run_and_of_an_evals_folder(tmp_path):
     assert evals.kind() == "eval" and evals.eval_steps() == [archive.SINGLE, 0]
     assert archive.eval_table(evals)[0]["env"] == "rl-add-digits"
     (run / "evals" / "step_4" / "summary.json").write_text("{torn")
-    assert "does not parse" in archive.eval_table(data)[0]["error"]
+    assert "summary.json: not JSON" in archive.eval_table(data)[0]["error"]
 
 
 def test_status_of_a_copied_live_run_is_not_running_here(tmp_path):
