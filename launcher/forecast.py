@@ -145,10 +145,31 @@ def _forecast(plan) -> tuple[Forecast | None, list[str]]:
     found, why = measured_speeds(plan.machine, dtypes, "cuda" if job.on_gpu else "cpu")
     if found is None:
         return None, [f"Estimate: not made ({why})"]
-    result = estimate(job, shape, found)
-    result.basis = basis(shape, source, job, found)
+    slowdown, busy = shared(plan.machine)
+    result = estimate(job, shape, found, slowdown)
+    result.basis = basis(shape, source, job, found) + busy
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)
+
+
+def shared(machine) -> tuple[float, list[str]]:
+    """(the slowdown other programs cause now, the basis line saying so when they do)."""
+    import os
+
+    from rlcore.forecast.model import shared_slowdown
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0, []
+    cpus = machine.num_cpus if machine else os.cpu_count() or 1
+    slowdown = shared_slowdown(load, cpus)
+    if slowdown < 1.1:
+        return 1.0, []
+    return slowdown, [
+        f"this machine is shared: other programs keep {load:.1f} threads busy on {cpus} CPUs "
+        f"(load average), CPU times stretched {slowdown:.1f}x"
+    ]
 
 
 def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
@@ -272,8 +293,9 @@ def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
         found, why = measured_speeds(machine, [job.train_dtype], "cuda" if job.on_gpu else "cpu")
         if found is None:
             return None, [f"Estimate: not made ({why})"]
-        result = estimate(job, shape, found)
-        result.basis = basis(shape, source, job, found)
+        slowdown, busy = shared(machine)
+        result = estimate(job, shape, found, slowdown)
+        result.basis = basis(shape, source, job, found) + busy
         return result, describe(result, job, machine.memory_gib, None)
     except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
         return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 """Bumped when what is measured changes: old cache entries are then ignored."""
 TIMEOUT_S = 60.0
 """The child's limit (it takes 3-8 s with torch's import)."""
@@ -48,9 +48,12 @@ class Speeds:
     copy_bytes: float
     """Bytes/s of a large memory copy (read and write counted once)."""
     import_s: float
-    """Seconds to import torch (the start of every process)."""
+    """CPU seconds to import torch (the start of every process)."""
     threads: int
     measured_s: float = 0.0
+    load: float = 0.0
+    """The 1-minute load average when it was measured (the figures are each product's best
+    repeat, which other programs disturb least)."""
     fingerprint: str = ""
     cached: bool = False
     extra: dict = field(default_factory=dict)
@@ -85,10 +88,10 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     """The measurement itself (imports torch): see `Speeds`. With `cuda` the products run on
     the first visible GPU (GPU_MATMUL_SHAPE, a weight 16x larger); the tiny ops and the copy
     stay on the CPU."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     import torch
 
-    import_s = time.perf_counter() - started
+    import_s = time.process_time() - cpu_started  # CPU time: other programs do not stretch it
     torch.manual_seed(0)
     matmul, stream = {}, {}
     decode = torch.nn.functional.linear
@@ -160,7 +163,8 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
             stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
             op_s=float(data["op_s"]), copy_bytes=float(data["copy_bytes"]),
             import_s=float(data["import_s"]), threads=int(data["threads"]),
-            measured_s=float(data.get("measured_s", 0.0)), fingerprint=key, cached=cached,
+            measured_s=float(data.get("measured_s", 0.0)), load=float(data.get("load", 0.0)),
+            fingerprint=key, cached=cached, extra={"device": str(data.get("device", "cpu"))},
         )  # fmt: skip
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"not a calibration record ({err!r})") from None
@@ -207,7 +211,8 @@ def speeds(machine: dict, dtypes: list[str], device: str = "cpu") -> Speeds:
     if cached is not None:
         return cached
     try:
-        found = from_record(run_child(dtypes, device), key, cached=False)
+        load = os.getloadavg()[0]
+        found = replace(from_record(run_child(dtypes, device), key, cached=False), load=load)
     except ValueError as err:
         raise CalibrationError(f"the speed measurement gave no usable figures: {err}") from None
     write_cache(key, found)

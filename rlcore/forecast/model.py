@@ -35,16 +35,26 @@ GENERATE_STEP_OPS = 100_000
 units: it sets the step of a tiny model."""
 TRAIN_STEP_OPS = 100_000
 """The trainer's fixed work per step (the batch read, packing, logging), in tiny-op units."""
-PUBLISH_COPIES = 3.0
-"""Memory copies of the policy's bytes a publish makes (gather, cast, send/write, load)."""
+PUBLISH_COPIES = 60.0
+"""A publish in units of a memory copy of the policy's bytes: gathered, cast, sent over
+loopback (or written), loaded and repacked by inference (1.4 s for the quick start's 0.5 GB)."""
 OVERLAP_ON_SHARED_CORES = 0.85
 """Share of the shorter of generation and training that still adds to the step where both run
 on the same CPU cores (an async run overlaps them only where one leaves cores idle)."""
-START_IMPORTS = 7.0
+START_IMPORTS = 15.0
 """Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
-the measured `import torch` time."""
+the CPU time `import torch` measured."""
+CHECKPOINT_COPIES = 40.0
+"""The last checkpoint's write in units of a memory copy of its bytes (serialized, written,
+synced)."""
+END_IMPORTS = 1.5
+"""Stopping the processes at the end, in `import torch` units."""
 FIRST_STEP_EXTRA = 1.0
 """The first step's warm-up (kernels built, caches filled) in steps."""
+LOAD_WEIGHT = 0.45
+"""How much of a CPU each runnable thread of other programs takes from the run, for the
+slowdown on a shared machine (`shared_slowdown`): fitted on this project's shared 2-CPU
+machines, where a load of 15 from others made the quick start's steps 4.2x longer."""
 WALL_RANGE = (0.8, 1.3)
 """The range printed around the wall time (answer lengths are the largest unknown)."""
 ANSWER_FILL = 0.75
@@ -55,7 +65,7 @@ PROMPT_TOKENS = 44
 question)."""
 INFERENCE_BASE = 1.6 * GIB
 """vLLM's processes on CPU besides the weights and KV cache (torch, vLLM, the API server)."""
-ORCHESTRATOR_BASE = 0.45 * GIB
+ORCHESTRATOR_BASE = 0.25 * GIB
 """The orchestrator's process (verifiers, the tokenizer, the environments)."""
 LAUNCHER_BASE = 0.08 * GIB
 ARCHIVE_BYTES_PER_TOKEN = 5.0
@@ -203,7 +213,8 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
     total = 0.0
     for turn in range(max(round(job.turns), 1)):
         context = job.prompt_tokens * (turn + 1) + answer * turn
-        prefill = forward_flops(shape, job.rollouts * job.prompt_tokens, context) / flops
+        # prefix caching: a group's rollouts share their prompt's prefill
+        prefill = forward_flops(shape, job.groups * job.prompt_tokens, context) / flops
         batches = max(concurrent / 32, 1.0)  # the stream rate was measured at 32 rows
         iteration = weight_bytes / stream * batches
         iteration += (DECODE_OPS_PER_LAYER * shape.layers + DECODE_ITERATION_OVERHEAD_OPS) * (
@@ -267,8 +278,9 @@ def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
 
 
 def end_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
-    """The last checkpoint's write (memory to page cache; on CPU every core is free by then)."""
-    return checkpoint_bytes(job, shape) / speeds.copy_bytes * 4 if job.checkpoints_saved else 0.0
+    """The last checkpoint's write and the processes' stop."""
+    write = checkpoint_bytes(job, shape) / speeds.copy_bytes * CHECKPOINT_COPIES
+    return (write if job.checkpoints_saved else 0.0) + END_IMPORTS * speeds.import_s
 
 
 # -- memory and disk -------------------------------------------------------------------------
@@ -316,10 +328,19 @@ def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
     }
 
 
-def estimate(job: Job, shape: ModelShape, speeds: Speeds) -> Forecast:
-    """The whole estimate for `job` on this machine."""
+def shared_slowdown(other_load: float, cpus: int) -> float:
+    """How much longer CPU work takes while other programs keep `other_load` threads runnable
+    on `cpus` CPUs (1 on a quiet machine)."""
+    return 1.0 + LOAD_WEIGHT * max(other_load, 0.0) / max(cpus, 1)
+
+
+def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0) -> Forecast:
+    """The whole estimate for `job` on this machine; `slowdown` stretches the CPU's work on a
+    shared machine (`shared_slowdown`; on GPUs only the start)."""
     mid = step_phases(job, shape, speeds, job.answer_mean)
-    start = start_s(job, shape, speeds) + FIRST_STEP_EXTRA * mid["step"]
+    if not job.on_gpu:
+        mid = {k: v * slowdown for k, v in mid.items()}
+    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * mid["step"]
     end = end_s(job, shape, speeds)
     wall = start + job.max_steps * mid["step"] + end
     low, high = WALL_RANGE
