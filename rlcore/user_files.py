@@ -49,6 +49,8 @@ def check_nesting(data: Any, where: str, depth: int = 1) -> None:
         value, level, path = stack.pop()
         if level > MAX_NESTING:
             raise ConfigError(too_deep(where, path))
+        if not isinstance(value, dict | list):
+            continue  # a plain value (a flag's `--inference.server.port 8123` into a table)
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if isinstance(item, dict | list):

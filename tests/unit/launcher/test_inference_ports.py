@@ -152,3 +152,17 @@ def test_a_multi_node_job_leaves_each_servers_port_to_its_node(monkeypatch, tmp_
     for name in ("inference", "inference-1"):
         assert not any(a.startswith(ports.HELD_ENV) for a in plan.command(name)), name
     assert plan.config.orchestrator.client.base_url[1] == f"http://n2:{own_ports + 1}/v1"
+
+
+def test_evals_own_server_takes_the_same_rule_and_its_flag_parses(own_ports):
+    from orchestrator.evals.config import EvalsConfig
+    from orchestrator.evals.server import own_port
+    from rlcore.entry import parse_config
+
+    argv = ["--inference.server.port", str(own_ports + 5), "--eval.env", '[{id = "rl-add-digits"}]']
+    config, _ = parse_config(EvalsConfig, "evals", argv)
+    assert config.inference == {"server": {"port": own_ports + 5}}  # a plain value into a table
+    assert own_port("127.0.0.1", own_ports + 5) == own_ports + 5 and own_ports + 5 in ports._held
+    assert own_port("127.0.0.1", None) == own_ports and own_ports in ports._held
+    assert own_port("127.0.0.1", "None") == own_ports + 1  # an explicit None: the rule too
+    assert own_port("127.0.0.1", "x") == "x"  # not a port: `inference` refuses it by its schema
