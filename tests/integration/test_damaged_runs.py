@@ -30,7 +30,7 @@ DAMAGES = ("bytes", "fifo", "dev-zero", "sparse", "deep", "bad-name")
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT = 500 * 2**20
 ANSWER_LIMIT = 20 * 2**20
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 """No page may answer with more than this (the view's pages are bounded well below it)."""
 
 
@@ -157,7 +157,7 @@ def watch():
             os._exit(3)
         time.sleep(0.02)
 threading.Thread(target=watch, daemon=True).start()
-from tests.unit.launcher.test_damaged_runs import check_commands, check_view
+from tests.integration.test_damaged_runs import check_commands, check_view
 try:
     check_commands(Path(sys.argv[1]), Path(sys.argv[2]))
     check_view(Path(sys.argv[3]))
