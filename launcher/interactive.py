@@ -11,7 +11,7 @@ from launcher.commands import run_command
 from launcher.commands.base import ask, has_terminal
 from launcher.lockfile import LOCK_FILE, dataset_dir, read_lock
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
-from rlcore.secrets import redact_urls
+from rlcore.secrets import redact_message
 
 
 @dataclass
@@ -69,7 +69,7 @@ def ask_and_start(found: Found) -> int | list[str]:
     try:
         return questions(found)
     except ConfigError as err:
-        print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
+        print(f"rl: error: {redact_message(str(err))}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
 
 

@@ -5,7 +5,7 @@ import signal
 import sys
 
 from launcher.exits import exit_message, oom_kills
-from launcher.plan import Plan, as_given, describe, replica_config
+from launcher.plan import Plan, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import STALLED, Supervisor, tail
@@ -15,9 +15,10 @@ from rlcore.disk_full import DISK_FULL_EXIT_CODE, stopped_text
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.health import ForeignServer, new_nonce, port_holder
 from rlcore.literal_secrets import externalize
-from rlcore.metrics import read_records, reward_curve
+from rlcore.metrics import read_last_records, reward_curve
 from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
-from rlcore.secrets import redact_urls
+from rlcore.readback import METRICS
+from rlcore.secrets import redact_message
 from rlcore.toml_io import write_config
 
 
@@ -33,7 +34,7 @@ def write_configs(plan: Plan) -> None:
     run = plan.run
     data, plan.secret_env = externalize(plan.config.model_dump(mode="json"), "")
     if not plan.placement:  # inside a job rl.toml stays as submitted (a restart reads it)
-        write_config(externalize(as_given(plan), "")[0], run.config_file("rl"))
+        write_config(data, run.config_file("rl"))
     for component in COMPONENTS:
         write_config(data[component], run.config_file(component))
     for name in plan.inference_names[1:]:
@@ -56,7 +57,7 @@ def launch(plan: Plan, clean: bool) -> int:
         step = run_checks(plan, clean)
         check_stop()
     except ConfigError as err:
-        print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
+        print(f"rl: error: {redact_message(str(err))}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     except Stop as stop:
         print(f"rl: got {signal.Signals(stop.signum).name} before starting anything", flush=True)
@@ -130,12 +131,9 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if name == "done":
         ignore_stop_signals("rl")
         supervisor.stop_all(plan.config.shutdown_grace_s)
-        supervisor.clock.finish(plan.run.root)  # measured totals beside the estimate
         supervisor.write_state("finished")
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
-        if (against := supervisor.clock.against_estimate()) is not None:
-            print(f"rl: {against}", flush=True)
-        records, _ = read_records(plan.run.metrics)
+        records = read_last_records(plan.run.metrics, plan.run.root, METRICS)
         for line in reward_curve(records).splitlines():
             print(f"rl: {line}", flush=True)
         print(f"rl: curves as a PNG: rl plot {plan.run.root}", flush=True)

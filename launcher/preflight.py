@@ -1,7 +1,6 @@
 """Checks `rl` runs before it starts anything, and the run-directory preparation for a start
 or a resume. A failed check is a ConfigError: one message, exit 2, nothing started."""
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -14,6 +13,7 @@ from rlcore.errors import ConfigError
 from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import read_run_id, remove_run_files, verified_run
+from rlcore.readback import RUN_JSON, Damaged, read_object
 from rlcore.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
 
@@ -125,8 +125,8 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
 def read_choices(run_json: Path) -> dict:
     """The numeric choices a run's run.json recorded (launcher.plan.numeric_choices)."""
     try:
-        choices = json.loads(run_json.read_text()).get("numeric_choices")
-    except (OSError, ValueError, AttributeError):
+        choices = read_object(run_json, RUN_JSON, run_json.parent).get("numeric_choices")
+    except (OSError, Damaged):
         return {}
     return choices if isinstance(choices, dict) else {}
 

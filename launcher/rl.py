@@ -18,7 +18,7 @@ from launcher.shared import shared_help
 from rlcore import wheel_tags
 from rlcore.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.secrets import redact_urls
+from rlcore.secrets import redact_message
 from rlcore.toml_io import dump_config
 
 USAGE = (
@@ -146,9 +146,7 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
     if plan.config.slurm is not None:
         return run_slurm(plan, dry_run, clean)
     if dry_run:
-        from launcher.plan import as_given
-
-        print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(as_given(plan))}")
+        print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(plan.config)}")
         print(describe(plan))
         return 0
     from launcher.launch import launch
@@ -174,7 +172,7 @@ def run_slurm(plan, dry_run: bool, clean: bool) -> int:
             return slurm.submit(plan, write_configs)
         slurm.place_in_job(plan)
     except ConfigError as err:
-        print(f"rl: error: {redact_urls(str(err))}", file=sys.stderr)
+        print(f"rl: error: {redact_message(str(err))}", file=sys.stderr)
         return 2
     started = time.monotonic()
     code = launch(plan, clean=clean)

@@ -9,6 +9,7 @@ import os
 import secrets
 
 from rlcore.files import atomic_write_text
+from rlcore.readback import SMALL, Damaged, read_text
 from rlcore.rundir import RunDir
 
 ADMIN_TOKEN_ENV = "RL_ADMIN_TOKEN"
@@ -32,8 +33,8 @@ def read_token(run_dir: RunDir) -> str | None:
     if os.environ.get(ADMIN_TOKEN_ENV):
         return os.environ[ADMIN_TOKEN_ENV]
     try:
-        return run_dir.admin_token.read_text().strip() or None
-    except FileNotFoundError:
+        return read_text(run_dir.admin_token, SMALL, run_dir.root).strip() or None
+    except (FileNotFoundError, Damaged):
         return None
 
 

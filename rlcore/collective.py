@@ -40,6 +40,7 @@ from typing import Any
 from rlcore import attempt
 from rlcore.files import atomic_write_text
 from rlcore.poll import wait_until
+from rlcore.readback import SMALL, Damaged, read_object
 
 OFFER = "offer.json"
 REQUEST = "request.json"
@@ -249,7 +250,9 @@ def is_done(folder: Path, group_id: str, filter_: "attempt.AttemptFilter") -> bo
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A transfer file's object read back bounded (rlcore.readback); None when there is none
+    or it is not a small JSON object (a damaged one is no offer, request or `done`)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return read_object(path, SMALL)
+    except (FileNotFoundError, Damaged):
         return None

@@ -19,7 +19,7 @@ from rlcore.cli import ArgParser, ParsedArgs
 from rlcore.disk_full import GENERIC_ADVICE, exit_disk_full, is_disk_full
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.schema import default_text, leaves, type_text
-from rlcore.secrets import redact_urls
+from rlcore.secrets import redact_message
 from rlcore.toml_io import dump_config
 
 M = TypeVar("M", bound=BaseModel)
@@ -84,9 +84,9 @@ COMMON_FLAGS = """\
 
 
 def exit_with(message: str, prog: str, code: int = USER_ERROR_EXIT_CODE) -> None:
-    """Print `prog: error: message`, the secrets of every URL in it shown as `***`, and exit
-    (2 for a user's mistake)."""
-    print(f"{prog}: error: {redact_urls(message)}", file=sys.stderr)
+    """Print `prog: error: message`, every secret in it shown as `***` and a huge message cut
+    (rlcore.secrets.redact_message), and exit (2 for a user's mistake)."""
+    print(f"{prog}: error: {redact_message(message)}", file=sys.stderr)
     sys.exit(code)
 
 

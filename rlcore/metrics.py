@@ -3,34 +3,74 @@ object per line with `component`, `step`, `time` and that component's metrics. T
 orchestrator's training records carry `reward`, `time/step_s`, `num_tokens` and `num_samples`;
 `rl`'s live view, `rl status` and plots read them, never console text."""
 
-import json
+import math
 from pathlib import Path
 from typing import Any
 
+from rlcore.readback import METRICS_TAIL, Bound, Damaged, parse_json, read_from, read_tail
 
-def read_records(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+
+def read_records(
+    path: Path, offset: int = 0, root: Path | None = None, bound: Bound = METRICS_TAIL
+) -> tuple[list[dict[str, Any]], int]:
     """Complete records after byte `offset`, and the offset after the last complete line (a
-    line still being written is left for the next call)."""
-    if not path.exists():
+    line still being written is left for the next call). At most `bound.max_bytes` are read
+    per call (rlcore.readback: a FIFO, a device or a link out of `root` reads as no records);
+    a line longer than that is skipped whole, so a file without line breaks is never read
+    whole nor read again. Only well-formed records are returned (`is_record`)."""
+    try:
+        chunk = read_from(path, offset, bound, root)
+    except (FileNotFoundError, Damaged):
         return [], offset
-    with path.open("rb") as f:
-        f.seek(offset)
-        chunk = f.read()
     end = chunk.rfind(b"\n") + 1
+    if end == 0 and len(chunk) >= bound.max_bytes:
+        return [], offset + len(chunk)  # part of one over-long line: dropped
+    return parse_records(chunk[:end]), offset + end
+
+
+def read_last_records(
+    path: Path, root: Path | None = None, bound: Bound = METRICS_TAIL
+) -> list[dict[str, Any]]:
+    """The complete records in the last `bound.max_bytes` of the file (a run's latest steps,
+    for `rl status` and `rl list`, `rl plot` with METRICS): never the whole of a huge file."""
+    try:
+        chunk, start = read_tail(path, bound, root)
+    except (FileNotFoundError, Damaged):
+        return []
+    if start > 0:
+        chunk = chunk[chunk.find(b"\n") + 1 :] if b"\n" in chunk else b""  # a cut first line
+    return parse_records(chunk[: chunk.rfind(b"\n") + 1])
+
+
+def parse_records(data: bytes) -> list[dict[str, Any]]:
     records = []
-    for line in chunk[:end].splitlines():
+    for line in data.splitlines():
         try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a killed writer
-        if isinstance(record, dict):
+            record = parse_json(line, "metrics.jsonl")
+        except Damaged:
+            continue  # a line torn by a killed writer, or not a record
+        if is_record(record):
             records.append(record)
-    return records, offset + end
+    return records
+
+
+def is_record(record: object) -> bool:
+    """A metrics record as the processes write it: an object naming its `component` (text)
+    and its `step` (an integer); anything else read back is skipped, never acted on."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("component"), str)
+        and is_number(record.get("step"), int)
+    )
+
+
+def is_number(value: object, kinds: type | tuple = (int, float)) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def is_training_step(record: dict[str, Any]) -> bool:
     """An orchestrator record of a written training batch (not an eval)."""
-    return record.get("component") == "orchestrator" and "reward" in record
+    return record.get("component") == "orchestrator" and is_number(record.get("reward"))
 
 
 def step_line(
@@ -50,13 +90,18 @@ def step_line(
 
 def record_step_line(record: dict[str, Any]) -> str:
     """`step_line` of an orchestrator training record."""
+
+    def number(key: str, default: float = 0) -> float:
+        value = record.get(key, default)
+        return value if is_number(value) and math.isfinite(value) else default
+
     return step_line(
         int(record["step"]),
-        float(record.get("time/step_s", 0.0)),
+        float(number("time/step_s", 0.0)),
         float(record["reward"]),
-        int(record.get("num_tokens", 0)),
-        int(record.get("num_samples", 0)),
-        int(record.get("num_errors", 0)),
+        int(number("num_tokens")),
+        int(number("num_samples")),
+        int(number("num_errors")),
     )
 
 

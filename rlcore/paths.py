@@ -22,9 +22,41 @@ def resolve_path(value: str | os.PathLike) -> Path:
     if text.startswith("~"):
         text = expand_home(text)
     try:
-        return Path(text).resolve()
+        path = Path(text).resolve()
     except (OSError, RuntimeError, ValueError) as err:  # a link loop, a NUL byte
         raise ValueError(f"is not a usable path ({err})") from None
+    check_lengths(path)
+    return path
+
+
+NAME_MAX, PATH_MAX = 255, 4095
+"""The longest file name and path Linux takes, in bytes (longer ones fail with ENAMETOOLONG)."""
+
+
+def check_lengths(path: Path) -> None:
+    """A ValueError when a name in `path`, or the whole of it, is longer than Linux allows: said
+    at once, never an OSError from the first file operation on it."""
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > NAME_MAX:
+        raise ValueError(
+            f"is not a usable path: it has a name of {longest:,} bytes, and a file or folder "
+            f"name may have at most {NAME_MAX}; use a shorter name"
+        )
+    if len(os.fsencode(path)) > PATH_MAX:
+        raise ValueError(
+            f"is not a usable path: it is {len(os.fsencode(path)):,} bytes long, over the "
+            f"{PATH_MAX:,} a path may have; use a shorter one"
+        )
+
+
+def quoted(value: str | os.PathLike, max_chars: int = 200) -> str:
+    """`value` quoted for a message (its repr), cut in the middle past `max_chars` characters:
+    an error line never carries a whole megabyte a user or a file gave."""
+    text = os.fspath(value)
+    if len(text) <= max_chars:
+        return repr(text)
+    half = max_chars // 2
+    return f"{text[:half]!r}...{text[-half:]!r} ({len(text):,} characters)"
 
 
 def expand_home(text: str) -> str:
@@ -51,7 +83,7 @@ def user_path(value: str | os.PathLike, key: str) -> Path:
     try:
         return resolve_path(value)
     except ValueError as err:
-        raise ConfigError(f"{key} {os.fspath(value)!r} {err}") from None
+        raise ConfigError(f"{key} {quoted(value)} {err}") from None
 
 
 def resolve_field(value: Any) -> Any:

@@ -23,6 +23,7 @@ from rlcore import attempt
 from rlcore.errors import ConfigError
 from rlcore.files import append_line, atomic_write_text, fsync_tree
 from rlcore.ownership import claim
+from rlcore.readback import CONFIG, SMALL, Damaged, read_object, read_text
 from rlcore.runguard import RL, Entry, check_run, open_run
 
 COMPONENTS = ("trainer", "orchestrator", "inference")
@@ -137,10 +138,9 @@ class RunDir:
         """Who marked `weights/step_<step>` STABLE (rlcore.attempt); None if nobody did, or an
         older layout did (a bare time)."""
         try:
-            stamp = json.loads((self.weight_dir(step) / STABLE).read_text())
-        except (OSError, ValueError):
+            return read_object(self.weight_dir(step) / STABLE, SMALL, self.root)
+        except (OSError, Damaged):
             return None
-        return stamp if isinstance(stamp, dict) else None
 
     # -- checkpoints ---------------------------------------------------------------------------
     def complete_checkpoints(self) -> list[int]:
@@ -190,7 +190,7 @@ class RunDir:
         with the config it resumed from (`rl view`'s compare page)."""
         source = self.config_file(part)
         if source.is_file():
-            text = source.read_text()
+            text = read_text(source, CONFIG, self.root)
             atomic_write_text(self.checkpoint_dir(step) / "configs" / f"{part}.toml", text)
 
     def write_manifest_if_complete(self, step: int, parts: Iterable[str]) -> bool:

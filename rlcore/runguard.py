@@ -234,9 +234,9 @@ def is_plain_name(name: str) -> bool:
 def run_candidates(name: str, what: str = "RUN") -> list[Path]:
     """The folders a RUN argument may mean, as given (not resolved): a plain name is a run
     under outputs/, else a folder of that name here; anything else is a path."""
+    user_path(name, what)  # an empty or unusable path (a name over 255 bytes) names `what`
     if is_plain_name(name):
         return [RUNS_ROOT / name, Path(name)]
-    user_path(name, what)  # an empty or unusable path is an error naming `what`
     return [Path(name).expanduser()]
 
 

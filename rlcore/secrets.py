@@ -441,3 +441,23 @@ def _word_end(text: str, start: int) -> int:
     while end < len(text) and not text[end].isspace() and text[end] not in _VALUE_STOP:
         end += 1
     return end
+
+
+MESSAGE_CHARS = 4000
+"""The most of one error message printed or written: a value a user or a file gave (a 1 MiB key
+name, a whole line) is cut in the middle, never quoted whole."""
+
+
+def redact_message(text: str, given: Any = None, max_chars: int = MESSAGE_CHARS) -> str:
+    """An error message as it may be printed or written: every secret of the user's input
+    `given` (a value or nested data, as `scrub` reads it) hidden wherever the message repeats
+    it, a library's rewriting of it included (datasets quotes `https://u:pw@h` as
+    `/cwd/https:/u:pw@h`); then every secret free text shows (`redact_text`); then at most
+    `max_chars` characters, cut in the middle."""
+    if given is not None:
+        text = scrub(text, given)
+    text = redact_text(text)
+    if len(text) > max_chars:
+        half = max_chars // 2
+        text = f"{text[:half]} ...[{len(text) - 2 * half:,} characters left out]... {text[-half:]}"
+    return text

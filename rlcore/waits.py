@@ -30,6 +30,7 @@ from typing import Any
 
 from rlcore.attempt import attempt_id
 from rlcore.files import atomic_write_text
+from rlcore.readback import STATE, Damaged, read_object
 
 STATE_DIR = "state"
 COMPONENT_ENV = "RL_COMPONENT"
@@ -131,11 +132,12 @@ def waiting(
 
 
 def read(run_root: Path, component: str) -> dict[str, Any] | None:
+    """A component's record read back bounded (rlcore.readback); None when there is none or it
+    is not one (a FIFO, a huge or deeply nested file, not an object)."""
     try:
-        record = json.loads(state_file(run_root, component).read_text())
-    except (OSError, ValueError):
+        return read_object(state_file(run_root, component), STATE, Path(run_root))
+    except (FileNotFoundError, Damaged):
         return None
-    return record if isinstance(record, dict) else None
 
 
 def peer_words(wait: dict[str, Any]) -> str:

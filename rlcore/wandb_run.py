@@ -17,6 +17,7 @@ from typing import Any
 from rlcore.config import WandbConfig
 from rlcore.files import atomic_write_text
 from rlcore.metrics import read_records
+from rlcore.readback import STATE, Damaged, read_object
 from rlcore.rundir import RunDir
 from rlcore.secrets import dotenv, redact
 
@@ -87,9 +88,9 @@ STATE_FILE = "wandb.json"
 def continue_wandb(run_dir: RunDir) -> WandbRun | None:
     """Continue the run's W&B run from `state/wandb.json`; None when it never had one."""
     try:
-        found = json.loads((run_dir.root / "state" / STATE_FILE).read_text())
+        found = read_object(run_dir.root / "state" / STATE_FILE, STATE, run_dir.root)
         config, run_id = WandbConfig.model_validate(found["settings"]), str(found["id"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, Damaged, ValueError, KeyError, TypeError):
         return None
     return start_wandb(config, run_dir, run_id, {})
 

@@ -18,7 +18,8 @@ from launcher.commands import (
     view,
 )
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
-from rlcore.secrets import redact_urls
+from rlcore.readback import Damaged, shown
+from rlcore.secrets import redact_message
 
 COMMANDS = {
     m.NAME: m for m in (init, tasks, hf, status, list_runs, logs, stop, delete, plot, export, view)
@@ -31,16 +32,17 @@ def commands_help() -> str:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Parse and run one subcommand; a user mistake, or an OS error the command did not name
-    itself, is one message (URLs in it redacted) and exit 2."""
+    """Parse and run one subcommand; a user mistake, a damaged run folder (rlcore.readback), or
+    an OS error the command did not name itself, is one message (secrets in it redacted, a
+    huge one cut: rlcore.secrets.redact_message) and exit 2."""
     module = COMMANDS[name]
     try:
         args = module.parser().parse_args(argv)
         return module.run(args)
-    except ConfigError as err:
+    except (ConfigError, Damaged) as err:
         message = str(err)
     except OSError as err:
-        where = f"{err.filename}: " if err.filename else ""
+        where = f"{shown(err.filename)}: " if err.filename else ""
         message = f"{where}{err.strerror or err}"
-    print(f"rl {name}: error: {redact_urls(message)}", file=sys.stderr)
+    print(f"rl {name}: error: {redact_message(message)}", file=sys.stderr)
     return USER_ERROR_EXIT_CODE

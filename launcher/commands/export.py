@@ -18,6 +18,7 @@ from launcher.lockfile import check_writable
 from rlcore import children
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.readback import shown
 from rlcore.rundir import RunDir, steps_in
 from rlcore.runguard import writing_into
 
@@ -38,17 +39,28 @@ def parser():
 
 
 def trainer_config(run: RunDir):
+    """The trainer's (or an `rl sft` run's) config the run recorded, read back bounded
+    (rlcore.toml_io); one that is not such a config is a damaged run folder, never a
+    traceback."""
+    from pydantic import ValidationError
+
     from rlcore.toml_io import load_toml
     from trainer.config import TrainerConfig
 
     path = run.config_file("trainer")
+    model = TrainerConfig
     if not path.is_file() and run.config_file("sft").is_file():
         from trainer.sft.config import SFTConfig
 
-        return SFTConfig.model_validate(load_toml(run.config_file("sft")))
+        path, model = run.config_file("sft"), SFTConfig
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: {run.root} holds no trainer run to export")
-    return TrainerConfig.model_validate(load_toml(path))
+    try:
+        return model.model_validate(load_toml(path))
+    except ValidationError as err:
+        where = shown(path.relative_to(run.root))
+        why = f"not a config rl wrote ({err.error_count()} problems)"
+        raise ConfigError(f"damaged run folder: {where}: {why}") from None
 
 
 def pick_source(run: RunDir, step: int | None) -> tuple[int, str]:

@@ -1,12 +1,17 @@
-"""`rl logs [RUN] [COMPONENT] [-f]`: print (or follow) a run's logs."""
+"""`rl logs [RUN] [COMPONENT] [-f]`: print (or follow) a run's logs. A log is read back as data
+(rlcore.readback): a regular file only (a FIFO, a device or a link out of the run is one line
+saying so), and only its last LOG_TAIL bytes are printed at first (a line says how much came
+before and where the whole file is), so a huge log never floods the terminal nor memory."""
 
 import re
 import sys
 import time
+from pathlib import Path
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, SFT_PROCESS, find_run, latest_run
 from rlcore.errors import ConfigError
+from rlcore.readback import LOG_TAIL, Damaged, decode, read_from, read_tail, shown
 from rlcore.rundir import COMPONENTS
 
 NAME = "logs"
@@ -43,24 +48,50 @@ def run(args) -> int:
         raise ConfigError(f"no logs in {run_dir.logs}")
     offsets = {}
     for f in files:
-        text = f.read_text(errors="replace")
-        print(text if component else "".join(f"[{f.stem}] {line}\n" for line in text.splitlines()))
-        offsets[f] = f.stat().st_size
+        offsets[f] = print_tail(f, run_dir.root, prefix=None if component else f.stem)
     try:
         while args.follow:
             time.sleep(0.5)
             for f in files:
-                print_new_lines(f, offsets, prefix=None if component else f.stem)
+                if offsets[f] is not None:
+                    offsets[f] = print_new_lines(f, run_dir.root, offsets[f],
+                                                 prefix=None if component else f.stem)  # fmt: skip
     except KeyboardInterrupt:
         pass
     return 0
 
 
-def print_new_lines(path, offsets: dict, prefix: str | None) -> None:
-    with path.open("rb") as handle:
-        handle.seek(offsets[path])
-        new = handle.read().decode(errors="replace")
-    offsets[path] += len(new.encode())
-    for line in new.splitlines():
+def show(lines: list[str], prefix: str | None) -> None:
+    for line in lines:
         print(line if prefix is None else f"[{prefix}] {line}", flush=True)
     sys.stdout.flush()
+
+
+def print_tail(path: Path, root: Path, prefix: str | None) -> int | None:
+    """Print the last LOG_TAIL bytes of the log `path` (from its first whole line), saying how
+    much came before; the offset to follow from, or None (after one line saying why) for a
+    file that cannot be read as a log."""
+    try:
+        data, start = read_tail(path, LOG_TAIL, root)
+    except (FileNotFoundError, Damaged) as err:
+        show([f"rl: {err}" if isinstance(err, Damaged) else f"rl: {shown(path)} is gone"], prefix)
+        return None
+    if start > 0:
+        cut = data.find(b"\n") + 1
+        data, start = data[cut:], start + cut
+        show([f"rl: ... {start:,} bytes before these lines (the whole log: {shown(path)})"],
+             prefix)  # fmt: skip
+    show(decode(data).splitlines(), prefix)
+    return start + len(data)
+
+
+def print_new_lines(path: Path, root: Path, offset: int, prefix: str | None) -> int | None:
+    """Print the whole lines written after byte `offset` (at most LOG_TAIL bytes a call); the
+    offset after them, or None when the file can no longer be read as a log."""
+    try:
+        data = read_from(path, offset, LOG_TAIL, root)
+    except (FileNotFoundError, Damaged):
+        return offset
+    end = data.rfind(b"\n") + 1 if len(data) < LOG_TAIL.max_bytes else len(data)
+    show(decode(data[:end]).splitlines(), prefix)
+    return offset + end

@@ -1,11 +1,13 @@
 """`rl plot RUN [--out PNG]`: reward, loss, entropy, mismatch_kl and throughput against step."""
 
+import os
 from pathlib import Path
 
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
 from rlcore.paths import path_arg
+from rlcore.readback import Damaged, open_file
 from rlcore.runguard import writing_into
 
 NAME = "plot"
@@ -26,8 +28,7 @@ def run(args) -> int:
     from launcher.plot import PLOT_FILE, plot_run
 
     run_dir = find_run(args.run)
-    if not run_dir.metrics.exists():
-        raise ConfigError(f"{run_dir.metrics} does not exist: nothing to plot yet")
+    check_metrics(run_dir)
     if args.out is not None:
         check_out(args.out)
     out = args.out or run_dir.root / PLOT_FILE
@@ -37,6 +38,17 @@ def run(args) -> int:
     with writing_into(out, "--out" if args.out else "RUN", fix):
         print(f"rl: wrote {plot_run(run_dir, out)}")
     return 0
+
+
+def check_metrics(run_dir) -> None:
+    """metrics.jsonl must be there and be a file that can be read back (rlcore.readback: a
+    FIFO, a device or a link out of the run is a damaged run folder, exit 2)."""
+    try:
+        os.close(open_file(run_dir.metrics, run_dir.root))
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir.metrics} does not exist: nothing to plot yet") from None
+    except Damaged as err:
+        raise ConfigError(str(err)) from None
 
 
 def check_out(out: Path) -> None:

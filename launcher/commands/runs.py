@@ -12,7 +12,7 @@ import psutil
 from rlcore import procs, run_json, runguard
 from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
-from rlcore.metrics import read_records
+from rlcore.metrics import read_last_records
 from rlcore.ownership import RUN_MARKER, read_run_id
 from rlcore.readback import Damaged
 from rlcore.rundir import COMPONENTS, RunDir
@@ -24,8 +24,15 @@ RUN_HELP = "a run's name under outputs/, or the path of a run folder"
 
 def find_run(name: str) -> RunDir:
     """The run `name` means (rlcore.runguard.find_run: a name under outputs/, or a path),
-    its folder absolute and resolved; taken only if it is a run."""
+    its folder absolute and resolved; taken only if it is a run. An empty name (an unset
+    `$RUN`) is refused, never taken for the latest run."""
     return RunDir(runguard.find_run(name))
+
+
+def given_or_latest(name: str | None) -> RunDir:
+    """The run a command's optional RUN names; the latest active one only when RUN was not
+    given at all (`rl stop ''` is refused as an empty RUN)."""
+    return latest_run() if name is None else find_run(name)
 
 
 def latest_run() -> RunDir:
@@ -133,8 +140,10 @@ def run_processes(run: RunDir, state: RunState) -> list[str]:
 
 
 def last_steps(run: RunDir) -> dict[str, int]:
-    records, _ = read_records(run.metrics)
-    steps = {record.get("component", "?"): record.get("step", 0) for record in records}
+    """Each component's last logged step, from the tail of metrics.jsonl (rlcore.metrics:
+    bounded, never the whole of a huge file)."""
+    records = read_last_records(run.metrics, run.root)
+    steps = {record["component"]: record["step"] for record in records}
     if "trainer" in steps and runguard.run_kind(run.root) == "sft":
         steps[SFT_PROCESS] = steps.pop("trainer")
     return steps

@@ -9,9 +9,8 @@ from launcher.commands.runs import (
     RUN_HELP,
     check_process,
     disk_use_gib,
-    find_run,
+    given_or_latest,
     last_steps,
-    latest_run,
     pid_alive,
     read_state,
     recorded_pid,
@@ -40,7 +39,7 @@ def waiting(run_dir, name: str) -> str:
 
 
 def run(args) -> int:
-    run_dir = find_run(args.run) if args.run else latest_run()
+    run_dir = given_or_latest(args.run)
     state = read_state(run_dir)
     launcher = check_process(run_dir, state, procs.LAUNCHER)
     alive = isinstance(launcher, psutil.Process)

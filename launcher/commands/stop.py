@@ -13,7 +13,7 @@ import signal
 import psutil
 
 from launcher.commands.base import command_parser
-from launcher.commands.runs import RUN_HELP, check_process, find_run, latest_run, read_state
+from launcher.commands.runs import RUN_HELP, check_process, given_or_latest, read_state
 from launcher.slurm import ENDED_STATUSES
 from rlcore import procs
 from rlcore.errors import ConfigError
@@ -35,7 +35,7 @@ def parser():
 
 
 def run(args) -> int:
-    run_dir = find_run(args.run) if args.run else latest_run()
+    run_dir = given_or_latest(args.run)
     if read_run_id(run_dir.root) is None:
         found = ", ".join(sorted(p.name for p in run_dir.root.iterdir())) or "nothing"
         raise ConfigError(

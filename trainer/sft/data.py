@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from rlcore.errors import ConfigError
+from rlcore.secrets import redact_message
 
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 COLUMNS_FIX = (
@@ -88,7 +89,8 @@ def load_rows(name: str, split: str, label: str) -> list[dict]:
     except Exception as err:  # datasets raises many types for a missing or unreadable source
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         what = f"{label} = {name!r} (split {split!r})"
-        raise ConfigError(f"{what} could not be read: {first}") from None
+        message = f"{what} could not be read: {first}"
+        raise ConfigError(redact_message(message, given=name)) from None  # datasets rewords it
     rows = data.to_list()
     if not rows:
         raise ConfigError(f"{label} = {name!r}: split {split!r} is empty")

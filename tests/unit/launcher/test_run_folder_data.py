@@ -136,3 +136,169 @@ def test_delete_refuses_a_run_its_proved_launcher_runs(tmp_path, capsys):
         release_locks()
     assert f"is running (launcher pid {os.getpid()})" in capsys.readouterr().err
     assert run.root.exists()
+
+
+# -- an empty RUN ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["stop", "status", "logs", "delete", "plot", "export"])
+def test_an_empty_run_is_refused_never_taken_for_the_latest(tmp_path, monkeypatch, capsys,
+                                                            command):  # fmt: skip
+    """`rl stop "$RUN"` with RUN unset acted on the latest run under outputs/."""
+    monkeypatch.chdir(tmp_path)
+    run = RunDir(tmp_path / "outputs" / "latest")
+    run.claim()
+    run.logs.mkdir()
+    run.log_file("trainer").write_text("a line\n")
+    run.run_json.write_text(json.dumps({"status": "finished"}))
+    extra = ["--out", str(tmp_path / "exported")] if command == "export" else []
+    assert run_command(command, ["", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "RUN '' is empty" in err and "latest" not in err and run.root.exists()
+
+
+# -- damaged files: one line, never a hang nor a traceback ---------------------------------------
+def damaged_run(root, target: str, kind: str) -> RunDir:
+    run = RunDir(root)
+    run.claim()
+    run.logs.mkdir()
+    run.log_file("trainer").write_text("trainer: step 1\n")
+    run.append_metrics("trainer", 1, {"loss": 0.5})
+    run.run_json.write_text(json.dumps({"status": "finished"}))
+    (run.root / "state").mkdir()
+    (run.root / "state" / "trainer.json").write_text(json.dumps({"pid": os.getpid(), "waits": []}))
+    path = run.root / target
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "sparse-no-newline":
+        with path.open("wb") as f:
+            f.truncate(2**30)
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    return run
+
+
+TARGETS = (".rl-run", "run.json", "metrics.jsonl", "state/trainer.json", "logs/trainer.log")
+KINDS = ("fifo", "dev-zero", "sparse-no-newline", "deep")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_command_reads_a_damaged_file_as_data(tmp_path, capsys, target, kind):
+    """run.json as a FIFO hung `rl status`, `stop`, `delete`, `list` and `plot`; linked to
+    /dev/zero it was read until memory ran out; 100,000 levels deep it was a RecursionError
+    traceback in `rl list`; a 1 GiB metrics.jsonl without a newline was read whole."""
+    run = damaged_run(tmp_path / "runs" / "bad", target, kind)
+    healthy = damaged_run(tmp_path / "runs" / "good", "logs/trainer.log", "none")
+    for command, args in (("status", [str(run.root)]), ("list", [str(tmp_path / "runs")]),
+                          ("logs", [str(run.root)]), ("stop", [str(run.root)]),
+                          ("plot", [str(run.root), "--out", str(tmp_path / "p.png")]),
+                          ("delete", [str(run.root), "--yes"])):  # fmt: skip
+        code = run_command(command, args)
+        out, err = capsys.readouterr()
+        assert code in (0, 1, 2), (command, code)
+        assert "Traceback" not in out + err and len(out + err) < 200_000, (command, err[-500:])
+        if "error: damaged run folder" in err:
+            assert code == 2 and len(err.splitlines()) == 1, (command, err)
+        if command == "list":
+            assert str(healthy.root) in out, out
+
+
+def test_a_damaged_run_json_is_one_line_and_unreadable_in_the_listing(tmp_path, capsys):
+    run = damaged_run(tmp_path / "runs" / "bad", "run.json", "fifo")
+    damaged_run(tmp_path / "runs" / "good", "logs/trainer.log", "none")
+    assert run_command("stop", [str(run.root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rl stop: error: damaged run folder: ") and "FIFO" in err
+    assert run_command("list", [str(tmp_path / "runs")]) == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
+    assert [str(run.root), "unreadable"] in rows and [str(tmp_path / "runs" / "good"),
+                                                       "finished"] in rows  # fmt: skip
+
+
+def test_status_reads_only_the_tail_of_a_huge_metrics_file(tmp_path, capsys):
+    """The last steps come from the last few MiB; a 1 GiB file without a line break is
+    never read whole (nor by `rl plot`, which reads at most its bound)."""
+    from rlcore.metrics import read_last_records, read_records
+    from rlcore.readback import METRICS_TAIL
+
+    run = damaged_run(tmp_path / "r", "metrics.jsonl", "sparse-no-newline")
+    with run.metrics.open("ab") as f:
+        f.write(b'\n{"component": "trainer", "step": 7, "time": 1}\n')
+    assert run_command("status", [str(run.root)]) == 0
+    assert "last logged step 7" in capsys.readouterr().out
+    assert [r["step"] for r in read_last_records(run.metrics, run.root)] == [7]
+    records, offset = read_records(run.metrics, 0, run.root)
+    assert records == [] and offset == METRICS_TAIL.max_bytes  # one over-long line: skipped
+
+
+def test_metrics_records_of_the_wrong_shape_are_skipped(tmp_path):
+    from rlcore.metrics import read_records, record_step_line
+
+    path = tmp_path / "metrics.jsonl"
+    lines = ['{"component": "trainer", "step": [1]}', '{"component": 3, "step": 1}', "[1]",
+             '{"component": "orchestrator", "step": 2, "reward": "high"}',
+             '{"component": "orchestrator", "step": 3, "reward": 0.5, "num_tokens": "x"}',
+             "[" * 5000 + "]" * 5000]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    records, _ = read_records(path)
+    assert [r["step"] for r in records] == [2, 3]
+    assert "Step 3" in record_step_line(records[1])
+
+
+def test_logs_prints_the_tail_of_a_huge_log_and_says_so(tmp_path, capsys):
+    run = damaged_run(tmp_path / "r", "logs/trainer.log", "sparse-no-newline")
+    with run.log_file("trainer").open("ab") as f:
+        f.write(b"\nthe last line\n")
+    assert run_command("logs", [str(run.root), "trainer"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("the last line") and len(out) < 100_000
+    assert "bytes before these lines (the whole log: " in out
+
+
+# -- long names and huge values in messages ------------------------------------------------------
+def test_a_name_longer_than_linux_allows_is_one_line(tmp_path, capsys):
+    """A 300-character --output-dir was an OSError traceback (ENAMETOOLONG)."""
+    from rlcore.entry import parse_config as parse
+    from rlcore.errors import ConfigError
+
+    long = str(tmp_path / ("a" * 300))
+    with pytest.raises((ConfigError, SystemExit)):
+        parse(RLConfigForTest(), "rl", ["--output-dir", long])
+    err = capsys.readouterr().err
+    assert "name of 300 bytes" in err and "Traceback" not in err
+    assert run_command("status", ["b" * 300]) == 2
+    assert "name of 300 bytes" in capsys.readouterr().err
+
+
+def RLConfigForTest():
+    from launcher.rl_config import RLConfig
+
+    return RLConfig
+
+
+def test_a_megabyte_key_name_is_cut_in_the_message(tmp_path, capsys):
+    """A 1 MiB key name in a TOML file was a 2 MB error line."""
+    from launcher.rl import main
+
+    config = tmp_path / "big.toml"
+    config.write_text("k" * 2**20 + " = 1\n")
+    with pytest.raises(SystemExit) as done:
+        main(["@", str(config), "--dry-run"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "unknown key" in err and len(err) < 10_000
+
+
+# -- secrets in a library's error -----------------------------------------------------------------
+def test_a_dataset_urls_password_never_shows_in_the_libraries_error(tmp_path, monkeypatch):
+    """datasets quoted `https://u:pw@host/x.jsonl` as `/cwd/https:/u:pw@host/x.jsonl`, which
+    no URL redaction recognised."""
+    from rlcore.errors import ConfigError
+    from trainer.sft.data import load_rows
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_rows("https://someone:hunter2@host.invalid/x.jsonl", "train", "data.name")
+    assert "hunter2" not in str(err.value) and "could not be read" in str(err.value)
