@@ -5,7 +5,7 @@ import signal
 import sys
 
 from launcher.exits import exit_message, oom_kills
-from launcher.plan import Plan, describe, replica_config
+from launcher.plan import Plan, as_given, describe, replica_config
 from launcher.preflight import run_checks
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import STALLED, Supervisor, tail
@@ -34,7 +34,7 @@ def write_configs(plan: Plan) -> None:
     run = plan.run
     data, plan.secret_env = externalize(plan.config.model_dump(mode="json"), "")
     if not plan.placement:  # inside a job rl.toml stays as submitted (a restart reads it)
-        write_config(data, run.config_file("rl"))
+        write_config(externalize(as_given(plan), "")[0], run.config_file("rl"))
     for component in COMPONENTS:
         write_config(data[component], run.config_file(component))
     for name in plan.inference_names[1:]:
@@ -131,8 +131,11 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
     if name == "done":
         ignore_stop_signals("rl")
         supervisor.stop_all(plan.config.shutdown_grace_s)
+        supervisor.clock.finish(plan.run.root)  # measured totals beside the estimate
         supervisor.write_state("finished")
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
+        if (against := supervisor.clock.against_estimate()) is not None:
+            print(f"rl: {against}", flush=True)
         records = read_last_records(plan.run.metrics, plan.run.root, METRICS)
         for line in reward_curve(records).splitlines():
             print(f"rl: {line}", flush=True)

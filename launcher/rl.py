@@ -146,7 +146,9 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
     if plan.config.slurm is not None:
         return run_slurm(plan, dry_run, clean)
     if dry_run:
-        print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(plan.config)}")
+        from launcher.plan import as_given
+
+        print(f"# resolved config (rl @ this file reproduces it)\n{dump_config(as_given(plan))}")
         print(describe(plan))
         return 0
     from launcher.launch import launch
