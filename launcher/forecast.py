@@ -4,63 +4,21 @@ machine's, the disk at the end, GPU-hours and their price. The figures come from
 rlcore/forecast (the model's shape, the job from the config, this machine's measured speed);
 an estimate that cannot be made says why in one line and never stops the run."""
 
-import ast
-import importlib.util
-from pathlib import Path
-
-from rlcore.errors import ConfigError
-from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
 from rlcore.forecast.model import DTYPE_BYTES, GIB, PROMPT_TOKENS, Forecast, Job, estimate
-from rlcore.forecast.progress import duration
+from rlcore.forecast.report import (
+    basis,
+    checkpoint_counts,
+    describe,
+    environment_turns,
+    lora_trainable,
+    measured_speeds,
+    sft_forecast,
+    shared,
+    side_files_bytes,
+)
 from rlcore.forecast.shape import ModelShape, shape_of
 
-
-def environment_turns(env_id: str, args: dict) -> int:
-    """An environment's most turns: its `max_turns` argument, else the default of its
-    `load_environment(max_turns=...)` read from the installed source (never imported), else 1."""
-    if isinstance(args.get("max_turns"), int):
-        return max(args["max_turns"], 1)
-    try:
-        spec = importlib.util.find_spec(env_id.replace("-", "_"))
-        origin = spec.origin if spec else None
-        tree = ast.parse(Path(origin).read_text()) if origin else None
-    except (ImportError, ValueError, OSError, SyntaxError):
-        return 1
-    for node in ast.walk(tree) if tree else []:
-        if isinstance(node, ast.FunctionDef) and node.name == "load_environment":
-            names = [a.arg for a in node.args.args]
-            tail = names[len(names) - len(node.args.defaults) :]
-            defaults = dict(zip(tail, node.args.defaults, strict=True))
-            value = defaults.get("max_turns")
-            if isinstance(value, ast.Constant) and isinstance(value.value, int):
-                return max(value.value, 1)
-    return 1
-
-
-def checkpoint_counts(ckpt, max_steps: int) -> tuple[int, int]:
-    """(checkpoints saved, kept at the end) under the `ckpt` rules (every `interval` steps and
-    after the last; `keep` of them)."""
-    if not ckpt.enabled:
-        return 0, 0
-    saved = max_steps // ckpt.interval if ckpt.interval else 0
-    saved += 0 if ckpt.interval and max_steps % ckpt.interval == 0 else 1
-    return saved, min(saved, ckpt.keep) if ckpt.keep is not None else saved
-
-
-def lora_trainable(lora, shape: ModelShape) -> int | None:
-    """Adapter parameters: rank x (inputs + outputs) of each target matrix in each layer."""
-    if lora is None:
-        return None
-    heads = shape.heads or max(shape.hidden // 64, 1)
-    head_dim = shape.head_dim or shape.hidden // heads
-    attention, kv = heads * head_dim, (shape.kv_heads or heads) * head_dim
-    mlp = shape.intermediate or 4 * shape.hidden
-    sides = {"q_proj": (shape.hidden, attention), "k_proj": (shape.hidden, kv),
-             "v_proj": (shape.hidden, kv), "o_proj": (attention, shape.hidden),
-             "gate_proj": (shape.hidden, mlp), "up_proj": (shape.hidden, mlp),
-             "down_proj": (mlp, shape.hidden)}  # fmt: skip
-    per_layer = sum(sum(sides.get(t, (shape.hidden, shape.hidden))) for t in lora.target_modules)
-    return lora.rank * per_layer * shape.layers
+__all__ = ["forecast", "rl_job", "sft_forecast"]
 
 
 def rl_job(plan, shape: ModelShape) -> Job:
@@ -100,32 +58,6 @@ def rl_job(plan, shape: ModelShape) -> Job:
     )  # fmt: skip
 
 
-def side_files_bytes(name: str) -> float:
-    """Bytes of a model folder's files besides its weights (tokenizer, configs), which every
-    policy folder repeats; the model's default where there is no folder yet."""
-    from rlcore.forecast.model import TOKENIZER_BYTES
-    from rlcore.models import model_folder
-
-    try:
-        folder = model_folder(name)
-        files = [f for f in folder.iterdir() if f.is_file() and f.suffix != ".safetensors"]
-        return float(sum(f.stat().st_size for f in files)) or TOKENIZER_BYTES
-    except (ConfigError, OSError, AttributeError):
-        return TOKENIZER_BYTES
-
-
-def measured_speeds(machine, dtypes: list[str], device: str = "cpu"):
-    """This machine's speeds on `device` (cached per fingerprint), or (None, why)."""
-    import os
-
-    if os.environ.get(CALIBRATION_ENV, "").lower() == "off":
-        return None, f"the speed measurement is off ({CALIBRATION_ENV}=off)"
-    try:
-        return speeds(machine.record(), dtypes, device), ""
-    except CalibrationError as err:
-        return None, str(err)
-
-
 def forecast(plan) -> tuple[Forecast | None, list[str]]:
     """The estimate for `plan` and its block's lines; (None, [one line saying why]) when it
     cannot be made. Never raises."""
@@ -150,152 +82,3 @@ def _forecast(plan) -> tuple[Forecast | None, list[str]]:
     result.basis = basis(shape, source, job, found) + busy
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)
-
-
-def shared(machine) -> tuple[float, list[str]]:
-    """(the slowdown other programs cause now, the basis line saying so when they do)."""
-    import os
-
-    from rlcore.forecast.model import shared_slowdown
-
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return 1.0, []
-    cpus = machine.num_cpus if machine else os.cpu_count() or 1
-    slowdown = shared_slowdown(load, cpus)
-    if slowdown < 1.1:
-        return 1.0, []
-    return slowdown, [
-        f"this machine is shared: other programs keep {load:.1f} threads busy on {cpus} CPUs "
-        f"(load average), CPU times stretched {slowdown:.1f}x"
-    ]
-
-
-def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
-    """What the estimate rests on, one phrase each."""
-    rates = ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in sorted(found.matmul_flops.items()))
-    when = "cached" if found.cached else f"measured now in {found.measured_s:.1f} s"
-    work = (
-        f"{job.rollouts} samples x ~{job.answer_tokens} tokens a step (the data's first rows)"
-        if job.sft
-        else f"{job.rollouts} rollouts x ~{job.prompt_tokens} prompt + up to {job.answer_tokens} "
-        f"answer tokens, {job.max_turns} turn(s), async {job.async_level}"
-    )
-    return [
-        f"model {shape.params / 1e6:.0f}M parameters, {shape.layers} layers, hidden "
-        f"{shape.hidden}, vocabulary {shape.vocab} (from {source})",
-        work,
-        f"this machine: {rates} ({when}, fingerprint {found.fingerprint})",
-    ]
-
-
-def gib(value: float) -> str:
-    """`5.1 GiB`, `120 MiB`, `35 kB`: bytes in the unit that reads best."""
-    if value >= GIB:
-        return f"{value / GIB:.1f} GiB"
-    if value >= 2**20:
-        return f"{value / 2**20:.0f} MiB"
-    return f"{value / 1000:.0f} kB"
-
-
-def describe(
-    result: Forecast, job: Job, machine_gib: float | None, price: float | None
-) -> list[str]:
-    """The block's lines."""
-    p = result.phases
-    low, high = result.wall_range
-    lines = [
-        "Estimate (from the model's shape, the job and this machine's measured speed; "
-        "corrected from measured steps once it runs):",
-        f"  step: ~{result.step_s:.1f} s (generate {p['generate']:.1f}, orchestrator wait "
-        f"{p['wait']:.1f}, train {p['train']:.1f}, publish {p['publish']:.1f})",
-        f"  run: ~{duration(result.wall_s)} for {job.max_steps} steps ({duration(low)} to "
-        f"{duration(high)}; start {duration(result.start_s)}, end {duration(result.end_s)})",
-    ]
-    memory = ", ".join(f"{name} {gib(v)}" for name, v in result.memory.items())
-    have = f" of {machine_gib:.0f} GiB" if machine_gib else ""
-    lines.append(f"  peak memory: {memory}; machine {gib(result.machine_memory)}{have}")
-    if result.gpu_memory:
-        per_gpu = ", ".join(f"{name} {gib(v)} per GPU" for name, v in result.gpu_memory.items())
-        lines.append(f"  GPU memory: {per_gpu}")
-    parts = ", ".join(f"{name} {gib(v)}" for name, v in result.disk.items() if v)
-    lines.append(f"  disk at the end: {gib(result.disk_total)} ({parts})")
-    if result.gpu_hours:
-        cost = f", about ${result.gpu_hours * price:,.2f} at ${price}/GPU-hour" if price else ""
-        lines.append(f"  GPU-hours: {result.gpu_hours:.2f}{cost}")
-    lines += [f"  basis: {line}" for line in result.basis]
-    return lines
-
-
-CHARS_PER_TOKEN = 4.0
-"""Characters per token when a data file's rows are measured without a tokenizer."""
-SAMPLE_ROWS = 200
-
-
-def data_tokens(name: str, seq_len: int) -> int:
-    """The mean tokens of an SFT data file's first rows (characters / CHARS_PER_TOKEN plus a
-    chat template's few tokens per message), at most `seq_len`; `seq_len` x ANSWER_FILL where
-    the file cannot be read here (a hub data set)."""
-    from rlcore.forecast.model import ANSWER_FILL
-
-    path = Path(name).expanduser()
-    lengths = []
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for line, _ in zip(f, range(SAMPLE_ROWS), strict=False):
-                if line.strip():
-                    lengths.append(len(line) / CHARS_PER_TOKEN)
-    except OSError:
-        pass
-    if not lengths:
-        return int(seq_len * ANSWER_FILL)
-    return int(min(sum(lengths) / len(lengths), seq_len))
-
-
-def sft_job(config, machine, shape: ModelShape) -> Job:
-    """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0)."""
-    from rlcore.estimate import trainer_peak
-    from rlcore.machine import compute_dtype
-
-    on_gpu = bool(machine and machine.num_gpus)
-    dtype, _ = compute_dtype(config.model.dtype, on_gpu, machine)
-    data = config.data
-    seq_len = min(data.seq_len or config.seq_len, config.seq_len)
-    tokens = data_tokens(data.name, seq_len)
-    micro = data.micro_batch_tokens or max(seq_len, 2048)
-    trainable = lora_trainable(config.lora, shape)
-    ac = config.model.activation_checkpointing is True
-    peak = trainer_peak(shape, min(micro, tokens * data.batch_size), DTYPE_BYTES.get(dtype, 4),
-                        ac, trainable=trainable,
-                        head_chunk=config.model.logprob_chunk_tokens)  # fmt: skip
-    saved, kept = checkpoint_counts(config.ckpt, config.max_steps)
-    return Job(
-        max_steps=config.max_steps, rollouts=data.batch_size, rollouts_per_example=data.batch_size,
-        prompt_tokens=0, answer_tokens=tokens, seq_len=seq_len, train_dtype=dtype,
-        trainable=trainable, micro_batch_tokens=micro, on_gpu=on_gpu,
-        trainer_gpus=1 if on_gpu else 0, checkpoints_kept=kept, checkpoints_saved=saved,
-        policy_folders=1, archive=False, sft=True, trainer_peak=sum(peak.values()),
-        answer_fill=1.0,
-    )  # fmt: skip
-
-
-def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
-    """The estimate for an SFT run and its block's lines; never raises."""
-    try:
-        from rlcore.machine import probe
-
-        machine = probe()
-        shape, source = shape_of(config.model.name)
-        if shape is None:
-            return None, [f"Estimate: not made ({source})"]
-        job = sft_job(config, machine, shape)
-        found, why = measured_speeds(machine, [job.train_dtype], "cuda" if job.on_gpu else "cpu")
-        if found is None:
-            return None, [f"Estimate: not made ({why})"]
-        slowdown, busy = shared(machine)
-        result = estimate(job, shape, found, slowdown)
-        result.basis = basis(shape, source, job, found) + busy
-        return result, describe(result, job, machine.memory_gib, None)
-    except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
-        return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

@@ -17,10 +17,13 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 """Bumped when what is measured changes: old cache entries are then ignored."""
-TIMEOUT_S = 60.0
-"""The child's limit (it takes 3-8 s with torch's import)."""
+TIMEOUT_S = 120.0
+"""The child's limit (about 4 s of CPU time, torch's import included; longer on a busy machine)."""
+PARALLEL_EFFICIENCY = 0.85
+"""What all CPUs give together against one alone times their count (products are measured on
+one thread: its CPU time is what other programs cannot stretch)."""
 MATMUL_SHAPE = (1024, 1024, 1024)
 """A training-sized product on a CPU: rows x inner x out."""
 GPU_MATMUL_SHAPE = (8192, 8192, 8192)
@@ -40,7 +43,8 @@ class Speeds:
     """What was measured, per compute dtype where the dtype matters."""
 
     matmul_flops: dict[str, float]
-    """FLOP/s of a large product in each dtype, all threads."""
+    """FLOP/s of a large product in each dtype, all threads (one thread's, in its CPU time,
+    times the threads and PARALLEL_EFFICIENCY on a CPU)."""
     stream_bytes: dict[str, float]
     """Weight bytes/s of a decode-sized product (32 rows) in each dtype."""
     op_s: float
@@ -66,20 +70,22 @@ class CalibrationError(RuntimeError):
     """The measurement failed; the message names what and why."""
 
 
-def _timed(fn, min_s: float = 0.25, max_reps: int = 200, sync=lambda: None) -> float:
-    """The best time of `fn` over repeats lasting about `min_s` (one warm-up first; the best,
-    not the mean: another process's burst of work is not this machine's speed); `sync` waits
-    for a GPU's queued work."""
+def _timed(fn, min_s: float = 0.25, max_reps: int = 200, sync=None) -> float:
+    """The best time of `fn` over repeats lasting about `min_s`, one warm-up first. On a CPU
+    the clock is this thread's CPU time (the products run on one thread), so other programs'
+    load does not stretch it; on a GPU (`sync` waits for its queue) the wall clock."""
+    clock = time.thread_time if sync is None else time.perf_counter
+    sync = sync or (lambda: None)
     fn()
     sync()
     best, spent = float("inf"), 0.0
     for _ in range(max_reps):
         if spent >= min_s:
             break
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync()
-        elapsed = time.perf_counter() - start
+        elapsed = max(clock() - start, 1e-9)
         best, spent = min(best, elapsed), spent + elapsed
     return best
 
@@ -93,32 +99,34 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
 
     import_s = time.process_time() - cpu_started  # CPU time: other programs do not stretch it
     torch.manual_seed(0)
+    threads = torch.get_num_threads()  # what the run's processes use: the CPUs they may run on
+    torch.set_num_threads(1)  # one thread, timed in its CPU time: the load cannot stretch it
     matmul, stream = {}, {}
     decode = torch.nn.functional.linear
     on_gpu = device == "cuda" and torch.cuda.is_available()
     where = "cuda" if on_gpu else "cpu"
-    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    sync = torch.cuda.synchronize if on_gpu else None
+    scale = 1.0 if on_gpu else threads * PARALLEL_EFFICIENCY
     m, k, n = GPU_MATMUL_SHAPE if on_gpu else MATMUL_SHAPE
     for name in dtypes:
         dtype = getattr(torch, name)
         a = torch.randn(m, k, dtype=dtype, device=where)
         b = torch.randn(k, n, dtype=dtype, device=where)
-        matmul[name] = 2 * m * k * n / _timed(lambda a=a, b=b: a @ b, sync=sync)
+        matmul[name] = scale * 2 * m * k * n / _timed(lambda a=a, b=b: a @ b, sync=sync)
         side = int((DECODE_WEIGHT_BYTES * (16 if on_gpu else 1) / dtype.itemsize) ** 0.5)
         weight = torch.randn(side, side, dtype=dtype, device=where)
         x = torch.randn(DECODE_ROWS, side, dtype=dtype, device=where)
-        stream[name] = (
-            weight.numel() * dtype.itemsize / _timed(lambda x=x, w=weight: decode(x, w), sync=sync)
-        )
+        one = _timed(lambda x=x, w=weight: decode(x, w), sync=sync)
+        stream[name] = scale * weight.numel() * dtype.itemsize / one
     tiny = torch.zeros(64)
     reps = 2000
     op_s = _timed(lambda: [tiny.add_(1.0) for _ in range(reps)], 0.1, 20) / reps
     big = torch.empty(64 * 2**20 // 4)
     dst = torch.empty_like(big)
-    copy = big.numel() * 4 / _timed(lambda: dst.copy_(big))
+    copy = scale * big.numel() * 4 / _timed(lambda: dst.copy_(big))
     return {
         "matmul_flops": matmul, "stream_bytes": stream, "op_s": op_s, "copy_bytes": copy,
-        "import_s": import_s, "threads": torch.get_num_threads(), "device": where,
+        "import_s": import_s, "threads": threads, "device": where,
         "measured_s": time.perf_counter() - started,
     }  # fmt: skip
 
