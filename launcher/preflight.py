@@ -18,13 +18,16 @@ from rlcore.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
 
 
-def check_environments(plan: Plan) -> None:
+def check_environments(plan: Plan, announce: bool = True) -> None:
+    """Every `[[env]]` and `[[eval.env]]` installed and its MCP task servers runnable; with
+    `announce`, the local programs they start said once (a start, not a dry run)."""
     orch = plan.config.orchestrator
     check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
         check_envs(orch.eval.env, "orchestrator [[eval.env]]")
     check_task_servers(plan)
-    announce_local_programs([*orch.env, *(orch.eval.env if orch.eval else [])])
+    if announce:
+        announce_local_programs([*orch.env, *(orch.eval.env if orch.eval else [])])
 
 
 def check_task_servers(plan: Plan) -> None:
@@ -150,6 +153,16 @@ def check_output_dir(plan: Plan, clean: bool) -> None:
     check_run(root, RL)  # its kind, its holders, links, or a new or empty folder
     if read_run_id(root) is not None:
         check_no_job(plan.run, "output_dir")
+
+
+def dry_run_checks(plan: Plan, clean: bool) -> None:
+    """Every check `run_checks` makes before a start, writing nothing (`--dry-run`): what a
+    start would refuse about output_dir, the environments installed, the `$VAR` references set
+    and the disk space; a dry run that passes is a start that passes them too."""
+    check_output_dir(plan, clean)
+    check_environments(plan, announce=False)
+    check_references(plan)
+    check_disk(plan, model_folder(plan.config.inference.model.name))
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:

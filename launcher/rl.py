@@ -134,11 +134,9 @@ def start(config: RLConfig, dry_run: bool, clean: bool) -> int:
     try:
         plan = build_plan(config, dry_run=dry_run)
         if dry_run:
-            from launcher.preflight import check_output_dir, check_references, check_task_servers
+            from launcher.preflight import dry_run_checks
 
-            check_output_dir(plan, clean)
-            check_task_servers(plan)
-            check_references(plan)
+            dry_run_checks(plan, clean)  # every check a start runs, environments included
     except ConfigError as err:
         exit_with(str(err), "rl")
     for warning in plan.warnings:

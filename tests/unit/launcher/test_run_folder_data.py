@@ -302,3 +302,17 @@ def test_a_dataset_urls_password_never_shows_in_the_libraries_error(tmp_path, mo
     with pytest.raises(ConfigError) as err:
         load_rows("https://someone:hunter2@host.invalid/x.jsonl", "train", "data.name")
     assert "hunter2" not in str(err.value) and "could not be read" in str(err.value)
+
+
+# -- a dry run runs every check a start runs -----------------------------------------------------
+def test_a_dry_run_refuses_an_environment_that_is_not_installed(tmp_path, monkeypatch, capsys):
+    """`rl --dry-run` passed an environment a start then refused."""
+    from launcher.rl import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "o.toml").write_text("[[env]]\nid = 'someone/not-installed-env'\n")
+    with pytest.raises(SystemExit) as done:
+        main(["--orchestrator", "@", "o.toml", "--output-dir", str(tmp_path / "run"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "someone/not-installed-env" in err and "not installed" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "o.toml"]  # nothing written
