@@ -145,7 +145,9 @@ def describe(
     lines = [
         "Estimate (from the model's shape, the job and this machine's measured speed; "
         "corrected from measured steps once it runs):",
-        f"  step: ~{result.step_s:.1f} s (generate {p['generate']:.1f}, orchestrator wait "
+        f"  step: ~{result.step_s:.1f} s (train: forward, backward and AdamW)"
+        if job.sft
+        else f"  step: ~{result.step_s:.1f} s (generate {p['generate']:.1f}, orchestrator wait "
         f"{p['wait']:.1f}, train {p['train']:.1f}, publish {p['publish']:.1f})",
         f"  run: ~{duration(result.wall_s)} for {job.max_steps} steps ({duration(low)} to "
         f"{duration(high)}; start {duration(result.start_s)}, end {duration(result.end_s)})",

@@ -26,6 +26,21 @@ def check_data(config: SFTConfig) -> None:
         exit_with(str(err), "sft")
 
 
+def say_estimate(config: SFTConfig) -> None:
+    """The run's estimate (rlcore/forecast), when started alone (`rl sft` prints it itself).
+    Never stops the run: one line when it cannot be made."""
+    import os
+
+    from rlcore.runlock import LAUNCHER_ENV
+
+    if os.environ.get(LAUNCHER_ENV) or "RANK" in os.environ:  # torchrun: its parent said it
+        return
+    from rlcore.forecast.report import sft_forecast
+
+    _, lines = sft_forecast(config)
+    print("\n".join(lines), flush=True)
+
+
 @entry_point("sft")
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -36,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     if check_only:
         check_data(config)
         return
+    say_estimate(config)
     bound_kernel_caches()  # before torch's first matmul (rlcore/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, module="trainer.sft.main")
