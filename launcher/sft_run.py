@@ -28,6 +28,7 @@ from rlcore.poll import (
     install_stop_handlers,
     wait_until,
 )
+from rlcore.readback import LOG_TAIL, Damaged, read_from
 from rlcore.rundir import RunDir, record_state
 from rlcore.runguard import RL_SFT, check_run, hold
 from rlcore.runlock import LAUNCHER_ENV
@@ -196,18 +197,28 @@ class Output:
 
     def copy(self, final: bool = False) -> None:
         """Write out what is new: whole lines (the rest waits for its newline), everything
-        when `final`; always None, so that it can run inside a wait's predicate."""
-        with self.log.open("rb") as f:
-            f.seek(self.offset)
-            new = f.read()
+        when `final`; always None, so that it can run inside a wait's predicate. The log is
+        read back bounded (rlcore.readback), at most LOG_TAIL at a time."""
+        while self.copy_some(final):
+            pass
+
+    def copy_some(self, final: bool) -> bool:
+        """Copy at most LOG_TAIL bytes (a line longer than that in pieces); whether there may
+        be more."""
+        try:
+            new = read_from(self.log, self.offset, LOG_TAIL)
+        except (FileNotFoundError, Damaged):
+            return False
+        full = len(new) == LOG_TAIL.max_bytes
         if self.header:  # written before the child starts: always there by now
             start = new.find(b"\n", new.find(children.HEADER.encode())) + 1
             new, self.offset, self.header = new[start:], self.offset + start, False
-        end = len(new) if final else new.rfind(b"\n") + 1
+        end = len(new) if final else new.rfind(b"\n") + 1 or (len(new) if full else 0)
         if end:
             sys.stdout.write(new[:end].decode(errors="replace"))
             sys.stdout.flush()
             self.offset += end
+        return full
 
 
 def sft_command(config_file: Path) -> list[str]:

@@ -36,6 +36,7 @@ import psutil
 
 from rlcore import procs, waits
 from rlcore.logs import STACK_DUMP_SIGNAL
+from rlcore.readback import LOG_TAIL, Damaged, decode, read_from
 
 PROJECT_DIRS = ("trainer", "orchestrator", "inference", "rlcore", "launcher")
 WAIT_HELPERS = ("rlcore/poll.py",)
@@ -352,9 +353,10 @@ def dump_stacks(pid: int, log: Path) -> str:
     except ProcessLookupError:
         return "(the process is gone)"
     time.sleep(DUMP_WAIT_S)
-    with log.open("rb") as f:
-        f.seek(size)
-        dump = f.read().decode(errors="replace")
+    try:
+        dump = decode(read_from(log, size, LOG_TAIL))  # bounded: the log is read back as data
+    except (FileNotFoundError, Damaged):
+        dump = ""
     return innermost_project_frame(dump) or "(no stack was written: see the log)"
 
 

@@ -23,6 +23,7 @@ from launcher.stall import (
 from rlcore import children, procs
 from rlcore.health import ForeignServer, probe_health, server_url
 from rlcore.metrics import is_training_step, read_records, record_step_line
+from rlcore.readback import LOG_TAIL, Damaged, decode, read_tail
 from rlcore.rundir import record_state
 
 STALLED = -1000
@@ -234,9 +235,12 @@ class Supervisor:
 
 
 def tail(path: Path, num_lines: int = 30) -> str:
-    if not path.exists():
+    """The last `num_lines` lines of a log, from its last LOG_TAIL bytes read back bounded
+    (rlcore.readback: a FIFO or a device there is said, never waited on)."""
+    try:
+        data, _ = read_tail(path, LOG_TAIL)
+    except FileNotFoundError:
         return "(no log)"
-    with path.open("rb") as f:
-        f.seek(max(0, path.stat().st_size - 64_000))
-        lines = f.read().decode(errors="replace").splitlines()
-    return "\n".join(lines[-num_lines:])
+    except Damaged as err:
+        return f"({err})"
+    return "\n".join(decode(data).splitlines()[-num_lines:])

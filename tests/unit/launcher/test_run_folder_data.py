@@ -316,3 +316,29 @@ def test_a_dry_run_refuses_an_environment_that_is_not_installed(tmp_path, monkey
     err = capsys.readouterr().err
     assert done.value.code == 2 and "someone/not-installed-env" in err and "not installed" in err
     assert list(tmp_path.iterdir()) == [tmp_path / "o.toml"]  # nothing written
+
+
+def test_rl_sft_shows_its_log_in_bounded_reads_and_all_of_it_at_the_end(tmp_path, capsys):
+    from launcher.sft_run import Output
+    from rlcore import children
+
+    log = tmp_path / "sft.log"
+    log.write_text("earlier attempt\n")
+    shown = Output(log)
+    lines = [f"line {i} " + "x" * 100 for i in range(3000)]  # 330 kB: several reads
+    log.write_text(log.read_text() + children.HEADER + " attempt 2\n" + "\n".join(lines))
+    shown.copy()
+    assert capsys.readouterr().out.splitlines() == lines[:-1]  # the unfinished line waits
+    shown.copy(final=True)
+    assert capsys.readouterr().out == lines[-1]
+
+
+@pytest.mark.timeout(30)
+def test_the_supervisors_log_tail_never_waits_on_a_fifo(tmp_path):
+    from launcher.supervisor import tail
+
+    os.mkfifo(tmp_path / "trainer.log")
+    assert "is a FIFO, not a regular file" in tail(tmp_path / "trainer.log")
+    (tmp_path / "big.log").write_text("x\n" * 100_000 + "last\n")
+    assert tail(tmp_path / "big.log", 2) == "x\nlast"
+    assert tail(tmp_path / "none.log") == "(no log)"
