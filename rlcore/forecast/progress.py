@@ -134,7 +134,10 @@ def status_line(state: dict, records: list, now: float) -> str | None:
             ratio = f" ({actual / wall:.2f}x)" if wall > 0 else ""
             rest = ""
             if isinstance(ratios, dict):
-                rest = "; " + ", ".join(f"{k} {v}x" for k, v in ratios.items() if k != "wall")
+                rest = "; " + ", ".join(
+                    f"{k} {v:.2f}x" for k, v in ratios.items()
+                    if k != "wall" and isinstance(v, int | float)
+                )  # fmt: skip
             return f"estimated {duration(wall)}, took {duration(actual)}{ratio}{rest}"
     progress_state = state.get("progress") if isinstance(state.get("progress"), dict) else {}
     max_steps = progress_state.get("max_steps")

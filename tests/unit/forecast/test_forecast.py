@@ -264,7 +264,7 @@ def test_status_words_from_a_run_json_and_its_records():
     state["measured"] = {"wall_s": 33.0}
     state["estimate_accuracy"] = {"wall": 1.1, "disk": 0.95}
     assert progress.status_line(state, records, 2000.0) == (
-        "estimated 30 s, took 33 s (1.10x); disk 0.95x"
+        "estimated 30 s, took 33 s (1.10x); disk 0.95x"  # ratios as they are kept
     )
     assert progress.status_line({}, records, 0.0) is None
 
