@@ -6,9 +6,9 @@ checked by launcher.view.safe. Errors are a page (or JSON under /api/) with thei
 
 Every route is a coroutine that hands its reading to a pool of its own: a run's pages to
 PAGE_WORKERS threads (at most MAX_WAITING waiting, beyond which a page answers 503), the runs
-list to LIST_WORKERS others, and the list is served from memory for LIST_FRESH_S: however many
-slow pages are open, the runs list answers. JSON answers carry NaN and infinities as words and
-any text repaired (`SafeJSON`)."""
+list to LIST_WORKERS others, and the list is answered from memory, read again in the background
+when older than LIST_FRESH_S: however many slow pages are open, the runs list answers. JSON
+answers carry NaN and infinities as words and any text repaired (`SafeJSON`)."""
 
 import asyncio
 import functools
@@ -16,7 +16,7 @@ import importlib.util
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -85,7 +85,7 @@ class Site:
         self.lists = ThreadPoolExecutor(LIST_WORKERS, thread_name_prefix="rl-view-list")
         self.waiting = 0
         self.listed: tuple[float, list[dict]] | None = None
-        self.listing: asyncio.Future | None = None
+        self.listing: Future | None = None
         warm_up(self.templates)
 
     def page(self, name: str, status: int = 200, **context) -> HTMLResponse:
@@ -110,14 +110,15 @@ class Site:
             self.waiting -= 1
 
     async def runs(self) -> list[dict]:
-        """Every run's summary, from memory when read in the last LIST_FRESH_S; one reading at
-        a time, on the list's own threads (shared by every request that asks meanwhile)."""
-        if self.listed and time.monotonic() - self.listed[0] < LIST_FRESH_S:
+        """Every run's summary, read on the list's own threads, one reading at a time (shared
+        by every request that asks meanwhile). Once read, the list is answered from memory at
+        once, and read again in the background when older than LIST_FRESH_S."""
+        stale = self.listed is None or time.monotonic() - self.listed[0] >= LIST_FRESH_S
+        if stale and (self.listing is None or self.listing.done()):
+            self.listing = self.lists.submit(self.read_runs)
+        if self.listed is not None:
             return self.listed[1]
-        if self.listing is None or self.listing.done():
-            loop = asyncio.get_running_loop()
-            self.listing = asyncio.ensure_future(loop.run_in_executor(self.lists, self.read_runs))
-        return await asyncio.shield(self.listing)
+        return await asyncio.shield(asyncio.wrap_future(self.listing))
 
     def read_runs(self) -> list[dict]:
         found = [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import threading
 from array import array
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,7 +58,12 @@ MAX_ROWS = 100_000
 """Rollouts per step the view reads (a step of a real run holds hundreds to thousands)."""
 MAX_ROW_COLUMN_BYTES = 64 * MIB
 """The row columns' size, uncompressed, that the view reads for a step."""
-BATCH_ROWS = 4
+MAX_DECODE_BYTES = 288 * MIB
+"""What the view decodes from archives at once, across all pages (`BUDGET`): a row group's
+columns over it are not read (pyarrow decodes a data page whole, and one page may hold a whole
+row group's values)."""
+BATCH_ROWS = 1
+"""Rows decoded at once for texts and tokens (one value may be gigabytes)."""
 CACHED_STEPS = 4
 RESULTS = Bound("an eval's results.jsonl", 256 * MIB)
 RESULT_LINE = Bound("a line of results.jsonl", 16 * MIB)
@@ -134,7 +140,6 @@ def step_rows(run, step: int) -> list[dict]:
 
 
 def read_row_columns(handle, step: int) -> list[dict]:
-    import pyarrow.compute as pc
 
     num_rows = handle.metadata.num_rows
     if num_rows > MAX_ROWS:
@@ -145,17 +150,40 @@ def read_row_columns(handle, step: int) -> list[dict]:
     if size > MAX_ROW_COLUMN_BYTES:
         raise Unreadable(f"step {step}: its row columns hold {size / MIB:.0f} MiB uncompressed, "
                          f"over the {MAX_ROW_COLUMN_BYTES // MIB} MiB rl view reads")  # fmt: skip
-    table = handle.read(columns=present, use_threads=False) if present else None
+    with BUDGET.share(size):
+        table = handle.read(columns=present, use_threads=False) if present else None
     columns = {}
     for name in ROW_COLUMNS:
-        column = (
-            conform(table.column(name), name) if table is not None and name in present else None
-        )
+        column = table.column(name) if table is not None and name in present else None
         if column is not None and name == "env":
-            column = pc.utf8_slice_codeunits(column, 0, MAX_NAME_CHARS)
+            columns[name] = env_names(column)
+            continue
+        column = conform(column, name) if column is not None else None
         columns[name] = readback.json_safe(column.to_pylist()) if column is not None else None
     return [{"row": i, **{n: (v[i] if v is not None else None) for n, v in columns.items()}}
             for i in range(num_rows)]  # fmt: skip
+
+
+def env_names(column) -> list | None:
+    """The env column as printable names (any bytes decoded, cut at MAX_NAME_CHARS); a column
+    of numbers as their text; None for another kind."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_binary(kind):
+        column = column.view(pa.binary())
+    elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+        column = column.view(pa.large_binary())
+    else:
+        try:
+            column = pc.cast(column, pa.large_binary())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+    heads = pc.binary_slice(column, 0, 4 * MAX_NAME_CHARS).to_pylist()
+    return [None if h is None else readback.shown(h, MAX_NAME_CHARS) for h in heads]
 
 
 def uncompressed_bytes(handle, columns: list[str], groups: list[int] | None = None) -> int:
@@ -173,8 +201,6 @@ def uncompressed_bytes(handle, columns: list[str], groups: list[int] | None = No
 def expected_type(name: str):
     import pyarrow as pa
 
-    if name in ("env", *TEXT_COLUMNS):
-        return pa.large_binary()
     if name in ("reward", "advantage"):
         return pa.float64()
     if name in ("kept", "is_truncated"):
@@ -185,24 +211,48 @@ def expected_type(name: str):
 
 
 def conform(column, name: str):
-    """`column` as the format's type for `name` (texts as bytes: a parquet string may hold any
-    bytes); None when it is of another kind (a foreign file: the column reads as missing)."""
+    """`column` as the format's type for `name`, texts as bytes (a parquet string may hold
+    any bytes; a view, never a copy: one value may be gigabytes); None when it is of another
+    kind (a foreign file: the column reads as missing)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     kind = column.type
-    text_like = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(
-        kind) or pa.types.is_large_binary(kind)  # fmt: skip
-    if name in ("env", *TEXT_COLUMNS) and not text_like and name != "env":
+    if name in TEXT_COLUMNS:
+        if pa.types.is_string(kind) or pa.types.is_binary(kind):
+            return column.view(pa.binary())
+        if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+            return column.view(pa.large_binary())
         return None
     try:
-        column = pc.cast(column, expected_type(name))
+        return pc.cast(column, expected_type(name))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
-    if name == "env":
-        column = pc.cast(column, pa.large_string(), safe=False)
-        return column if column.is_valid else None
-    return column
+
+
+class DecodeBudget:
+    """Bytes being decoded from archives at once, across page threads: each read waits for
+    its share (a row group's columns, uncompressed, as the file's metadata says)."""
+
+    def __init__(self, total: int):
+        self.total, self.used = total, 0
+        self.changed = threading.Condition()
+
+    @contextmanager
+    def share(self, amount: int):
+        amount = min(amount, self.total)
+        with self.changed:
+            self.changed.wait_for(lambda: self.used + amount <= self.total)
+            self.used += amount
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.used -= amount
+                self.changed.notify_all()
+
+
+BUDGET = DecodeBudget(MAX_DECODE_BYTES)
 
 
 def rows_of(handle, rows: set[int], columns: tuple[str, ...], cut) -> dict[int, dict]:
@@ -224,17 +274,26 @@ def rows_of(handle, rows: set[int], columns: tuple[str, ...], cut) -> dict[int, 
 
 
 def read_group(handle, group: int, start: int, rows, present, cut, found) -> None:
-    import pyarrow as pa
+    """The wanted rows of one row group, BATCH_ROWS at a time: each batch's columns are cut
+    whole (in Arrow, before anything is copied), then the wanted rows taken."""
+    cost = uncompressed_bytes(handle, present, [group])
+    if cost > MAX_DECODE_BYTES:
+        raise Unreadable(f"row group {group} holds {cost / MIB:,.0f} MiB of {', '.join(present)} "
+                         f"uncompressed, over the {MAX_DECODE_BYTES // MIB} MiB rl view decodes "
+                         "at once")  # fmt: skip
+    with BUDGET.share(cost):
+        read_batches(handle, group, start, rows, present, cut, found)
 
+
+def read_batches(handle, group: int, start: int, rows, present, cut, found) -> None:
     batches = handle.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=present,
                                   use_threads=False)  # fmt: skip
     for batch in batches:
         wanted = [i for i in range(batch.num_rows) if start + i in rows]
         if wanted:
-            picked = batch.take(pa.array(wanted))
-            values = {name: cut(name, conform(picked.column(name), name)) for name in present}
-            for k, i in enumerate(wanted):
-                found[start + i].update({name: values[name][k] for name in present})
+            values = {name: cut(name, conform(batch.column(name), name)) for name in present}
+            for i in wanted:
+                found[start + i].update({name: values[name][i] for name in present})
         start += batch.num_rows
         if start > max(rows):
             return
