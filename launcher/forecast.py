@@ -21,6 +21,14 @@ from rlcore.forecast.shape import ModelShape, shape_of
 __all__ = ["forecast", "rl_job", "sft_forecast"]
 
 
+def resident(parts: dict[str, float]) -> float:
+    """The trainer's expected peak from the pre-flight estimate's terms: their resident share,
+    without the background copies of a checkpoint or publish (written off the peak)."""
+    from rlcore.forecast.model import TRAINER_RESIDENT
+
+    return TRAINER_RESIDENT * sum(v for k, v in parts.items() if k != "background copies")
+
+
 def rl_job(plan, shape: ModelShape) -> Job:
     """The `rl` run of `plan` as the estimate sees it."""
     from launcher.memory import estimate_parts, gpu_memory
@@ -53,7 +61,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         checkpoints_saved=saved,
         policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level) - 1
         if trainer.weight_transfer.copies_in_background() else 0,
-        archive=orch.samples.keep, trainer_peak=sum(peak.values()),
+        archive=orch.samples.keep, trainer_peak=resident(peak),
         tokenizer_bytes=side_files_bytes(config.trainer.model.name),
     )  # fmt: skip
 

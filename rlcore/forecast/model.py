@@ -51,10 +51,10 @@ END_IMPORTS = 1.5
 """Stopping the processes at the end, in `import torch` units."""
 FIRST_STEP_EXTRA = 1.0
 """The first step's warm-up (kernels built, caches filled) in steps."""
-LOAD_WEIGHT = 0.45
+LOAD_WEIGHT = 1.0
 """How much of a CPU each runnable thread of other programs takes from the run, for the
-slowdown on a shared machine (`shared_slowdown`): fitted on this project's shared 2-CPU
-machines, where a load of 15 from others made the quick start's steps 4.2x longer."""
+slowdown on a shared machine (`shared_slowdown`): a fair share, one CPU's worth each (on this
+project's 2-CPU machines a load of 16 from others made the quick start's steps 9x longer)."""
 WALL_RANGE = (0.8, 1.3)
 """The range printed around the wall time (answer lengths are the largest unknown)."""
 ANSWER_FILL = 0.75
@@ -63,8 +63,13 @@ ANSWER_FILL = 0.75
 PROMPT_TOKENS = 44
 """Prompt tokens per turn where the environment does not say (a chat template and a short
 question)."""
-INFERENCE_BASE = 1.6 * GIB
-"""vLLM's processes on CPU besides the weights and KV cache (torch, vLLM, the API server)."""
+INFERENCE_BASE = 0.85 * GIB
+"""vLLM's processes on CPU besides the weights and KV cache (torch, vLLM, the API server;
+proportional set sizes: the pages the engine core shares with the server it forked from count
+once)."""
+TRAINER_RESIDENT = 0.88
+"""The trainer's measured peak (proportional set size) against the pre-flight estimate's terms
+(rlcore/estimate.py, which keeps its margin: `auto` activation checkpointing reads it)."""
 ORCHESTRATOR_BASE = 0.25 * GIB
 """The orchestrator's process (verifiers, the tokenizer, the environments)."""
 LAUNCHER_BASE = 0.08 * GIB

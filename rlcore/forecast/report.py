@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlcore.errors import ConfigError
 from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
-from rlcore.forecast.model import DTYPE_BYTES, GIB, Forecast, Job, estimate
+from rlcore.forecast.model import DTYPE_BYTES, GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
 from rlcore.forecast.shape import ModelShape, shape_of
 
@@ -214,7 +214,8 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
         prompt_tokens=0, answer_tokens=tokens, seq_len=seq_len, train_dtype=dtype,
         trainable=trainable, micro_batch_tokens=micro, on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0, checkpoints_kept=kept, checkpoints_saved=saved,
-        policy_folders=1, archive=False, sft=True, trainer_peak=sum(peak.values()),
+        policy_folders=1, archive=False, sft=True,
+        trainer_peak=TRAINER_RESIDENT * sum(peak.values()),
         answer_fill=1.0,
     )  # fmt: skip
 
