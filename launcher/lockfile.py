@@ -16,6 +16,7 @@ from typing import Any
 from rlcore.errors import ConfigError
 from rlcore.files import atomic_write_text
 from rlcore.literal_secrets import refuse_literal_secrets
+from rlcore.paths import nearest_existing
 from rlcore.user_files import check_nesting, read_user_text, too_deep
 
 LOCK_FILE = Path("rl.lock.yaml")
@@ -78,9 +79,7 @@ def check_writable(path: Path, what: str, folder: bool = False) -> None:
         raise ConfigError(f"{what} {path} is a folder: give a file's path")
     if folder and path.exists() and not path.is_dir():
         raise ConfigError(f"{what} {path} is a file: give a folder's path")
-    parent = path.absolute().parent
-    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
-        parent = parent.parent
+    parent = nearest_existing(path.absolute().parent, links=True)
     if not parent.is_dir():
         raise ConfigError(f"cannot write {what} {path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):

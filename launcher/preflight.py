@@ -13,6 +13,7 @@ from rlcore.errors import ConfigError
 from rlcore.machine import differences
 from rlcore.models import model_folder
 from rlcore.ownership import read_run_id, remove_run_files, verified_run
+from rlcore.paths import nearest_existing
 from rlcore.readback import RUN_JSON, Damaged, read_object
 from rlcore.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
@@ -91,8 +92,7 @@ def check_disk(plan: Plan, model_dir: Path | None) -> None:
         return
     need = estimate_run_bytes(plan, _folder_bytes(model_dir))
     root = plan.run.root
-    probe = root if root.exists() else next(p for p in root.absolute().parents if p.exists())
-    free = shutil.disk_usage(probe).free
+    free = shutil.disk_usage(nearest_existing(root)).free
     if need > free:
         raise ConfigError(
             f"{root} needs about {need / 2**30:.1f} GiB for weights and checkpoints but only "

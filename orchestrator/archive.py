@@ -23,6 +23,7 @@ from orchestrator.evals.summary import jsonable
 from orchestrator.rollouts import extends
 from rlcore import samples_store
 from rlcore.disk_full import is_disk_full
+from rlcore.paths import nearest_existing
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_SHARE = 0.05
@@ -33,8 +34,7 @@ TOKENIZER_FILE = "tokenizer.json"
 
 def default_bound(folder: Path, share: float = DEFAULT_SHARE) -> tuple[int, str]:
     """(bytes, how they were chosen) for `share` of the space free where `folder` lives."""
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
+    free = shutil.disk_usage(nearest_existing(folder)).free
     return int(free * share), f"{share:.0%} of the {free / 2**30:.1f} GiB free at start"
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+from rlcore.paths import nearest_existing
+
 DISK_FULL_EXIT_CODE = 74
 """sysexits' EX_IOERR: a component stopped because a write found its disk full."""
 NOT_WRITE_ERRORS = (KeyboardInterrupt, SystemExit, GeneratorExit)
@@ -71,18 +73,10 @@ def naming(path: Path) -> Iterator[None]:
         raise DiskFullError(path) from err
 
 
-def existing(path: Path) -> Path:
-    """`path`, or the nearest folder above it that exists."""
-    where = Path(path).absolute()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    return where
-
-
 def free_bytes(path: Path) -> int:
     """The room left to this user on the file system holding `path` (unknown: a lot)."""
     try:
-        return shutil.disk_usage(existing(path)).free
+        return shutil.disk_usage(nearest_existing(path)).free
     except OSError:
         return 1 << 62
 
@@ -90,7 +84,7 @@ def free_bytes(path: Path) -> int:
 def space_text(path: Path) -> str:
     """'12 KiB free of 20.0 MiB on /mnt/data': the file system holding `path` (or the nearest
     folder above it that exists)."""
-    where = existing(path)
+    where = nearest_existing(path)
     mount = where
     while not os.path.ismount(mount) and mount != mount.parent:
         mount = mount.parent

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlcore.errors import ConfigError
+from rlcore.paths import nearest_existing
 from rlcore.readback import MARKER, Damaged, read_object
 
 RUN_MARKER = ".rl-run"
@@ -118,22 +119,18 @@ def claim(root: Path, key: str = "output_dir", kind: str | None = None,
 
 def _check_creatable(root: Path, key: str) -> None:
     """A ConfigError naming `key` when a file stands where a folder above `root` must be."""
-    for parent in root.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise ConfigError(
-                    f"{key} = {str(root)!r} cannot be created: {str(parent)!r} is a file, not "
-                    "a folder; pick another --output-dir"
-                )
-            return
+    parent = nearest_existing(root.parent, links=True)
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{key} = {str(root)!r} cannot be created: {str(parent)!r} is a file, not a "
+            "folder; pick another --output-dir"
+        )
 
 
 def check_writable(root: Path, key: str = "output_dir") -> None:
     """A ConfigError naming `key` when `root`, or the folder above it that would hold it, may
     not be written by this process (a read-only file system, or no permission)."""
-    where = root
-    while not where.exists() and where != where.parent:
-        where = where.parent
+    where = nearest_existing(root)
     if not where.is_dir() or os.access(where, os.W_OK | os.X_OK):
         return
     try:

@@ -59,6 +59,17 @@ def quoted(value: str | os.PathLike, max_chars: int = 200) -> str:
     return f"{text[:half]!r}...{text[-half:]!r} ({len(text):,} characters)"
 
 
+def nearest_existing(path: str | os.PathLike, links: bool = False) -> Path:
+    """`path` made absolute, or the nearest folder above it that exists: where a file or folder
+    made at `path` would be created, whose file system and permissions decide. With `links`, a
+    link whose target is missing counts as existing too (making `path` through it would fail,
+    so a check stops there)."""
+    where = Path(path).absolute()
+    while not (where.exists() or links and where.is_symlink()) and where != where.parent:
+        where = where.parent
+    return where
+
+
 def expand_home(text: str) -> str:
     """`~` or `~user` at the start of `text` expanded; a ValueError naming the user who does
     not exist, or the missing home directory, instead of Python's "Could not determine home
