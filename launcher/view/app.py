@@ -132,7 +132,7 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
     app.add_middleware(Guard, token=token, loopback=loopback)
     site = Site(library)
     for add in (add_error_handlers, add_list_routes, add_run_routes, add_sample_routes,
-                add_compare_routes):  # fmt: skip
+                add_eval_routes, add_compare_routes):  # fmt: skip
         add(app, site)
     return app
 
@@ -227,11 +227,14 @@ def add_run_routes(app: FastAPI, site: Site) -> None:
 
 
 def via(site: Site, call, **defaults):
-    """A route that runs `call` on a page thread; `defaults` are its query parameters."""
+    """A route that runs `call` on a page thread (`Site.work`); `defaults` are its query
+    parameters; data it returns is answered as SafeJSON."""
     import inspect
 
     async def route(**kwargs):
-        return await site.work(call, **kwargs)
+        found = await site.work(call, **kwargs)
+        # json.dumps at once: FastAPI's encoder would walk every number of a curve first
+        return SafeJSON(found) if isinstance(found, dict | list) else found
 
     keyword, empty = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
     params = [inspect.Parameter(name, keyword, default=defaults.get(name, empty),
@@ -243,7 +246,7 @@ def via(site: Site, call, **defaults):
 
 
 def add_sample_routes(app: FastAPI, site: Site) -> None:
-    """A run's rollouts and evaluations, as pages and as JSON, and a stored text paged."""
+    """A run's rollouts, as pages and as JSON, and a stored text a page at a time."""
 
     def rollouts_page(rid: str, step: str, env: str, low: str, high: str, page_index: int,
                       tokens: bool, token_start: int):  # fmt: skip
@@ -278,6 +281,10 @@ def add_sample_routes(app: FastAPI, site: Site) -> None:
     text_args = dict(source="rollouts", start=0)
     app.get("/run/{rid}/text", response_class=HTMLResponse)(via(site, text_page, **text_args))
     app.get("/api/run/{rid}/text")(via(site, text_json, **text_args))
+
+
+def add_eval_routes(app: FastAPI, site: Site) -> None:
+    """A run's evaluations, as a page and as JSON."""
 
     def evals_page(rid: str, step: int | None, env: str, failed: bool, page_index: int):
         run = site.run_of(rid)

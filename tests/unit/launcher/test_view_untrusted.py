@@ -264,7 +264,8 @@ def test_an_unchanged_file_is_never_read_again_per_poll(tmp_path, monkeypatch):
     root = tmp_path / "outputs"
     run = make_run(root / "a")
     web = client(root)
-    for url in ("/api/runs", f"/api/run/{rid(run)}/curves"):
+    polled = ("/api/runs", f"/api/run/{rid(run)}/curves", f"/api/run/{rid(run)}/logs")
+    for url in polled:
         web.get(url)
     from rlcore import readback
 
@@ -277,8 +278,8 @@ def test_an_unchanged_file_is_never_read_again_per_poll(tmp_path, monkeypatch):
 
     monkeypatch.setattr(readback, "open_file", counting)
     for _ in range(3):
-        assert web.get("/api/runs").status_code == 200
-        assert web.get(f"/api/run/{rid(run)}/curves").status_code == 200
+        for url in polled:
+            assert web.get(url).status_code == 200
     assert reads == [], reads
 
 
