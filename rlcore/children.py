@@ -179,7 +179,7 @@ def stop_descendants(
             if process.pid not in known and not _suppressed(spare, process):
                 known[process.pid] = process
                 _suppressed(psutil.Process.terminate, process)
-        alive = [p for p in known.values() if is_alive(p)]
+        alive = [p for p in known.values() if procs.running(p)]
         if alive:  # also this loop's pause: it returns as soon as they have all exited
             psutil.wait_procs(alive, timeout=DESCENDANTS_POLL_S)
         return not alive
@@ -187,7 +187,7 @@ def stop_descendants(
     try:
         wait_until(all_gone, grace_s, 0.0, "this process's descendants to exit")
     except TimeoutError:
-        alive = [p for p in known.values() if is_alive(p)]
+        alive = [p for p in known.values() if procs.running(p)]
         if say is not None:
             names = ", ".join(f"{p.pid} {_suppressed(psutil.Process.name, p) or '?'}"
                               for p in alive)  # fmt: skip
@@ -212,11 +212,6 @@ def stop_descendants_on_exit(grace_s: float = DESCENDANTS_GRACE_S) -> None:
 
     atexit.register(stop_descendants, grace_s)
     signal.signal(signal.SIGTERM, handler)
-
-
-def is_alive(process: psutil.Process) -> bool:
-    """Neither gone nor a zombie."""
-    return _suppressed(psutil.Process.status, process) not in (None, psutil.STATUS_ZOMBIE)
 
 
 def _suppressed(action: Callable[[psutil.Process], Any], process: psutil.Process) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from rlcore.ownership import RUN_MARKER
+from rlcore.run_json import is_pid
 from rlcore.secrets import redact_command
 
 IDENTITIES = "identities"
@@ -70,6 +71,34 @@ def started(pid: int) -> float | None:
 def same_start(a: float | None, b: object) -> bool:
     """Whether two readings of a start time (`started`, or a recorded one) are one process's."""
     return isinstance(a, float) and isinstance(b, (int, float)) and abs(a - b) <= START_TOLERANCE_S
+
+
+def running(process: psutil.Process) -> bool:
+    """Whether `process` still runs: not gone, its pid not taken by another process since, and
+    not a zombie. A zombie has ended (it exited and only waits for its parent to read its exit
+    status): it runs nothing and holds no lock, so whoever waits for a process to end (`rl
+    stop`, a component's shutdown) is done, and nothing counts it as a live run or child. One
+    that may not be inspected (another user's) counts as running."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.AccessDenied:
+        return True
+    except psutil.Error:
+        return False
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether `pid` (as read back from a file: anything) names a running process, by the rule
+    of `running` (a zombie has ended)."""
+    if not is_pid(pid):
+        return False
+    try:
+        process = psutil.Process(pid)
+    except psutil.AccessDenied:
+        return True
+    except psutil.Error:
+        return False
+    return running(process)
 
 
 def is_stopped(pid: int) -> bool:

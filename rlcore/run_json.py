@@ -8,7 +8,7 @@ pids; `identities` maps names to objects. A field of the wrong kind makes the wh
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from rlcore.readback import RUN_JSON, Damaged, read_object
 
@@ -24,7 +24,7 @@ SERVER_URL = re.compile(
 brackets) and port, nothing else."""
 
 
-def is_pid(value: object) -> bool:
+def is_pid(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PID
 
 

@@ -22,7 +22,6 @@ from rlcore import procs, run_json
 from rlcore.errors import ConfigError
 from rlcore.ownership import RUN_MARKER
 from rlcore.readback import Damaged
-from rlcore.run_json import MAX_PID
 
 LAUNCHER_ENV = "RL_LAUNCHER_PID"
 """Set by `rl` in its components' environment: the launcher holds their run's lock."""
@@ -153,16 +152,3 @@ def holder(root: Path) -> str:
         return ""
     found = procs.verify(record, "this run's launcher", lock=root)
     return "" if isinstance(found, str) else f" (pid {found.pid}, status {status})"
-
-
-def pid_alive(pid: object) -> bool:
-    """Whether `pid` (as read from a file: anything) names a live process."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True  # alive, another user's
-    return True

@@ -23,7 +23,7 @@ from rlcore.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified
 from rlcore.paths import user_path
 from rlcore.rundir import RunDir
 from rlcore.runguard import is_plain_name, looks_like_run, run_candidates
-from rlcore.runlock import locked, pid_alive
+from rlcore.runlock import locked
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"
@@ -92,7 +92,7 @@ def check_not_running(run_dir: RunDir, state: RunState) -> str | None:
     if isinstance(launcher, psutil.Process):
         raise ConfigError(f"{root} is running (launcher pid {launcher.pid}): `rl stop {root}` "
                           "first")  # fmt: skip
-    if launcher is None or not pid_alive(recorded_pid(state, procs.LAUNCHER)):
+    if launcher is None or not procs.pid_alive(recorded_pid(state, procs.LAUNCHER)):
         return None
     if procs.lock_mode(root / RUN_MARKER) == "unsupported":
         raise ConfigError(

@@ -14,10 +14,10 @@ from rlcore.config import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.metrics import read_last_records
 from rlcore.ownership import RUN_MARKER, read_run_id
+from rlcore.procs import pid_alive
 from rlcore.readback import Damaged
 from rlcore.rundir import COMPONENTS, RunDir
 from rlcore.runguard import looks_like_run
-from rlcore.runlock import pid_alive
 
 RUN_HELP = "a run's name under outputs/, or the path of a run folder"
 

@@ -68,10 +68,7 @@ def run(args) -> int:
 
 def ended(proc: psutil.Process) -> bool:
     """Gone, or exited and waiting for its parent to reap it (a zombie has stopped)."""
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not procs.running(proc)
 
 
 def nothing_to_stop(run_dir: RunDir, reason: str | None) -> int:

@@ -25,7 +25,6 @@ from launcher.view.curves import Curves, ends, file_key, last_mean, refresh
 from rlcore import procs, readback, run_json, waits
 from rlcore.readback import MIB, Bound, Damaged, shown
 from rlcore.rundir import COMPONENTS, RunDir, steps_in
-from rlcore.runlock import pid_alive
 from rlcore.secrets import redact, redact_text
 
 T = TypeVar("T")
@@ -149,7 +148,7 @@ class RunData:
         record = identities(state).get(procs.LAUNCHER)
         if not procs.is_record(record):
             pid = recorded_pid(state, procs.LAUNCHER)
-            if pid is not None and pid_alive(pid):
+            if pid is not None and procs.pid_alive(pid):
                 return recorded, f"pid {pid} is alive (not proved: no identity recorded)"
             return "not running here", "run.json records no live launcher"
         try:
@@ -185,7 +184,7 @@ class RunData:
         for name in names:
             try:
                 record = self.read(("state", f"{name}.json"), self.read_state_file)
-                if not isinstance(record, dict) or not pid_alive(record.get("pid")):
+                if not isinstance(record, dict) or not procs.pid_alive(record.get("pid")):
                     continue
                 for wait in waits.open_waits(record):
                     found.append(shown(f"{name}: waiting for {wait['waiting_for']} from "

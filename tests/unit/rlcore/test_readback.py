@@ -147,7 +147,7 @@ def test_a_field_anything_acts_on_is_checked(key, value, why):
 
 
 def test_pid_alive_takes_any_value_read_back():
-    from rlcore.runlock import pid_alive
+    from rlcore.procs import pid_alive
 
     assert pid_alive(os.getpid())
     for value in (2**63, -5, 0, "1", None, [1], True, 2**22 + 1):
