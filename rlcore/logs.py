@@ -1,7 +1,8 @@
 """The one logging setup every process uses: `<component>: message` lines, flushed line by line
-so that a log file (under `rl`) always holds whole lines, at the configured level, with the
-secrets of every URL in them shown as `***` (rlcore.secrets), in an uncaught exception's
-traceback too."""
+so that a log file (under `rl`) always holds whole lines, at the configured level, with every
+secret free text can show as `***` (rlcore.secrets.redact_text: URLs' secrets, secret flags'
+values, `NAME=value` assignments, Authorization headers), in an uncaught exception's traceback
+too: a library's error quoting the user's input is written redacted."""
 
 import faulthandler
 import io
@@ -11,7 +12,7 @@ import sys
 import traceback
 from typing import TextIO
 
-from rlcore.secrets import redact_urls
+from rlcore.secrets import redact_text
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 """`rl` sends it to a stalled component, which writes the stacks of all its threads to its log."""
@@ -21,15 +22,15 @@ NOISY_LIBRARIES = ("verifiers", "httpx", "datasets")
 
 
 class RedactingFormatter(logging.Formatter):
-    """A formatter whose lines (tracebacks included) show no URL's user info or token."""
+    """A formatter whose lines (tracebacks included) show no secret (`redact_text`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact_urls(super().format(record))
+        return redact_text(super().format(record))
 
 
 def print_redacted_traceback(kind, error, tb) -> None:
-    """sys.excepthook: Python's traceback, with no URL's user info or token."""
-    sys.stderr.write(redact_urls("".join(traceback.format_exception(kind, error, tb))))
+    """sys.excepthook: Python's traceback, with no secret in it (`redact_text`)."""
+    sys.stderr.write(redact_text("".join(traceback.format_exception(kind, error, tb))))
 
 
 def setup_logging(

@@ -342,3 +342,24 @@ def test_the_supervisors_log_tail_never_waits_on_a_fifo(tmp_path):
     (tmp_path / "big.log").write_text("x\n" * 100_000 + "last\n")
     assert tail(tmp_path / "big.log", 2) == "x\nlast"
     assert tail(tmp_path / "none.log") == "(no log)"
+
+
+def test_a_log_line_quoting_a_secret_flag_or_assignment_is_written_redacted():
+    """A library's error logged with the user's command line or environment in it: only URLs
+    were redacted in logs."""
+    import io
+    import logging
+
+    from rlcore.logs import RedactingFormatter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter("%(message)s"))
+    logger = logging.getLogger("test-run-folder-data")
+    logger.addHandler(handler)
+    try:
+        logger.error("failed: vllm serve --api-key sk-live-1 with OPENAI_API_KEY=sk-live-2")
+    finally:
+        logger.removeHandler(handler)
+    text = stream.getvalue()
+    assert "sk-live" not in text and "--api-key ***" in text and "OPENAI_API_KEY=***" in text
