@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.metrics import is_training_step, read_last_records
-from rlcore.readback import METRICS
+from rlcore.readback import METRICS, shown
 from rlcore.rundir import RunDir
 
 PLOT_FILE = "plot.png"
@@ -75,7 +75,7 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{run.root}", fontsize=14)
+    fig.suptitle(shown(run.root), fontsize=14)  # a folder name that is not UTF-8 too
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

@@ -42,6 +42,7 @@ def entry_point(prog: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     def wrap(main: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(main)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            printable_streams()
             try:
                 try:
                     return main(*args, **kwargs)
@@ -62,6 +63,14 @@ def entry_point(prog: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return run
 
     return wrap
+
+
+def printable_streams() -> None:
+    """Standard output and error write any text: a name read back from disk that is not UTF-8
+    (a surrogate escape) is written as `\\udcff`, never a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _stdout_reader_gone() -> bool:
