@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from rlcore.errors import ConfigError
+from rlcore.machine import DTYPE_BYTES
 
 CPU_BLOCK_TOKENS = 128
-HALF = {"bfloat16", "float16", "half"}
 
 
 def kv_bytes_per_token(hf: dict, dtype: str) -> int | None:
@@ -27,7 +27,7 @@ def kv_bytes_per_token(hf: dict, dtype: str) -> int | None:
     head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
     if dtype == "auto":
         dtype = str(hf.get("torch_dtype") or hf.get("dtype") or "float32")
-    width = 2 if dtype in HALF else 4
+    width = DTYPE_BYTES.get(dtype, 4)
     return 2 * hf["num_hidden_layers"] * hf.get("num_key_value_heads", heads) * head_dim * width
 
 

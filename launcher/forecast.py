@@ -4,7 +4,7 @@ machine's, the disk at the end, GPU-hours and their price. The figures come from
 rlcore/forecast (the model's shape, the job from the config, this machine's measured speed);
 an estimate that cannot be made says why in one line and never stops the run."""
 
-from rlcore.forecast.model import DTYPE_BYTES, GIB, PROMPT_TOKENS, Forecast, Job, estimate
+from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
     basis,
     checkpoint_counts,
@@ -17,6 +17,7 @@ from rlcore.forecast.report import (
     side_files_bytes,
 )
 from rlcore.forecast.shape import ModelShape, shape_of
+from rlcore.machine import DTYPE_BYTES
 
 __all__ = ["forecast", "rl_job", "sft_forecast"]
 

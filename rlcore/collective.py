@@ -39,6 +39,7 @@ from typing import Any
 
 from rlcore import attempt
 from rlcore.files import atomic_write_text
+from rlcore.machine import DTYPE_BYTES
 from rlcore.poll import wait_until
 from rlcore.readback import SMALL, Damaged, read_object
 
@@ -46,8 +47,6 @@ OFFER = "offer.json"
 REQUEST = "request.json"
 DONE = "done"
 POLL_S = 0.05
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
-               "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
 
 
 def new_group(

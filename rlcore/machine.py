@@ -43,6 +43,10 @@ ATEN_CAPS = {"default": "baseline", "avx2": "avx2", "avx512": "amx"}
 """ATen's capability names; `avx512` caps nothing we distinguish (its bf16 goes by oneDNN)."""
 AVX512_CORE = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
 GPU_DTYPE = "bfloat16"
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
+               "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
+"""Bytes per element of each dtype, by its name as a config, torch (`str(dtype)` less `torch.`)
+or vLLM (`half`, `float`) spells it: the one table every size, estimate and transfer reads."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from torch import nn
 
 from rlcore.errors import ConfigError
 from rlcore.estimate import ModelShape, available_ram, trainer_peak
-from rlcore.machine import Machine
+from rlcore.machine import DTYPE_BYTES, Machine
 from rlcore.models import cache_dir
 from rlcore.speed import (
     COMPILE_FIGURES,
@@ -70,7 +70,7 @@ def choose(
 
         def peak(on: bool, every: int) -> float:
             parts = trainer_peak(
-                shape, run.tokens_per_pass, 4 if dtype == "float32" else 2, on, run.shards,
+                shape, run.tokens_per_pass, DTYPE_BYTES[dtype], on, run.shards,
                 trainable=trainable, head_chunk=config.logprob_chunk_tokens,
                 checkpoint_freq=every,
             )  # fmt: skip

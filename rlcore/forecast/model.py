@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.shape import ModelShape
+from rlcore.machine import DTYPE_BYTES
 
 GIB = 2**30
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 TRAIN_EFFICIENCY = 0.55
 """Share of the calibrated matmul rate a training forward + backward reaches (attention, norms,
 the loss head's softmax and the packing are not clean products)."""

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from rlcore.errors import ConfigError
 from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
-from rlcore.forecast.model import DTYPE_BYTES, GIB, TRAINER_RESIDENT, Forecast, Job, estimate
+from rlcore.forecast.model import GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
 from rlcore.forecast.shape import ModelShape, shape_of
+from rlcore.machine import DTYPE_BYTES
 
 
 def environment_turns(env_id: str, args: dict) -> int:

@@ -6,6 +6,7 @@ import pytest
 
 from rlcore.machine import (
     AVX2_ENV,
+    DTYPE_BYTES,
     bf16_matmul_refusal,
     compute_dtype,
     differences,
@@ -158,3 +159,11 @@ def test_gpus_are_read_from_the_drivers_entries(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpus(tmp_path) == (0, "")
     assert gpus(tmp_path / "none") == (0, "")
+
+
+def test_the_dtype_table_agrees_with_torch():
+    import torch
+
+    for name, size in DTYPE_BYTES.items():  # torch spells vLLM's `half` and `float` too
+        dtype = getattr(torch, name)
+        assert isinstance(dtype, torch.dtype) and dtype.itemsize == size, name
