@@ -15,9 +15,8 @@ from rlcore.disk_full import DISK_FULL_EXIT_CODE, stopped_text
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.health import ForeignServer, new_nonce, port_holder
 from rlcore.literal_secrets import externalize
-from rlcore.metrics import read_last_records, reward_curve
+from rlcore.metrics import read_all_records, reward_curve
 from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
-from rlcore.readback import METRICS
 from rlcore.secrets import redact_message
 from rlcore.toml_io import write_config
 
@@ -136,7 +135,7 @@ def supervise(plan: Plan, supervisor: Supervisor) -> int:
         print(f"rl: run finished: {supervisor.last_step_line}", flush=True)
         if (against := supervisor.clock.against_estimate()) is not None:
             print(f"rl: {against}", flush=True)
-        records = read_last_records(plan.run.metrics, plan.run.root, METRICS)
+        records = read_all_records(plan.run.metrics, plan.run.root)
         for line in reward_curve(records).splitlines():
             print(f"rl: {line}", flush=True)
         print(f"rl: curves as a PNG: rl plot {plan.run.root}", flush=True)

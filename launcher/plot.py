@@ -5,8 +5,8 @@ gradient norm, learning rate and throughput). `evals --watch` rewards join the r
 from pathlib import Path
 from typing import Any
 
-from rlcore.metrics import is_training_step, read_last_records
-from rlcore.readback import METRICS, shown
+from rlcore.metrics import is_training_step, read_all_records
+from rlcore.readback import shown
 from rlcore.rundir import RunDir
 
 PLOT_FILE = "plot.png"
@@ -56,7 +56,7 @@ def plot_run(run: RunDir, out: Path | None = None) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    records = read_last_records(run.metrics, run.root, METRICS)
+    records = read_all_records(run.metrics, run.root)
     out = out or run.root / PLOT_FILE
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), constrained_layout=True)
     panels = SFT_PANELS if run.config_file("sft").is_file() else PANELS

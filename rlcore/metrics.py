@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlcore.readback import METRICS_TAIL, Bound, Damaged, parse_json, read_from, read_tail
+from rlcore.readback import METRICS, METRICS_TAIL, Bound, Damaged, parse_json, read_from, read_tail
 
 
 def read_records(
@@ -32,7 +32,7 @@ def read_last_records(
     path: Path, root: Path | None = None, bound: Bound = METRICS_TAIL
 ) -> list[dict[str, Any]]:
     """The complete records in the last `bound.max_bytes` of the file (a run's latest steps,
-    for `rl status` and `rl list`, `rl plot` with METRICS): never the whole of a huge file."""
+    for `rl status` and `rl list`): never the whole of a huge file."""
     try:
         chunk, start = read_tail(path, bound, root)
     except (FileNotFoundError, Damaged):
@@ -40,6 +40,38 @@ def read_last_records(
     if start > 0:
         chunk = chunk[chunk.find(b"\n") + 1 :] if b"\n" in chunk else b""  # a cut first line
     return parse_records(chunk[: chunk.rfind(b"\n") + 1])
+
+
+def read_all_records(
+    path: Path, root: Path | None = None, bound: Bound = METRICS
+) -> list[dict[str, Any]]:
+    """Every complete record of the file's last `bound.max_bytes` (`rl plot`, the end-of-run
+    reward curve), read chunk by chunk (`read_records`): what is held is the records, never
+    the bytes of the file at once."""
+    try:
+        size = path.stat().st_size
+    except (OSError, ValueError):
+        return []
+    offset = max(0, size - bound.max_bytes)
+    records: list[dict[str, Any]] = []
+    if offset > 0:  # the first line read is cut: skip to the next line
+        offset = skip_line(path, offset, root)
+    while offset < size:
+        found, after = read_records(path, offset, root)
+        if after == offset:
+            break
+        records += found
+        offset = after
+    return records
+
+
+def skip_line(path: Path, offset: int, root: Path | None) -> int:
+    """The offset after the line that holds byte `offset` (at most METRICS_TAIL further)."""
+    try:
+        chunk = read_from(path, offset, METRICS_TAIL, root)
+    except (FileNotFoundError, Damaged):
+        return offset
+    return offset + (chunk.find(b"\n") + 1 or len(chunk))
 
 
 def parse_records(data: bytes) -> list[dict[str, Any]]:
