@@ -3,7 +3,8 @@ as a run. The config is checked before anything is written (exit 2 naming the ke
 folder is claimed and locked for the run's life (never beside another `rl`, nor a trainer or
 orchestrator started alone); the `sft` process's output goes to `logs/sft.log` and here;
 Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up to
-`--max-restarts` times. `sft @ sft.toml` runs the same process without any of this.
+`--max-restarts` times, by `rl`'s restart policy (launcher/restarts.py). `sft @ sft.toml` runs
+the same process without any of this.
 """
 
 import math
@@ -15,6 +16,7 @@ from pathlib import Path
 from launcher.eta import RunClock
 from launcher.exits import exit_message, oom_kills
 from launcher.forecast import sft_forecast
+from launcher.restarts import with_restarts
 from rlcore import children, procs
 from rlcore.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.entry import exit_with, parse_config
@@ -62,20 +64,16 @@ def main(argv: list[str]) -> int:
         step = prepare(run, config, clean)
     except ConfigError as err:
         exit_with(str(err), "rl sft")
-    failures = 0
-    while True:
+
+    def attempt(step: int | None) -> tuple[int, bool]:
         code = run_attempt(run, config, step, RunClock(forecast, config.max_steps, ["sft"]))
         if code == DISK_FULL_EXIT_CODE:
             print(f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
                   file=sys.stderr)  # fmt: skip
-            return code
-        if code in (0, *STOP_EXIT_CODES.values()) or failures >= max_restarts:
-            return exit_code(code)
-        failures += 1
-        step = run.latest_checkpoint()
-        where = f"checkpoint step {step}" if step else "the start"
-        print(f"rl sft: restarting from {where} (restart {failures} of {max_restarts})",
-              flush=True)  # fmt: skip
+        # rl sft's own stop, or an `sft` a signal stopped through its handler (`kill PID`)
+        return code, code in STOP_EXIT_CODES.values()
+
+    return exit_code(with_restarts(attempt, step, run, max_restarts, "rl sft"))
 
 
 def exit_code(code: int) -> int:
