@@ -83,7 +83,7 @@ def measured_speeds(machine, dtypes: list[str], device: str = "cpu"):
     import os
 
     if os.environ.get(CALIBRATION_ENV, "").lower() == "off":
-        return None, f"the speed measurement is off ({CALIBRATION_ENV}=off)"
+        return None, f"the speed measurement is off: {CALIBRATION_ENV}=off"
     try:
         return speeds(machine.record(), dtypes, device), ""
     except CalibrationError as err:

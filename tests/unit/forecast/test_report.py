@@ -1,0 +1,121 @@
+"""What the launchers print of an estimate: the block (with GPU-hours priced only when a price
+is given), the job's parts read from configs (checkpoints kept, LoRA adapters, an environment's
+turns, an SFT file's tokens), a shared machine's slowdown, and an estimate that cannot be made
+saying why in one line, never raising."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rlcore.forecast import model, report
+from rlcore.forecast.calibrate import Speeds
+from rlcore.forecast.model import Job
+from rlcore.forecast.shape import ModelShape
+
+SHAPE = ModelShape(params=10_000, hidden=16, layers=2, vocab=100, heads=2, kv_heads=1,
+                   intermediate=32)  # fmt: skip
+FLAT = Speeds(matmul_flops={"bfloat16": 1e9}, stream_bytes={"bfloat16": 1e9}, op_s=1e-6,
+              copy_bytes=1e9, import_s=1.0, threads=2)  # fmt: skip
+
+
+def gpu_job(**extra) -> Job:
+    return Job(max_steps=10, rollouts=8, answer_tokens=16, on_gpu=True, trainer_gpus=1,
+               inference_gpus=1, trainer_peak=1e9, train_dtype="bfloat16",
+               decode_dtype="bfloat16", gpu_memory_bytes=8e10, **extra)  # fmt: skip
+
+
+@pytest.mark.parametrize("price", [None, 2.5])
+def test_the_block_prices_gpu_hours_only_when_given_a_price(price):
+    result = model.estimate(gpu_job(), SHAPE, FLAT)
+    lines = report.describe(result, gpu_job(), 64.0, price)
+    text = "\n".join(lines)
+    assert text.startswith("Estimate (") and "  step: ~" in text and "  run: ~" in text
+    assert "GPU memory: trainer" in text and "GPU-hours:" in text
+    assert ("$" in text) == (price is not None)
+    if price:
+        assert f"${result.gpu_hours * 2.5:,.2f} at $2.5/GPU-hour" in text
+
+
+def test_an_sft_block_has_no_generation():
+    job = Job(max_steps=3, rollouts=4, answer_tokens=32, sft=True, trainer_peak=1e9,
+              train_dtype="bfloat16")  # fmt: skip
+    lines = report.describe(model.estimate(job, SHAPE, FLAT), job, 16.0, None)
+    assert "(train: forward, backward and AdamW)" in lines[1] and "generate" not in lines[1]
+
+
+def test_sizes_read_in_their_unit():
+    assert report.gib(3 * 2**30) == "3.0 GiB"
+    assert report.gib(300 * 2**20) == "300 MiB"
+    assert report.gib(82_000) == "82 kB"
+
+
+@pytest.mark.parametrize(
+    "interval, keep, steps, expected",
+    [(None, None, 25, (1, 1)), (10, 2, 25, (3, 2)), (5, None, 25, (5, 5)), (1, 3, 4, (4, 3))],
+)
+def test_checkpoints_saved_and_kept(interval, keep, steps, expected):
+    ckpt = SimpleNamespace(enabled=True, interval=interval, keep=keep)
+    assert report.checkpoint_counts(ckpt, steps) == expected
+    off = SimpleNamespace(enabled=False, interval=interval, keep=keep)
+    assert report.checkpoint_counts(off, steps) == (0, 0)
+
+
+def test_lora_adapters_from_each_targets_shape():
+    lora = SimpleNamespace(rank=4, target_modules=["q_proj", "k_proj", "down_proj"])
+    # q: 16 -> 2 x 8, k: 16 -> 1 x 8, down: 32 -> 16; rank x (in + out), 2 layers
+    assert report.lora_trainable(lora, SHAPE) == 4 * ((16 + 16) + (16 + 8) + (32 + 16)) * 2
+    assert report.lora_trainable(None, SHAPE) is None
+
+
+def test_an_environments_turns_come_from_its_args_or_its_source():
+    assert report.environment_turns("rl-guess-number", {"max_turns": 5}) == 5
+    assert report.environment_turns("rl-guess-number", {}) == 2  # load_environment's default
+    assert report.environment_turns("rl-add-digits", {}) == 1
+    assert report.environment_turns("no-such-env-here", {}) == 1
+
+
+def test_an_sft_files_tokens_from_its_first_rows(tmp_path):
+    data = tmp_path / "train.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "x" * 100}]}] * 10
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    per_row = len(json.dumps(rows[0]) + "\n") / report.CHARS_PER_TOKEN
+    assert report.data_tokens(str(data), 2048) == int(per_row)
+    assert report.data_tokens(str(data), 8) == 8  # at most seq_len
+    assert report.data_tokens("org/hub-dataset", 100) == int(100 * model.ANSWER_FILL)
+
+
+def test_a_busy_machine_stretches_cpu_times(monkeypatch):
+    machine = SimpleNamespace(num_cpus=2)
+    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert report.shared(machine) == (1.0, [])
+    monkeypatch.setattr("os.getloadavg", lambda: (6.0, 6.0, 6.0))
+    slowdown, words = report.shared(machine)
+    assert slowdown == pytest.approx(1 + model.LOAD_WEIGHT * 6 / 2)
+    assert "6.0 threads busy on 2 CPUs" in words[0]
+    cpu = Job(max_steps=2, rollouts=4, answer_tokens=8, trainer_peak=1.0)
+    quiet, busy = model.estimate(cpu, SHAPE, FLAT), model.estimate(cpu, SHAPE, FLAT, slowdown)
+    assert busy.step_s == pytest.approx(quiet.step_s * slowdown)
+
+
+def test_a_plan_without_the_measurement_says_why_in_one_line(monkeypatch, tiny_model_dir):
+    from launcher.forecast import forecast
+    from launcher.prepare import build_plan
+    from launcher.rl_config import RLConfig
+
+    config = RLConfig.model_validate({"model": {"name": str(tiny_model_dir)}})
+    plan = build_plan(config, dry_run=True)  # RL_CALIBRATION=off in the unit tier
+    assert plan.forecast is None
+    assert plan.estimate == [
+        "Estimate: not made (the speed measurement is off: RL_CALIBRATION=off)"
+    ]
+    monkeypatch.setattr(report, "speeds", lambda *a: FLAT)
+    monkeypatch.setenv("RL_CALIBRATION", "on")
+    made, lines = forecast(plan)
+    assert made is not None and lines[0].startswith("Estimate (") and len(lines) > 5
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(report, "speeds", broken)
+    assert forecast(plan) == (None, ["Estimate: not made (RuntimeError: a bug)"])
