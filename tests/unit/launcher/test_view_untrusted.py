@@ -185,6 +185,25 @@ def test_a_lone_surrogate_in_eval_results_is_shown_repaired(tmp_path, capsys):
     assert "bad \ufffd" in web.get(f"/run/{rid(run)}/evals?step=2&page_index=0").text
 
 
+def test_a_long_eval_answer_is_cut_and_its_stored_text_paged(tmp_path):
+    run = make_run(tmp_path / "outputs" / "a")
+    folder = write_eval(run / "evals", 2)
+    answer = "y" * (3 * archive.MAX_TEXT_CHARS)
+    row = {"env": "long", "example": 0, "rollout": 0, "reward": 1.0,
+           "completion": [{"role": "assistant", "content": answer}]}  # fmt: skip
+    with (folder / "results.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    web = client(tmp_path / "outputs")
+    samples = web.get(f"/api/run/{rid(run)}/evals?step=2&env=long").json()["samples"]["samples"]
+    turn = samples[0]["turns"][0]
+    assert turn["content"] == "y" * archive.MAX_TEXT_CHARS
+    assert turn["more"] == f"{2 * archive.MAX_TEXT_CHARS:,} more characters"
+    page = web.get(f"/run/{rid(run)}/evals?step=2&env=long").text
+    assert "read the stored text" in page and "source=evals" in page
+    stored = web.get(f"/api/run/{rid(run)}/text?{turn['link']}").json()
+    assert answer in stored["text"] and stored["next"] is None
+
+
 # -- run.json -------------------------------------------------------------------------------
 def test_a_deep_run_json_is_listed_as_damaged(tmp_path, capsys):
     root = tmp_path / "outputs"
@@ -363,4 +382,5 @@ def test_the_runs_list_answers_while_50_slow_pages_wait(tmp_path, monkeypatch):
             return took
 
     took = asyncio.run(load())
+    print(f"the runs list under 50 slow pages: {took:.3f} s")
     assert took < 2.0, f"the runs list took {took:.1f} s"
