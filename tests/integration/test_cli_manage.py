@@ -39,7 +39,10 @@ def test_status_reports_steps_and_checkpoints(tmp_path):
         (run.checkpoint_dir(step)).mkdir(parents=True)
     (run.checkpoint_dir(2) / "MANIFEST").write_text("{}")
     run.append_metrics("trainer", 3, {"loss": 0.1})
-    run.run_json.write_text(json.dumps({"status": "failed", "launcher_pid": 999999999}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    launcher_pid = int(gone.stdout)  # a pid that has ended (999999999 is no pid: damaged)
+    run.run_json.write_text(json.dumps({"status": "failed", "launcher_pid": launcher_pid}))
     result = rl("status", str(run.root))
     assert result.returncode == 0, result.stderr
     assert "failed" in result.stdout and "last logged step 3" in result.stdout
