@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from launcher.commands import run_command
 from tests import view_runs
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
+]
 
 TARGETS = (
     ".rl-run", "run.json", "state/trainer.json", "metrics.jsonl", "logs/trainer.log",
