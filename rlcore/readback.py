@@ -12,6 +12,7 @@ and infinities as strings, lone surrogates replaced), and `shown` makes a name p
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ ARCHIVE = Bound("an archive file", 256 * MIB)
 JSON_DEPTH = 64
 """How deep a JSON document read back may nest (run.json's deepest entry is 4 levels down)."""
 SHOWN_NAME_CHARS = 200
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Damaged(Exception):
@@ -77,7 +79,8 @@ def decode(data: bytes) -> str:
 
 def open_file(path: Path, root: Path | None = None) -> int:
     """A read-only descriptor of `path`, proved a regular file. A link is followed only when
-    `root` is given and its target lies inside `root`'s real location; a FIFO is opened without
+    `root` is given and its target lies inside `root`'s real location, and with `root` no folder
+    on the way may lead out of it either; a FIFO is opened without
     blocking and refused, as is a device, a socket or a folder. Damaged otherwise; FileNotFound
     where nothing is there."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
@@ -89,6 +92,7 @@ def open_file(path: Path, root: Path | None = None) -> int:
         check_link(path, root)
     else:
         flags |= os.O_NOFOLLOW
+        check_folder(path, root)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -120,6 +124,19 @@ def check_link(path: Path, root: Path | None) -> None:
         raise Damaged(path, why) from None
     if not real.is_relative_to(real_root):
         raise Damaged(path, f"is a link out of the run (to {shown(real)})")
+
+
+def check_folder(path: Path, root: Path | None) -> None:
+    """Damaged when a folder on the way from `root` to `path` is a link out of `root` (the run's
+    `logs/` linked to another folder)."""
+    if root is None:
+        return
+    try:
+        real, real_root = path.parent.resolve(), root.resolve()
+    except (OSError, RuntimeError, ValueError) as err:
+        raise Damaged(path, f"its folder cannot be followed ({err.__class__.__name__})") from None
+    if not real.is_relative_to(real_root):
+        raise Damaged(path, f"lies in a folder linked out of the run (to {shown(real)})")
 
 
 def kind_of(mode: int) -> str:
@@ -266,4 +283,4 @@ def clean_text(text: str) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return SURROGATE.sub("\ufffd", text)

@@ -43,6 +43,18 @@ def test_a_link_out_of_the_run_is_refused_and_one_inside_is_followed(tmp_path):
     assert "is a link" in catch(tmp_path / "alias.json", None)
 
 
+def test_a_folder_linked_out_of_the_run_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "trainer.log").write_text("not the run's")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "logs").symlink_to(outside)
+    with pytest.raises(Damaged, match="lies in a folder linked out of the run"):
+        readback.read_tail(run / "logs" / "trainer.log", readback.LOG_TAIL, run)
+    assert readback.read_tail(outside / "trainer.log", readback.LOG_TAIL)[0] == b"not the run's"
+
+
 def test_a_device_and_a_folder_are_not_regular_files(tmp_path):
     assert "a character device" in catch(readback.Path("/dev/null"))
     (tmp_path / "d").mkdir()
@@ -81,7 +93,7 @@ def test_bytes_that_are_not_json_say_where_they_broke(tmp_path):
 def test_json_safe_turns_what_strict_json_refuses_into_words():
     value = {"a": math.nan, "b": [math.inf, -math.inf], "c": "x\ud800y", 3: (1, 2)}
     safe = readback.json_safe(value)
-    assert safe == {"a": "NaN", "b": ["Infinity", "-Infinity"], "c": "x\ufffd\ufffd\ufffdy",
+    assert safe == {"a": "NaN", "b": ["Infinity", "-Infinity"], "c": "x\ufffdy",
                     "3": [1, 2]}  # fmt: skip
     json.dumps(safe, allow_nan=False).encode("utf-8")
 
@@ -89,7 +101,7 @@ def test_json_safe_turns_what_strict_json_refuses_into_words():
 def test_shown_prints_any_name_within_its_bound():
     name = os.fsdecode(b"/runs/\xff\xfe-run\n")
     assert readback.shown(name) == "/runs/\ufffd\ufffd-run\\n"
-    assert readback.shown("x\ud800") == "x\ufffd\ufffd\ufffd"
+    assert readback.shown("x\ud800") == "x\ufffd"
     long = readback.shown("k" * 1_000_000)
     assert len(long) == 203 and long.startswith("k" * 100) and "..." in long
 
