@@ -35,6 +35,8 @@ HELD_ENV = "RL_PORT_RESERVED"
 """Set by a launcher in the environment of the server it reserved a port for: that port, which
 the server then does not count as taken by someone else."""
 NAME_PREFIX = "rl-port-"
+"""A reservation's abstract socket name is this and the port (`ss -xl` and psutil show it as
+`@rl-port-8000`)."""
 
 _held: dict[int, socket.socket] = {}
 """Ports this process reserves, and the socket that holds each (kept open to hold it)."""
