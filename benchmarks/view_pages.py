@@ -37,7 +37,7 @@ def archive_table(step: int, tokens: int, seed: int = 0):
     import numpy as np
     import pyarrow as pa
 
-    from tests.view_runs import SCHEMA
+    from rlcore import samples_store
 
     rng = np.random.default_rng(seed + step)
     vocab = np.array([f"w{i}" for i in range(20_000)])
@@ -60,7 +60,7 @@ def archive_table(step: int, tokens: int, seed: int = 0):
         "token_logprob": [(-rng.random(tokens) * 3).astype("float32").tolist() for _ in texts],
         "token_mask": [[True] * tokens for _ in texts],
     }  # fmt: skip
-    return pa.table(columns, schema=SCHEMA)
+    return pa.table(columns, schema=samples_store.schema())
 
 
 def tokens_for(bytes_per_step: float, probe_dir: Path) -> int:
@@ -80,6 +80,8 @@ def write_archive(run: Path, steps: int, size_gb: float) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from rlcore import samples_store
+
     with tempfile.TemporaryDirectory() as probe:
         tokens = tokens_for(size_gb * 1e9 / steps, Path(probe))
     template = archive_table(0, tokens)
@@ -88,9 +90,8 @@ def write_archive(run: Path, steps: int, size_gb: float) -> float:
     total = 0
     for step in range(steps):
         table = template.set_column(0, "step", pa.array([step] * ROLLOUTS, pa.int64()))
-        metadata = {"rl.samples_format": "1", "rl.step": str(step)}
-        metadata["rl.policy_step"] = str(max(0, step - 1))
-        table = table.replace_schema_metadata(metadata)
+        # the writer's table and metadata (samples_store), written without its fsync: faster
+        table = table.replace_schema_metadata(samples_store.metadata(step, max(0, step - 1)))
         path = folder / f"step_{step}.parquet"
         pq.write_table(table, path, compression="zstd")
         total += path.stat().st_size

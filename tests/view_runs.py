@@ -1,7 +1,7 @@
 """Run folders for `rl view`'s tests and benchmark, written as the launcher, the orchestrator and
 the evals command write them: the `.rl-run` marker, run.json, configs/, logs/, metrics.jsonl,
-checkpoints/, the rollout archive (`samples/step_<n>.parquet`, format 1, zstd, with its
-key-value metadata) and in-run evaluations (`evals/step_<n>/`)."""
+checkpoints/, the rollout archive (written by its one writer, rlcore.samples_store) and in-run
+evaluations (`evals/step_<n>/`)."""
 
 import json
 import os
@@ -9,23 +9,10 @@ import random
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rlcore import procs
+from rlcore import procs, samples_store
 
 WORDS = ["the", "sum", "is", "answer", "7", "12", "3", "+", "=", "ok", "so", "think", "<tool>",
          "call", "(", ")", "result", "9", "4", "done"]  # fmt: skip
-SCHEMA = pa.schema([
-    ("step", pa.int64()), ("policy_step", pa.int64()), ("env", pa.string()),
-    ("group", pa.int32()), ("member", pa.int32()), ("example_id", pa.int64()),
-    ("prompt", pa.string()), ("completion", pa.string()), ("reward", pa.float64()),
-    ("reward_parts", pa.string()), ("advantage", pa.float64()), ("kept", pa.bool_()),
-    ("num_prompt_tokens", pa.int32()), ("num_completion_tokens", pa.int32()),
-    ("is_truncated", pa.bool_()), ("error", pa.string()),
-    ("token_text", pa.list_(pa.string())), ("token_logprob", pa.list_(pa.float32())),
-    ("token_mask", pa.list_(pa.bool_())),
-])  # fmt: skip
 
 
 def write_json(path: Path, data) -> None:
@@ -148,7 +135,7 @@ def sample_rows(
     """One step's archive rows as columns: `groups` groups of `members` rollouts per env; the
     group's first member right (reward 1), one cut off, one a two-turn tool call."""
     rng = random.Random(seed * 100_003 + step)
-    cols: dict[str, list] = {name: [] for name in SCHEMA.names}
+    cols: dict[str, list] = {name: [] for name in samples_store.COLUMNS}
     for env_index, env in enumerate(envs):
         for g in range(groups):
             group = env_index * groups + g
@@ -193,17 +180,33 @@ def sample_rows(
 
 
 def write_step(root: Path, step: int, columns: dict[str, list]) -> Path:
-    """samples/step_<n>.parquet as the orchestrator writes it (temporary sibling + rename)."""
-    table = pa.table(columns, schema=SCHEMA).replace_schema_metadata({
-        "rl.samples_format": "1", "rl.step": str(step),
-        "rl.policy_step": str(max(0, step - 1))})  # fmt: skip
-    folder = root / "samples"
-    folder.mkdir(exist_ok=True)
-    tmp = folder / f".step_{step}.parquet.tmp"
-    with tmp.open("wb") as f:  # a file object: pyarrow takes only UTF-8 paths
+    """samples/step_<n>.parquet as the orchestrator writes it: through samples_store.write_step
+    (`columns`: one list per column of the format, as `sample_rows` makes them)."""
+    names = list(columns)
+    rows = [dict(zip(names, values, strict=True))
+            for values in zip(*columns.values(), strict=True)]  # fmt: skip
+    folder = root / samples_store.SAMPLES_DIR
+    samples_store.write_step(folder, step, max(0, step - 1), rows)
+    return samples_store.step_file(folder, step)
+
+
+def forge_step(root: Path, step: int, edit) -> Path:
+    """Rewrite a step file the writer wrote as `edit(table)` makes it (its metadata kept unless
+    `edit` changes it): what a damaged run folder, or one from another version, may hold."""
+    import pyarrow.parquet as pq
+
+    path = samples_store.step_file(root / samples_store.SAMPLES_DIR, step)
+    table = edit(pq.read_table(path))
+    with path.open("wb") as f:  # a file object: pyarrow takes only UTF-8 paths
         pq.write_table(table, f, compression="zstd")
-    tmp.rename(folder / f"step_{step}.parquet")
-    return folder / f"step_{step}.parquet"
+    return path
+
+
+def renamed(column: str):
+    """An edit for `forge_step`: `column` renamed (as a writer that renamed it would write)."""
+    return lambda table: table.rename_columns(
+        [f"{name}_v2" if name == column else name for name in table.column_names]
+    ).replace_schema_metadata(table.schema.metadata)
 
 
 def write_samples(root: Path, steps, **kwargs) -> None:

@@ -1,13 +1,13 @@
-"""A run's rollouts and evaluations as pages read them, bounded whatever the files hold.
+"""A run's rollouts and evaluations as pages show them, bounded whatever the files hold.
 
-Rollouts: `samples/step_<n>.parquet` (format 1: one row per rollout, SAMPLE_TYPES), one step at
-a time. The row columns (env, group, member, rewards, counts) of a step are read once per change
-of its file; prompts, completions and token lists only for the rows a page shows, a few rows at
-a time, each value cut in Arrow before it becomes Python (a 7 kB file can hold gigabytes). A
-column of another type than the format's is read as missing (a foreign file is a page, not an
-error). Texts are cut at MAX_TEXT_CHARS a message and MAX_PARSE_BYTES a stored value, token lists
-at MAX_TOKENS a rollout; `text_page` reads the rest of a stored value, TEXT_PAGE_BYTES at a time,
-and `token_start` pages through the tokens.
+Rollouts: `samples/step_<n>.parquet`, one step at a time. The format, its version check and the
+bounded reading are rlcore.samples_store's (the one reader): this module opens the file through
+rlcore.readback, asks the reader for the row columns of a step (once per change of its file) and
+for the texts and token lists of the rows a page shows, and cuts each value in Arrow before it
+becomes Python (texts at MAX_TEXT_CHARS a message and MAX_PARSE_BYTES a stored value, token
+lists at MAX_TOKENS a rollout; `text_page` reads the rest of a stored value, TEXT_PAGE_BYTES at
+a time, and `token_start` pages through the tokens). A file of another format is a page saying
+so; a column the file lacks (or holds with a foreign type) is shown empty and named on the page.
 Evaluations: `step_<n>/{summary.json,results.jsonl}` under a run's `evals/` or an `evals` output
 folder, or `summary.json` and `results.jsonl` directly in an `evals` output folder (one
 evaluation, shown as step "-"). results.jsonl is indexed once per change (where each line
@@ -20,26 +20,23 @@ import json
 import math
 import os
 import re
-import threading
 from array import array
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from launcher.view import safe
 from launcher.view.curves import is_number
-from rlcore import readback
+from rlcore import readback, samples_store
 from rlcore.readback import KIB, MIB, Bound, Damaged
+from rlcore.samples_store import SamplesError
 
-SAMPLES = "samples"
-SAMPLES_FORMAT = "1"
-STEP_FILE = re.compile(r"^step_(\d+)\.parquet$")
+SAMPLES = samples_store.SAMPLES_DIR
 STEP_DIR = re.compile(r"^step_(\d+)$")
-ROW_COLUMNS = ("env", "group", "member", "example_id", "reward", "advantage", "kept",
-               "num_prompt_tokens", "num_completion_tokens", "is_truncated",
-               "policy_step")  # fmt: skip
-TEXT_COLUMNS = ("prompt", "completion", "reward_parts", "error")
-TOKEN_COLUMNS = ("token_text", "token_logprob", "token_mask")
+ROW_COLUMNS = ("env", *samples_store.SCALAR_COLUMNS)
+"""The columns a step's listing reads for every row (texts and tokens only for a page's rows)."""
+TOKEN_COLUMNS = samples_store.TOKEN_COLUMNS
 GROUPS_PER_PAGE = 8
 RESULTS_PER_PAGE = 50
 MAX_TEXT_CHARS = 20_000
@@ -54,16 +51,6 @@ MAX_TOKENS = 2_000
 """Tokens shown per rollout; `token_start` pages through the rest."""
 MAX_TOKEN_BYTES = 256
 MAX_NAME_CHARS = 200
-MAX_ROWS = 100_000
-"""Rollouts per step the view reads (a step of a real run holds hundreds to thousands)."""
-MAX_ROW_COLUMN_BYTES = 64 * MIB
-"""The row columns' size, uncompressed, that the view reads for a step."""
-MAX_DECODE_BYTES = 288 * MIB
-"""What the view decodes from archives at once, across all pages (`BUDGET`): a row group's
-columns over it are not read (pyarrow decodes a data page whole, and one page may hold a whole
-row group's values)."""
-BATCH_ROWS = 1
-"""Rows decoded at once for texts and tokens (one value may be gigabytes)."""
 CACHED_STEPS = 4
 RESULTS = Bound("an eval's results.jsonl", 256 * MIB)
 RESULT_LINE = Bound("a line of results.jsonl", 16 * MIB)
@@ -77,17 +64,16 @@ class Unreadable(Exception):
 
 
 def sample_steps(run) -> list[int]:
-    found = (STEP_FILE.match(name) for name in run.names(SAMPLES))
+    found = (samples_store.STEP_FILE.match(name) for name in run.names(SAMPLES))
     return sorted(int(m.group(1)) for m in found if m)
 
 
-# -- reading a step's archive --------------------------------------------------------------------
+# -- reading a step's archive (through rlcore.samples_store) -------------------------------------
 @contextmanager
-def opened_step(run, step: int):
-    """The step's archive as a pyarrow ParquetFile over a descriptor proved a regular file inside
-    the run (rlcore.readback), within readback.ARCHIVE's size; Unreadable otherwise."""
-    import pyarrow.parquet as pq
-
+def opened_step(run, step: int) -> Iterator[Any]:
+    """The step's archive, opened by the one reader (samples_store.open_step: its format
+    checked) over a descriptor proved a regular file inside the run (rlcore.readback), within
+    readback.ARCHIVE's size; Unreadable otherwise, and for any error the reading raises."""
     name = f"{SAMPLES}/step_{step}.parquet"
     try:
         path = run.real(SAMPLES, f"step_{step}.parquet")
@@ -105,20 +91,25 @@ def opened_step(run, step: int):
             raise Unreadable(f"{name}: {size:,} bytes, over the {readback.ARCHIVE.max_bytes:,}-"
                              "byte bound for an archive file")  # fmt: skip
         try:
-            handle = pq.ParquetFile(f)
-        except Exception as err:  # pyarrow raises many kinds for a torn or foreign file
+            yield samples_store.open_step(f, name)
+        except (Unreadable, safe.Missing):
+            raise
+        except SamplesError as err:
+            raise Unreadable(str(err)) from None
+        except Exception as err:  # pyarrow raises many kinds for a torn or forged file
             raise unreadable(name, err) from None
-        yield handle
 
 
 def unreadable(name: str, err: Exception) -> Unreadable:
     why = readback.shown(str(err), 200)
-    return Unreadable(f"{name} is not a readable archive ({err.__class__.__name__}: {why})")
+    kind = err.__class__.__name__
+    return Unreadable(f"{name} is not a readable rollout archive step ({kind}: {why})")
 
 
-def step_rows(run, step: int) -> list[dict]:
+def step_rows(run, step: int) -> tuple[list[dict], dict[str, str]]:
     """The row columns of every rollout of a step (ROW_COLUMNS, and `row`: its index in the
-    file), read once per change of the file (cached by its identity)."""
+    file), and the format's columns the file lacks (samples_store.column_problems), read once
+    per change of the file (cached by its identity)."""
     try:
         key = (step, run.identity(SAMPLES, f"step_{step}.parquet"))
     except Damaged as err:
@@ -126,177 +117,36 @@ def step_rows(run, step: int) -> list[dict]:
     with run.lock:
         cached = run.step_cache.get(key)
         if cached is None:
-            with opened_step(run, step) as handle:
-                try:
-                    cached = read_row_columns(handle, step)
-                except Unreadable:
-                    raise
-                except Exception as err:
-                    raise unreadable(f"{SAMPLES}/step_{step}.parquet", err) from None
+            with opened_step(run, step) as parquet:
+                cached = (row_values(parquet, step), samples_store.column_problems(parquet))
             run.step_cache[key] = cached
             while len(run.step_cache) > CACHED_STEPS:
                 run.step_cache.popitem(last=False)
     return cached
 
 
-def read_row_columns(handle, step: int) -> list[dict]:
-
-    num_rows = handle.metadata.num_rows
-    if num_rows > MAX_ROWS:
-        raise Unreadable(f"step {step}: {num_rows:,} rollouts, more than the {MAX_ROWS:,} rl view "
-                         "reads")  # fmt: skip
-    present = [c for c in ROW_COLUMNS if c in handle.schema_arrow.names]
-    size = uncompressed_bytes(handle, present)
-    if size > MAX_ROW_COLUMN_BYTES:
-        raise Unreadable(f"step {step}: its row columns hold {size / MIB:.0f} MiB uncompressed, "
-                         f"over the {MAX_ROW_COLUMN_BYTES // MIB} MiB rl view reads")  # fmt: skip
-    with BUDGET.share(size):
-        table = handle.read(columns=present, use_threads=False) if present else None
-    columns = {}
-    for name in ROW_COLUMNS:
-        column = table.column(name) if table is not None and name in present else None
-        if column is not None and name == "env":
-            columns[name] = env_names(column)
-            continue
-        column = conform(column, name) if column is not None else None
-        columns[name] = readback.json_safe(column.to_pylist()) if column is not None else None
-    return [{"row": i, **{n: (v[i] if v is not None else None) for n, v in columns.items()}}
-            for i in range(num_rows)]  # fmt: skip
+def row_values(parquet, step: int) -> list[dict]:
+    """ROW_COLUMNS of every row as Python values (env as printable names, numbers JSON-safe)."""
+    columns = samples_store.read_scalars(parquet, ROW_COLUMNS, f"step {step}")
+    values = {}
+    for name, column in columns.items():
+        if column is None:
+            values[name] = None
+        elif name == "env":
+            values[name] = env_names(column)
+        else:
+            values[name] = readback.json_safe(column.to_pylist())
+    return [{"row": i, **{n: (v[i] if v is not None else None) for n, v in values.items()}}
+            for i in range(parquet.metadata.num_rows)]  # fmt: skip
 
 
-def env_names(column) -> list | None:
-    """The env column as printable names (any bytes decoded, cut at MAX_NAME_CHARS); a column
-    of numbers as their text; None for another kind."""
-    import pyarrow as pa
+def env_names(column) -> list:
+    """The env column (bytes, samples_store.conform) as printable names, each cut at
+    MAX_NAME_CHARS in Arrow."""
     import pyarrow.compute as pc
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_binary(kind):
-        column = column.view(pa.binary())
-    elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-        column = column.view(pa.large_binary())
-    else:
-        try:
-            column = pc.cast(column, pa.large_binary())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return None
     heads = pc.binary_slice(column, 0, 4 * MAX_NAME_CHARS).to_pylist()
     return [None if h is None else readback.shown(h, MAX_NAME_CHARS) for h in heads]
-
-
-def uncompressed_bytes(handle, columns: list[str], groups: list[int] | None = None) -> int:
-    """What `columns` hold uncompressed (the file's own metadata), in row groups `groups`."""
-    meta, wanted, total = handle.metadata, set(columns), 0
-    for group in range(meta.num_row_groups) if groups is None else groups:
-        chunks = meta.row_group(group)
-        for index in range(chunks.num_columns):
-            chunk = chunks.column(index)
-            if chunk.path_in_schema.split(".")[0] in wanted:
-                total += max(0, chunk.total_uncompressed_size)
-    return total
-
-
-def expected_type(name: str):
-    import pyarrow as pa
-
-    if name in ("reward", "advantage"):
-        return pa.float64()
-    if name in ("kept", "is_truncated"):
-        return pa.bool_()
-    return {"token_text": pa.large_list(pa.large_binary()),
-            "token_logprob": pa.large_list(pa.float64()),
-            "token_mask": pa.large_list(pa.bool_())}.get(name, pa.int64())  # fmt: skip
-
-
-def conform(column, name: str):
-    """`column` as the format's type for `name`, texts as bytes (a parquet string may hold
-    any bytes; a view, never a copy: one value may be gigabytes); None when it is of another
-    kind (a foreign file: the column reads as missing)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    kind = column.type
-    if name in TEXT_COLUMNS:
-        if pa.types.is_string(kind) or pa.types.is_binary(kind):
-            return column.view(pa.binary())
-        if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-            return column.view(pa.large_binary())
-        return None
-    try:
-        return pc.cast(column, expected_type(name))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-
-
-class DecodeBudget:
-    """Bytes being decoded from archives at once, across page threads: each read waits for
-    its share (a row group's columns, uncompressed, as the file's metadata says)."""
-
-    def __init__(self, total: int):
-        self.total, self.used = total, 0
-        self.changed = threading.Condition()
-
-    @contextmanager
-    def share(self, amount: int):
-        amount = min(amount, self.total)
-        with self.changed:
-            self.changed.wait_for(lambda: self.used + amount <= self.total)
-            self.used += amount
-        try:
-            yield
-        finally:
-            with self.changed:
-                self.used -= amount
-                self.changed.notify_all()
-
-
-BUDGET = DecodeBudget(MAX_DECODE_BYTES)
-
-
-def rows_of(handle, rows: set[int], columns: tuple[str, ...], cut) -> dict[int, dict]:
-    """`columns` of the rows numbered in `rows`, read BATCH_ROWS rows at a time from the row
-    groups that hold them; `cut(name, column)` makes each column (Arrow) small Python values."""
-    present = [c for c in columns if c in handle.schema_arrow.names]
-    found: dict[int, dict] = {row: dict.fromkeys(columns) for row in rows}
-    if not present or not rows:
-        return found
-    meta, start = handle.metadata, 0
-    for group in range(meta.num_row_groups):
-        size = meta.row_group(group).num_rows
-        if any(start <= row < start + size for row in rows):
-            read_group(handle, group, start, rows, present, cut, found)
-        start += size
-        if start > max(rows):
-            break
-    return found
-
-
-def read_group(handle, group: int, start: int, rows, present, cut, found) -> None:
-    """The wanted rows of one row group, BATCH_ROWS at a time: each batch's columns are cut
-    whole (in Arrow, before anything is copied), then the wanted rows taken."""
-    cost = uncompressed_bytes(handle, present, [group])
-    if cost > MAX_DECODE_BYTES:
-        raise Unreadable(f"row group {group} holds {cost / MIB:,.0f} MiB of {', '.join(present)} "
-                         f"uncompressed, over the {MAX_DECODE_BYTES // MIB} MiB rl view decodes "
-                         "at once")  # fmt: skip
-    with BUDGET.share(cost):
-        read_batches(handle, group, start, rows, present, cut, found)
-
-
-def read_batches(handle, group: int, start: int, rows, present, cut, found) -> None:
-    batches = handle.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=present,
-                                  use_threads=False)  # fmt: skip
-    for batch in batches:
-        wanted = [i for i in range(batch.num_rows) if start + i in rows]
-        if wanted:
-            values = {name: cut(name, conform(batch.column(name), name)) for name in present}
-            for i in wanted:
-                found[start + i].update({name: values[name][i] for name in present})
-        start += batch.num_rows
-        if start > max(rows):
-            return
 
 
 def cut_texts(name: str, column) -> list:
@@ -361,8 +211,9 @@ def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 
     """One page of a step's groups (GROUPS_PER_PAGE), side by side: every member's prompt,
     turns, reward, advantage, token count and cut-off (`with_tokens`: MAX_TOKENS of its tokens
     from `token_start`, each with its logprob); only groups with a member in `env` and in the
-    reward range [low, high] are listed."""
-    rows = step_rows(run, step)
+    reward range [low, high] are listed. `missing`: the format's columns the file lacks or
+    holds with a foreign type (shown empty), for the page to name."""
+    rows, problems = step_rows(run, step)
     envs = sorted({str(r["env"]) for r in rows})
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -383,23 +234,19 @@ def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 
                       "members": views})  # fmt: skip
     return {"step": step, "envs": envs, "groups": cards, "page": page, "num_pages": num_pages,
             "num_groups": len(keys), "num_rows": len(rows), "token_start": token_start,
-            "max_tokens": MAX_TOKENS}  # fmt: skip
+            "max_tokens": MAX_TOKENS, "missing": samples_store.problems_text(problems)}  # fmt: skip
 
 
 def page_values(run, step: int, shown: list[list[dict]], with_tokens: bool, token_start: int):
     """The texts (and tokens) of the rows a page shows, read from the step's file."""
     rows = {m["row"] for members in shown for m in members}
     firsts = {members[0]["row"] for members in shown}
-    name = f"{SAMPLES}/step_{step}.parquet"
-    with opened_step(run, step) as handle:
-        try:
-            texts = rows_of(handle, rows, ("completion", "reward_parts", "error"), cut_texts)
-            for row, values in rows_of(handle, firsts, ("prompt",), cut_texts).items():
-                texts[row]["prompt"] = values["prompt"]
-            tokens = rows_of(handle, rows, TOKEN_COLUMNS, cut_tokens(token_start)) if (
-                with_tokens) else {}  # fmt: skip
-        except Exception as err:  # pyarrow raises many kinds for a torn or foreign file
-            raise unreadable(name, err) from None
+    read = samples_store.read_rows
+    with opened_step(run, step) as parquet:
+        texts = read(parquet, rows, ("completion", "reward_parts", "error"), cut_texts)
+        for row, values in read(parquet, firsts, ("prompt",), cut_texts).items():
+            texts[row]["prompt"] = values["prompt"]
+        tokens = read(parquet, rows, TOKEN_COLUMNS, cut_tokens(token_start)) if with_tokens else {}
     return texts, tokens
 
 
@@ -552,7 +399,8 @@ def text_of(content: Any) -> str:
 
 
 # -- a stored value, a page at a time --------------------------------------------------------------
-TEXT_PARTS = ("prompt", "completion", "reward_parts", "error")
+TEXT_PARTS = tuple(name for name in samples_store.TEXT_COLUMNS if name != "env")
+"""A stored value `text_page` reads: a rollout's text column, an evaluation result's field."""
 
 
 def text_page(run, source: str, step: int, row: int, part: str, start: int = 0) -> dict:
@@ -584,13 +432,10 @@ def rollout_value(run, step: int, row: int, part: str, start: int) -> tuple[byte
         data = pc.binary_slice(column, start, start + TEXT_PAGE_BYTES).to_pylist()
         return [None if d is None else (d, s) for d, s in zip(data, sizes, strict=True)]
 
-    with opened_step(run, step) as handle:
-        if not 0 <= row < handle.metadata.num_rows:
+    with opened_step(run, step) as parquet:
+        if not 0 <= row < parquet.metadata.num_rows:
             raise safe.Missing(f"step {step} has no row {row}")
-        try:
-            found = rows_of(handle, {row}, (part,), piece)[row][part]
-        except Exception as err:
-            raise unreadable(f"{SAMPLES}/step_{step}.parquet", err) from None
+        found = samples_store.read_rows(parquet, {row}, (part,), piece)[row][part]
     return found if found is not None else (b"", 0)
 
 

@@ -11,7 +11,14 @@ from launcher.commands.view import token_for
 from launcher.view.app import make_app
 from launcher.view.library import Library, run_id
 from rlcore.errors import ConfigError
-from tests.view_runs import make_evals_folder, make_run, snapshot, write_eval, write_samples
+from tests.view_runs import (
+    make_evals_folder,
+    make_run,
+    sample_rows,
+    snapshot,
+    write_eval,
+    write_samples,
+)
 
 LOCAL = "http://127.0.0.1"
 
@@ -129,8 +136,28 @@ def test_a_torn_archive_and_a_torn_metrics_line_are_named(runs):
         f.write('{"component": "trainer", "st\n')
     web = client(root)
     response = web.get(f"/run/{a}/rollouts?step=1")
-    assert response.status_code == 422 and "not a readable archive" in response.text
+    assert response.status_code == 422 and "not a readable rollout archive step" in response.text
     assert web.get(f"/run/{a}").status_code == 200
+
+
+def test_the_rollouts_page_shows_what_the_writer_wrote_token_mask_included(runs):
+    """The fixture's files come from the one writer (rlcore.samples_store): a column it renames
+    or drops fails here, as the page would lose it."""
+    root, a, _ = runs
+    web = client(root)
+    answer = web.get(f"/api/run/{a}/rollouts?step=1").json()
+    written = sample_rows(1)
+    assert answer["missing"] == ""
+    for group in answer["groups"]:
+        for member in group["members"]:
+            row = member["row"]
+            assert [t["t"] for t in member["tokens"]] == written["token_text"][row]
+            assert [t["policy"] for t in member["tokens"]] == written["token_mask"][row]
+            assert member["kept"] == written["kept"][row]
+            assert member["reward"] == written["reward"][row]
+    page = web.get(f"/run/{a}/rollouts?step=1&tokens=1").text
+    assert page.count("env-tok") == sum(not m for mask in written["token_mask"] for m in mask)
+    assert 'id="missing-columns"' not in page
 
 
 def test_a_run_without_an_archive_says_so(runs):

@@ -20,7 +20,16 @@ from fastapi.testclient import TestClient
 from launcher.view import archive
 from launcher.view.app import make_app
 from launcher.view.library import Library, run_id
-from tests.view_runs import make_run, sample_rows, write_eval, write_samples, write_step
+from rlcore import samples_store
+from tests.view_runs import (
+    forge_step,
+    make_run,
+    renamed,
+    sample_rows,
+    write_eval,
+    write_samples,
+    write_step,
+)
 
 LOCAL = "http://127.0.0.1"
 MiB = 2**20
@@ -101,13 +110,59 @@ FOREIGN = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("format_1", [True, False], ids=["claims-format-1", "no-format"])
 @pytest.mark.parametrize("columns", [FOREIGN, {"other": pa.array([1, 2])}], ids=["typed", "none"])
-def test_a_foreign_parquet_schema_is_a_page(tmp_path, capsys, columns):
+def test_a_foreign_parquet_schema_is_a_page(tmp_path, capsys, columns, format_1):
+    """A file that claims format 1 is read with its foreign columns as missing, named on the
+    page; one without the claim is a page saying it is not an archive rl wrote."""
     run = make_run(tmp_path / "outputs" / "a")
     (run / "samples").mkdir()
-    pq.write_table(pa.table(columns), run / "samples" / "step_0.parquet")
+    table = pa.table(columns)
+    if format_1:
+        table = table.replace_schema_metadata(samples_store.metadata(0, 0))
+    pq.write_table(table, run / "samples" / "step_0.parquet")
     web = client(tmp_path / "outputs")
     assert_pages_answer(web, run_pages(rid(run)), capsys)
+    answer = web.get(f"/api/run/{rid(run)}/rollouts?step=0")
+    if not format_1:
+        assert answer.status_code == 422 and "names no rollout archive format" in answer.text
+        return
+    missing = answer.json()["missing"]
+    assert "token_mask (missing)" in missing and "step (missing)" in missing
+    if columns is FOREIGN:
+        assert "reward (string, not float64)" in missing and "group (string, not int32)" in missing
+
+
+@pytest.mark.parametrize("column", samples_store.COLUMNS)
+def test_a_column_renamed_by_the_writer_is_named_on_the_page(tmp_path, column):
+    """Every column of the format: a file whose writer renamed it shows the rest and names it."""
+    run = make_run(tmp_path / "outputs" / "a")
+    write_samples(run, range(1), groups=1, members=2)
+    forge_step(run, 0, renamed(column))
+    web = client(tmp_path / "outputs")
+    answer = web.get(f"/api/run/{rid(run)}/rollouts?step=0")
+    assert answer.status_code == 200 and answer.json()["missing"] == f"{column} (missing)"
+    page = web.get(f"/run/{rid(run)}/rollouts?step=0&tokens=1")
+    assert page.status_code == 200
+    assert f'id="missing-columns">This step\'s file lacks {column} (missing)' in page.text
+
+
+@pytest.mark.parametrize(
+    "metadata, said",
+    [({b"rl.samples_format": b"2"}, "is rollout archive format 2, this rl reads format 1"),
+     ({b"rl.step": b"0"}, "names no rollout archive format in its metadata")],
+    ids=["format-2", "none"],
+)  # fmt: skip
+def test_an_archive_of_another_format_is_a_page_saying_so(tmp_path, capsys, metadata, said):
+    run = make_run(tmp_path / "outputs" / "a")
+    write_samples(run, range(1))
+    forge_step(run, 0, lambda table: table.replace_schema_metadata(metadata))
+    web = client(tmp_path / "outputs")
+    assert_pages_answer(web, run_pages(rid(run)), capsys)
+    page = web.get(f"/run/{rid(run)}/rollouts?step=0")
+    assert page.status_code == 422 and said in page.text
+    answer = web.get(f"/api/run/{rid(run)}/rollouts?step=0")
+    assert answer.status_code == 422 and said in answer.json()["error"]
 
 
 def huge_completions(run: Path, num: int = 4, size: int = 64 * MiB) -> None:

@@ -80,6 +80,8 @@ def test_a_multi_turn_rollout_with_tool_calls_becomes_one_row(token_texts):
     assert ids == call + result + answer  # the tool's result between the two model turns
     assert mask == [True] * len(call) + [False] * len(result) + [True] * len(answer)
     assert logprobs == [-0.5] * len(call) + [0.0] * len(result) + [-0.25] * len(answer)
+    assert set(row) == set(samples_store.COLUMNS) - set(samples_store.FILLED)  # the format's
+    assert row["token_mask"] == mask and row["token_logprob"] == logprobs
     assert "".join(row["token_text"]) == "<tool>add(3, 4)</tool>tool: 77<|im_end|>"
     assert json.loads(row["completion"]) == completion
     assert row["num_prompt_tokens"] == len(first) and row["num_completion_tokens"] == len(ids)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rlcore import samples_store
 from rlcore.samples_store import SCHEMA_FIELDS, SamplesError
+from tests.view_runs import renamed
 
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 text = st.text(st.characters(codec="utf-8"), max_size=40)  # any unicode, empty included
@@ -137,5 +138,72 @@ def test_a_torn_or_foreign_file_is_named_never_a_traceback(tmp_path):
         samples_store.read_step(torn)
     foreign = samples_store.step_file(tmp_path, 2)
     pq.write_table(pa.table({"x": [1]}), foreign)
-    with pytest.raises(SamplesError, match=r"step_2.parquet is rollout archive format none"):
+    with pytest.raises(SamplesError, match=r"step_2.parquet names no rollout archive format"):
         samples_store.read_step(foreign)
+
+
+def rewrite(path: Path, edit) -> None:
+    """The file at `path` (written by the writer) rewritten as `edit(table)` makes it."""
+    import pyarrow.parquet as pq
+
+    table = edit(pq.read_table(path))
+    with path.open("wb") as f:
+        pq.write_table(table, f)
+
+
+def test_a_file_of_another_format_is_refused_saying_which(tmp_path):
+    samples_store.write_step(tmp_path, 0, 0, [sample_row()])
+    path = samples_store.step_file(tmp_path, 0)
+    rewrite(path, lambda t: t.replace_schema_metadata({b"rl.samples_format": b"2"}))
+    with pytest.raises(SamplesError, match="archive format 2, this rl reads format 1"):
+        samples_store.read_step(path)
+
+
+def test_the_writer_refuses_a_row_with_a_renamed_or_missing_column(tmp_path):
+    row = sample_row()
+    row["token_policy"] = row.pop("token_mask")
+    with pytest.raises(ValueError, match=r"unknown \['token_policy'\], missing \['token_mask'\]"):
+        samples_store.write_step(tmp_path, 0, 0, [row])
+    assert samples_store.list_steps(tmp_path) == []
+
+
+@pytest.mark.parametrize("column", samples_store.COLUMNS)
+def test_a_renamed_column_is_named_by_the_reader(tmp_path, column):
+    """A file whose writer renamed one column: read whole it is refused naming the column;
+    the bounded reader reads the rest and reads that one as missing."""
+    samples_store.write_step(tmp_path, 0, 0, [sample_row()])
+    path = samples_store.step_file(tmp_path, 0)
+    rewrite(path, renamed(column))
+    with pytest.raises(SamplesError, match=rf"archive step: {column} \(missing\)$"):
+        samples_store.read_step(path)
+    parquet = samples_store.open_step(path)
+    assert samples_store.column_problems(parquet) == {column: "missing"}
+    others = tuple(c for c in samples_store.SCALAR_COLUMNS if c != column)
+    scalars = samples_store.read_scalars(parquet, (column, *others))
+    assert scalars[column] is None and all(scalars[c] is not None for c in others)
+
+
+def test_a_column_of_a_foreign_type_is_named_and_read_as_missing(tmp_path):
+    import pyarrow as pa
+
+    samples_store.write_step(tmp_path, 0, 0, [sample_row()])
+    path = samples_store.step_file(tmp_path, 0)
+    index = samples_store.COLUMNS.index("token_mask")
+    forged = pa.array([["yes", "no", "no"]])
+    rewrite(path, lambda t: t.set_column(index, "token_mask", forged))
+    with pytest.raises(SamplesError, match=r"token_mask \(list<\w+: string>, not list<bool>\)"):
+        samples_store.read_step(path)
+    parquet = samples_store.open_step(path)
+    found = samples_store.read_rows(parquet, {0}, ("token_mask", "token_logprob"),
+                                    lambda name, column: column.to_pylist())  # fmt: skip
+    assert found == {0: {"token_mask": None, "token_logprob": [-0.5, -0.25, 0.0]}}
+
+
+def test_the_bounded_reader_refuses_too_many_rows_and_reads_texts_as_bytes(tmp_path, monkeypatch):
+    samples_store.write_step(tmp_path, 0, 0, [sample_row(), {**sample_row(), "member": 1}])
+    parquet = samples_store.open_step(samples_store.step_file(tmp_path, 0))
+    texts = samples_store.read_rows(parquet, {1}, ("completion",), lambda n, c: c.to_pylist())
+    assert texts == {1: {"completion": b'[{"role": "assistant", "content": "7"}]'}}
+    monkeypatch.setattr(samples_store, "MAX_ROWS", 1)
+    with pytest.raises(SamplesError, match="2 rollouts, more than the 1"):
+        samples_store.read_scalars(parquet, ("reward",))
