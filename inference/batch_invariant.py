@@ -28,6 +28,8 @@ BATCH_INVARIANT_ENV is set; the inference server sets it for a deterministic run
 
 import os
 
+from inference.patches import VLLM_SUPPORTED, require_version, tagged
+
 BATCH_INVARIANT_ENV = "RL_CPU_BATCH_INVARIANT"
 SPLIT_KV_ENV = "VLLM_CPU_ATTN_SPLIT_KV"
 MIN_ROWS = 8
@@ -56,7 +58,11 @@ def min_rows_for(product, in_features: int, dtype) -> int:
 
 
 def install() -> None:
-    """Wrap vLLM's CPU GEMM so that no input has fewer rows than its layer's measured bound."""
+    """Wrap vLLM's CPU GEMM so that no input has fewer rows than its layer's measured bound; a
+    ConfigError on a vLLM it was not written for."""
+    require_version(
+        "vllm", VLLM_SUPPORTED, "the batch-invariant CPU gemm (inference/batch_invariant.py)"
+    )
     import torch
     from vllm.model_executor.layers import utils
 
@@ -80,6 +86,4 @@ def install() -> None:
         full[:rows] = x
         return original(layer, full, weight, bias)[:rows]
 
-    padded_gemm.batch_invariant = True
-    padded_gemm.bounds = bounds
-    utils.cpu_unquantized_gemm = padded_gemm
+    utils.cpu_unquantized_gemm = tagged(padded_gemm, batch_invariant=True, bounds=bounds)

@@ -17,10 +17,12 @@ by polling, which on two cores took CPU time from generation and from a trainer 
 """
 
 import gc
+import inspect
 import logging
 import os
 import signal
 
+from inference.patches import VLLM_SUPPORTED, replace, require_version
 from rlcore.children import die_with_parent, libc_prctl
 
 logger = logging.getLogger("inference")
@@ -30,14 +32,17 @@ ACTIVE = False  # set once start_by_fork has patched vLLM
 
 def start_by_fork(separate_worker: bool = False) -> bool:
     """Make vLLM fork its CPU processes, with one worker inside the engine core's process
-    unless `separate_worker`; False (spawn stays) when this vLLM lacks the hooks."""
+    unless `separate_worker`; False (spawn stays) when this vLLM lacks the hooks. A ConfigError
+    on a vLLM it was not written for."""
+    require_version("vllm", VLLM_SUPPORTED, "cpu.start_method = 'fork' (inference/cpu_fork.py)")
     try:
         from vllm.platforms.cpu import CpuPlatform
         from vllm.v1.worker.cpu_worker import CPUWorker
     except ImportError as err:
         logger.warning(f"cpu.start_method = 'fork' unavailable in this vLLM ({err}): spawning")
         return False
-    check_config = CpuPlatform.check_and_update_config.__func__
+    # the classmethod's function: called with the class vLLM calls the patch with
+    check_config = inspect.getattr_static(CpuPlatform, "check_and_update_config").__func__
     init_device = CPUWorker.init_device
 
     def check_and_fork(cls, vllm_config) -> None:
@@ -51,8 +56,8 @@ def start_by_fork(separate_worker: bool = False) -> bool:
         pin_openmp_threads(engine_core_cpus(self.vllm_config))
         init_device(self)
 
-    CpuPlatform.check_and_update_config = classmethod(check_and_fork)
-    CPUWorker.init_device = pin_then_init
+    replace(CpuPlatform, "check_and_update_config", classmethod(check_and_fork))
+    replace(CPUWorker, "init_device", pin_then_init)
     global ACTIVE
     ACTIVE = True
     return True

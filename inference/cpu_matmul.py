@@ -19,6 +19,8 @@ reload runs the same dispatch again, so each new policy is packed the same way."
 import logging
 import os
 
+from inference.patches import VLLM_SUPPORTED, require_version, tagged
+
 logger = logging.getLogger("inference")
 
 MATMUL_ENV = "RL_CPU_MATMUL_DTYPE"
@@ -32,7 +34,11 @@ def enabled() -> bool:
 def install() -> None:
     """Wrap vLLM's CPU linear dispatch: fp32 2-D weights get a bf16 oneDNN kernel when
     MATMUL_ENV says so, and a layer that keeps its weight (an embedding) is packed on its
-    first product only (see `dispatch`). Installing again picks up a changed MATMUL_ENV."""
+    first product only (see `dispatch`). Installing again picks up a changed MATMUL_ENV. A
+    ConfigError on a vLLM it was not written for."""
+    require_version(
+        "vllm", VLLM_SUPPORTED, "the CPU linear layers' dispatch (inference/cpu_matmul.py)"
+    )
     from vllm.model_executor.layers import utils
 
     current = utils.dispatch_cpu_unquantized_gemm
@@ -53,8 +59,7 @@ def install() -> None:
         else:
             pack_on_first_product(layer, pack)
 
-    dispatch.vllm_dispatch = vllm_dispatch
-    utils.dispatch_cpu_unquantized_gemm = dispatch
+    utils.dispatch_cpu_unquantized_gemm = tagged(dispatch, vllm_dispatch=vllm_dispatch)
 
 
 def check_bf16() -> str | None:

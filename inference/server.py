@@ -19,6 +19,7 @@ from pathlib import Path
 from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
+from inference.patches import TORCH_SUPPORTED, require_version
 from rlcore import children, heap, waits
 from rlcore.entry import exit_with
 from rlcore.errors import ConfigError
@@ -172,6 +173,7 @@ def steer_vllm_kernels(machine) -> None:
     ONEDNN_MAX_CPU_ISA), it loads the AVX2 one, as on an AVX2 machine. Before vLLM's import."""
     if machine.isa not in ("baseline", "avx2") or machine.hardware_isa == machine.isa:
         return
+    require_version("torch", TORCH_SUPPORTED, "the ISA cap's choice of vLLM's kernels")
     import torch
 
     if "vllm._custom_ops" in sys.modules:

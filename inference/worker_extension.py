@@ -10,10 +10,19 @@ After an update (either transport) the heap's free pages go back to the system: 
 update prepacks every linear layer's weights anew and frees the old copies, which glibc would
 otherwise keep as the engine's high-water mark."""
 
+from collections.abc import Callable
+from typing import Any
+
 WORKER_EXTENSION = "inference.worker_extension.TiedReload"
 
 
 class TiedReload:
+    """Mixed into vLLM's worker class, whose `model_runner` and `reload_weights` it uses
+    (declared here for the type checker only: no value, so the worker's own stay)."""
+
+    model_runner: Any
+    reload_weights: Callable[..., None]
+
     def reload_weights_retied(self, **kwargs) -> None:
         from inference.gloo_engine import retie, tied_groups
         from rlcore import heap

@@ -79,3 +79,13 @@ def test_torch_linear_on_this_machine_gets_a_bound_that_makes_rows_invariant(
     assert gemm.bounds[id(layer)] >= batch_invariant.MIN_ROWS
     for rows in (*range(1, 40), 100, 299):
         assert torch.equal(gemm(layer, x[:rows], weight), reference[:rows]), rows
+
+
+def test_vllms_cpu_layers_get_the_padded_gemm(vllm_utils):
+    """The patch takes effect where vLLM multiplies: a linear layer built after it computes
+    through the padded gemm, as vLLM's embedding-as-head does (inference/patches.py)."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    batch_invariant.install()
+    assert vllm_utils.dispatch_unquantized_gemm() is vllm_utils.cpu_unquantized_gemm
+    assert UnquantizedLinearMethod()._gemm_impl.batch_invariant
