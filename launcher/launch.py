@@ -1,5 +1,6 @@
 """One attempt of a run: checks, resolved configs, start order, supervision, shutdown."""
 
+import functools
 import math
 import signal
 import sys
@@ -7,6 +8,7 @@ import sys
 from launcher.exits import exit_message, oom_kills
 from launcher.plan import Plan, as_given, describe, replica_config
 from launcher.preflight import run_checks
+from launcher.restarts import with_restarts
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import STALLED, Supervisor, tail
 from rlcore import poll
@@ -49,8 +51,9 @@ def write_configs(plan: Plan) -> None:
 
 def launch(plan: Plan, clean: bool) -> int:
     """Run every check, then start and supervise, restarting from the latest checkpoint after
-    a failure up to `max_restarts` times; returns the launcher's exit code. From here on a
-    signal only requests the stop (rlcore.poll), which every wait below looks for."""
+    a failure up to `max_restarts` times (launcher/restarts.py); returns the launcher's exit
+    code. From here on a signal only requests the stop (rlcore.poll), which every wait below
+    looks for."""
     install_stop_handlers()
     try:
         step = run_checks(plan, clean)
@@ -61,34 +64,12 @@ def launch(plan: Plan, clean: bool) -> int:
     except Stop as stop:
         print(f"rl: got {signal.Signals(stop.signum).name} before starting anything", flush=True)
         return stop.exit_code
-    failed_from: list[int | None] = []  # the resume step of each failed attempt
-    while True:
-        code, stopped = run_attempt(plan, step)
-        stopped = stopped or poll.stop_requested() is not None  # e.g. during a failure's stop
-        if (
-            code in (0, DISK_FULL_EXIT_CODE)
-            or stopped
-            or len(failed_from) >= plan.config.max_restarts
-        ):
-            return code
-        failed_from.append(step)
-        step = plan.run.latest_checkpoint()
-        if len(failed_from) > 1 and failed_from[-1] == step:
-            print(f"rl: error: failed twice at step {step}; not restarting", file=sys.stderr)
-            return code
-        backoff_s = min(5.0 * len(failed_from), 30.0)
-        where = f"checkpoint step {step}" if step else "the start"
-        print(
-            f"rl: restarting in {backoff_s:.0f} s from {where} "
-            f"(restart {len(failed_from)} of {plan.config.max_restarts})",
-            flush=True,
-        )
-        install_stop_handlers()  # a stop requested since the failure, or now, ends the run
-        try:
-            poll.sleep(backoff_s)
-        except Stop as stop:
-            return stop.exit_code
+
+    def drop_newer(step: int | None) -> None:
         plan.run.drop_stale(step or 0, produces=("rollouts", "weights"))
+
+    attempt = functools.partial(run_attempt, plan)
+    return with_restarts(attempt, step, plan.run, plan.config.max_restarts, "rl", drop_newer)
 
 
 def run_attempt(plan: Plan, step: int | None) -> tuple[int, bool]:
