@@ -10,11 +10,13 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from rlcore.config import MAX_INT, note_renamed
 from rlcore.errors import ConfigError
@@ -127,16 +129,19 @@ def _set_path(data: dict, path: tuple[str, ...], value: Any) -> None:
     data[path[-1]] = value
 
 
-class ArgParser:
+M = TypeVar("M", bound=BaseModel)
+
+
+class ArgParser(Generic[M]):
     """Parses argv against a config class; `sections` are sub-configs taking `--name @ file`."""
 
-    def __init__(self, model: type[BaseModel], prog: str, sections: tuple[str, ...] = ()):
+    def __init__(self, model: type[M], prog: str, sections: tuple[str, ...] = ()):
         self.model = model
         self.prog = prog
         self.sections = sections
         self.flag_names = ["--" + leaf.dotted.replace("_", "-") for leaf in leaves(model)]
 
-    def parse(self, argv: list[str], first: list[tuple[dict, str]] = ()) -> ParsedArgs:
+    def parse(self, argv: list[str], first: Sequence[tuple[dict, str]] = ()) -> ParsedArgs:
         """`first`: layers (data, label) below every file and flag of `argv`, e.g. a workflow
         config already translated to this config's keys."""
         out = ParsedArgs()
@@ -249,7 +254,7 @@ class ArgParser:
         check_nesting(value, flag, depth=len(path) + 1)
         return path, value, flag
 
-    def validate(self, parsed: ParsedArgs) -> BaseModel:
+    def validate(self, parsed: ParsedArgs) -> M:
         """Build the config; a validation error becomes one ConfigError naming file or flag."""
         found = raw_value_problems(self.model, parsed.data)
         problems = [
@@ -303,7 +308,7 @@ class ArgParser:
                 )
         return text
 
-    def _explain_one(self, error: dict, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
+    def _explain_one(self, error: ErrorDetails, loc: tuple[str, ...], parsed: ParsedArgs) -> str:
         if error["type"] == "value_error" and isinstance(error.get("input"), dict):
             return self._explain_rule(error, loc, parsed)
         source, shown_loc = self._source(loc, parsed)
@@ -339,7 +344,7 @@ class ArgParser:
         shown = f" = {value!r}" if not isinstance(value, dict | list) else ""
         return f"`{dotted}`{shown}{where}: {message}"
 
-    def _explain_rule(self, error: dict, table: tuple[str, ...], parsed: ParsedArgs) -> str:
+    def _explain_rule(self, error: ErrorDetails, table: tuple[str, ...], parsed: ParsedArgs) -> str:
         """A rule across a table's keys (a config class's validator): the table, the message,
         and where each key the message names was set, with its value. No single key of the
         table is blamed (it was its first key set, whatever the rule was about)."""
@@ -441,8 +446,9 @@ def _scalar_problems(model: type[BaseModel], data: Any, path: tuple[str, ...]) -
     if isinstance(data, float) and not math.isfinite(data):
         return [(path, data, "not a finite number: give a finite value")]
     leaf = find_leaf(model, path) if isinstance(data, bool | str) else None
-    numeric = leaf is not None and is_kind(leaf.annotation, (int, float))
-    if isinstance(data, bool) and numeric and not is_kind(leaf.annotation, (bool,)):
+    annotation = None if leaf is None else leaf.annotation
+    numeric = annotation is not None and is_kind(annotation, (int, float))
+    if isinstance(data, bool) and numeric and not is_kind(annotation, (bool,)):
         return [(path, data, "expected a number, got a boolean")]
     if isinstance(data, str) and numeric and re.fullmatch(r"[+-]?\d+", data.strip()):
         data = int(data)

@@ -182,7 +182,8 @@ def gloo_group(host: str, port: int, rank: int, world_size: int, group_id: str, 
     store = dist.TCPStore(
         host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False
     )
-    options = dist.ProcessGroupGloo._Options()
+    # torch's stubs name the Gloo backend's options `Options`: at run time that is another class
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     options._timeout = timeout
     loopback = host in ("127.0.0.1", "localhost", "::1")
     device = dist.ProcessGroupGloo.create_device(hostname=host) if loopback else (

@@ -9,7 +9,7 @@ import select
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel
@@ -123,7 +123,7 @@ def parse_config(
     sections: tuple[str, ...] = (),
     usage: str = "",
     extra_help: str = "",
-    first: list[tuple[dict, str]] = (),
+    first: Sequence[tuple[dict, str]] = (),
 ) -> tuple[M, ParsedArgs]:
     """Parse argv into a config, handling the informational flags; exit 2 on user errors.
     `first`: layers (data, label) below every file and flag, e.g. a translated workflow."""

@@ -172,7 +172,8 @@ def convert_bundled_model(out_dir: Path) -> Path:
         gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True)
     )
     if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
+        # torch types a module's attributes as tensors or modules; any value may be set
+        model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

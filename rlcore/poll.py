@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-STOP_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+STOP_EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 TICK_S = 0.1
 """The longest `sleep` and `wait_until` go without looking at the stop request."""
 _received: list[int] = []

@@ -24,7 +24,7 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import psutil
 
@@ -38,7 +38,9 @@ LAUNCHER = "launcher"
 START_TOLERANCE_S = 0.01
 """How far two readings of one process's start time may differ: the kernel keeps it in clock
 ticks (1/100 s), and psutil turns it into seconds with the boot time."""
-_FIELDS = {"pid": int, "host": str, "create_time": (int, float), "cmdline_sha256": str}
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "pid": int, "host": str, "create_time": (int, float), "cmdline_sha256": str
+}  # fmt: skip
 
 
 def fingerprint(cmdline: list[str]) -> str:
@@ -124,7 +126,7 @@ def own_mappings() -> list[tuple[str, str, str]]:
     return [(m.addr, m.perms, m.path) for m in psutil.Process().memory_maps(grouped=False)]
 
 
-def is_record(record: object) -> bool:
+def is_record(record: object) -> TypeGuard[dict[str, Any]]:
     """Whether `record` (as read from run.json: anything) is a complete identity record."""
     if not isinstance(record, dict):
         return False
