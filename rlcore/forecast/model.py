@@ -67,7 +67,7 @@ INFERENCE_BASE = 0.85 * GIB
 """vLLM's processes on CPU besides the weights and KV cache (torch, vLLM, the API server;
 proportional set sizes: the pages the engine core shares with the server it forked from count
 once)."""
-TRAINER_RESIDENT = 0.88
+TRAINER_RESIDENT = 0.95
 """The trainer's measured peak (proportional set size) against the pre-flight estimate's terms
 (rlcore/estimate.py, which keeps its margin: `auto` activation checkpointing reads it)."""
 ORCHESTRATOR_BASE = 0.25 * GIB
@@ -290,13 +290,12 @@ def end_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
 
 # -- memory and disk -------------------------------------------------------------------------
 def inference_memory(job: Job, shape: ModelShape) -> float:
-    """Inference's peak: served weights, a compute copy where the products run in another
-    dtype, the KV cache and vLLM's own processes (on a GPU: its share of the GPU)."""
+    """Inference's peak: served weights, on a CPU oneDNN's packed copy of every linear layer in
+    the dtype its products run in, the KV cache and vLLM's own processes."""
     if job.sft:
         return 0.0
     weights = shape.params * job.served_bytes
-    copy = shape.matmul_params * DTYPE_BYTES.get(job.decode_dtype, 4)
-    copy = copy if DTYPE_BYTES.get(job.decode_dtype, 4) != job.served_bytes else 0.0
+    copy = 0.0 if job.on_gpu else shape.matmul_params * DTYPE_BYTES.get(job.decode_dtype, 4)
     kv = min(job.kv_cache_bytes, kv_touched(job, shape))
     return (weights + copy + kv + INFERENCE_BASE) * job.inference_replicas
 
