@@ -323,8 +323,10 @@ def read_scalars(parquet, columns: tuple[str, ...], name: str = "the step") -> d
     if size > MAX_SCALAR_BYTES:
         raise SamplesError(f"{name}: its row columns hold {size / MIB:.0f} MiB uncompressed, "
                            f"over the {MAX_SCALAR_BYTES // MIB} MiB rl reads")  # fmt: skip
+    if not present:
+        return dict.fromkeys(columns)
     with BUDGET.share(size):
-        table = parquet.read(columns=present, use_threads=False) if present else None
+        table = parquet.read(columns=present, use_threads=False)
     return {c: conform(table.column(c), c) if c in present else None for c in columns}
 
 

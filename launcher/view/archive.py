@@ -128,7 +128,7 @@ def step_rows(run, step: int) -> tuple[list[dict], dict[str, str]]:
 def row_values(parquet, step: int) -> list[dict]:
     """ROW_COLUMNS of every row as Python values (env as printable names, numbers JSON-safe)."""
     columns = samples_store.read_scalars(parquet, ROW_COLUMNS, f"step {step}")
-    values = {}
+    values: dict[str, list | None] = {}
     for name, column in columns.items():
         if column is None:
             values[name] = None
@@ -158,7 +158,7 @@ def cut_texts(name: str, column) -> list:
         return _nones()
     sizes = pc.binary_length(column).to_pylist()
     heads = pc.binary_slice(column, 0, MAX_PARSE_BYTES).to_pylist()
-    out = []
+    out: list[tuple[str, int] | None] = []
     for head, size in zip(heads, sizes, strict=True):
         if head is None:
             out.append(None)
@@ -265,7 +265,7 @@ def wanted(members: list[dict], env: str, low, high) -> bool:
 
 def member_view(row: dict, step: int, texts: dict, tokens: dict) -> dict:
     text, found = texts.get(row["row"], {}), tokens.get(row["row"], {})
-    token_text = found.get("token_text") or ([], None)
+    token_text: tuple[list, int | None] = found.get("token_text") or ([], None)
     texts_shown, num_tokens = token_text
     logprobs = found.get("token_logprob") or []
     mask = found.get("token_mask") or [True] * len(texts_shown)
