@@ -313,7 +313,7 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
     GPUs are on its nodes, so missing ids only warn, as in a dry run)."""
     config = derive(config)
     gpu_map, warnings = assign_gpus(config, available, dry_run or submitting)
-    machine, dtypes = probe(), []
+    machine, dtypes = probe(), list[str]()
     if not submitting:  # a job's machine resolves them there (rl runs again on its node)
         dtypes, slow = derive_dtypes(config, gpu_map, machine)
         warnings += slow

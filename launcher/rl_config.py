@@ -43,7 +43,7 @@ class CostConfig(BaseConfig):
     run's GPU-hours; None prices nothing. Read by `rl` only."""
 
 
-SharedOverrides = shared_overrides()
+SharedOverrides: Any = shared_overrides()  # built from SHARED_KEYS: no static type to check
 """The top-level shared keys (`max_steps`, `model.name`, ...), from their one declaration."""
 
 

@@ -61,11 +61,10 @@ def shared_overrides() -> type[BaseConfig]:
             fields[path[0]] = _override(SharedFields.model_fields[path[0]], path[0])
             continue
         table, key = path
-        nested = create_model(
-            f"Shared{table.title()}Config",
-            __base__=BaseConfig,
-            **{key: _override(_NESTED_SCHEMAS[table].model_fields[key], ".".join(path))},
-        )
+        nested_fields: dict[str, Any] = {
+            key: _override(_NESTED_SCHEMAS[table].model_fields[key], ".".join(path))
+        }
+        nested = create_model(f"Shared{table.title()}Config", __base__=BaseConfig, **nested_fields)
         fields[table] = (nested, Field(default_factory=nested, description=f"Shared `{table}.*`."))
     return create_model("SharedOverrides", __base__=BaseConfig, **fields)
 
@@ -105,7 +104,7 @@ def _set(d: dict, path: tuple[str, ...], value: Any) -> None:
 _MISSING = object()
 
 
-def _has_field(model: type[BaseConfig], path: tuple[str, ...]) -> bool:
+def _has_field(model: type[BaseModel], path: tuple[str, ...]) -> bool:
     """Whether `path` names a field of `model`; through a union (e.g. the weight transports),
     a field of any of its members."""
     field = model.model_fields.get(path[0])

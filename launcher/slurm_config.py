@@ -139,14 +139,16 @@ class SlurmConfig(BaseConfig):
             )
         if self.nodes is None:
             self.nodes = (self.inference_nodes or 1) + self.trainer_nodes
-        if self.nodes > 1 and self.inference_nodes is None:
+        if self.nodes <= 1:
+            return self
+        if self.inference_nodes is None:
             self.inference_nodes = self.nodes - self.trainer_nodes
-        if self.nodes > 1 and self.inference_nodes + self.trainer_nodes != self.nodes:
+        if self.inference_nodes + self.trainer_nodes != self.nodes:
             raise ValueError(
                 f"slurm.nodes = {self.nodes} but inference_nodes + trainer_nodes = "
                 f"{self.inference_nodes} + {self.trainer_nodes}: make them add up"
             )
-        if self.nodes > 1 and self.inference_nodes < 1:
+        if self.inference_nodes < 1:
             raise ValueError(
                 f"slurm.nodes = {self.nodes} leaves no node for inference after "
                 f"trainer_nodes = {self.trainer_nodes}: add nodes or lower trainer_nodes"

@@ -21,6 +21,7 @@ def derive_speed(plan: Plan) -> SpeedChoices:
     freq) and `trainer.optim.fused` in `plan.config`; adds the one line saying them to the
     plan's notes. Needs the concrete compute dtype (launcher.plan.derive_dtypes)."""
     config, machine = plan.config, plan.machine
+    assert machine is not None, "build_plan probes the machine"
     trainer, model = config.trainer, config.trainer.model
     gpus = plan.gpu_map.get("trainer") or []
     if model.compile is True and (refusal := compile_refusal(machine)):

@@ -51,10 +51,10 @@ class ParserConfig(BaseConfig):
     use_thinking: bool = False
     """Expect <think>...</think> before each <tool> call."""
 
-    xml_weight: float = Field(0.6, ge=0)
+    xml_weight: float = Field(default=0.6, ge=0)
     """Share of the format score for one well-formed <tool>...</tool> block per turn."""
 
-    action_weight: float = Field(0.4, ge=0)
+    action_weight: float = Field(default=0.4, ge=0)
     """Share of the format score for an action that maps to a tool call."""
 
 
@@ -66,7 +66,7 @@ class RubricConfig(BaseConfig):
 
 
 class DefaultsConfig(BaseConfig):
-    max_turns: int = Field(4, gt=0, le=100)
+    max_turns: int = Field(default=4, gt=0, le=100)
     """Model turns per rollout."""
 
 

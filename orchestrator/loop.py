@@ -173,7 +173,8 @@ class Orchestrator:
         )
         generate_s = time.monotonic() - generate_start
         batch, stats = build_batch(config, step, sampled.kept)
-        batch.policy_step = self.policy.step  # ensured above: every sample comes from it
+        policy_step = batch.policy_step = self.policy.step  # every sample comes from it
+        assert policy_step is not None, "Policy.ensure loaded a policy"
         rollouts = [r for group in sampled.groups for r in group]
         check_errors(step, rollouts, batch)
         samples = samples_jsonl(rollouts, config.num_saved_samples)
@@ -181,7 +182,7 @@ class Orchestrator:
         ckpt.keep_batch(run_dir, self.plan, batch, {SAMPLES_FILE: samples})
         write_batch(batch, run_dir.rollout_dir(step), extra_files={SAMPLES_FILE: samples})
         env_ids = [config.env[env].id for env, _ in sampled.picks]
-        self.archive.submit(step, batch.policy_step, env_ids, sampled.groups)
+        self.archive.submit(step, policy_step, env_ids, sampled.groups)
         state.step = step + 1
         state.num_rollouts += len(rollouts)
         state.num_samples += len(batch.samples)

@@ -41,12 +41,13 @@ class Monitor:
     def close(self, final_trainer_step: int | None = None, timeout_s: float = 0.0) -> None:
         """Relay the trainer's records up to `final_trainer_step` (waiting up to `timeout_s`
         for it, when a trainer has been seen at all), then finish the W&B run."""
-        if self.wandb is None:
+        wandb = self.wandb
+        if wandb is None:
             return
         what = f"the trainer's records up to step {final_trainer_step}"
 
         def relayed() -> bool:
-            self.trainer.forward(self.wandb)
+            self.trainer.forward(wandb)
             last = self.trainer.last_step
             return last is None or final_trainer_step is None or last >= final_trainer_step
 
@@ -56,8 +57,8 @@ class Monitor:
             except TimeoutError:
                 logger.warning(f"W&B: the trainer's records after step {self.trainer.last_step} "
                                "were not relayed")  # fmt: skip
-        self.evals.forward(self.wandb)
-        self.wandb.finish()
+        self.evals.forward(wandb)
+        wandb.finish()
 
 
 def samples_jsonl(rollouts: list[Rollout], num: int) -> str:

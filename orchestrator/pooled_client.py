@@ -28,7 +28,8 @@ class PooledClient(OpenAIChatCompletionsClient):
                     api_key=api_key,
                     timeout=timeout_s,
                     max_retries=0,
-                    http_client=pool.http,
+                    # openai takes an httpx client at run time; its annotation names httpx2's
+                    http_client=pool.http,  # type: ignore[arg-type]
                 )
             )
             for s in pool.servers

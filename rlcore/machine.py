@@ -24,6 +24,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16", "amx")
 """x86 ISA levels that change what runs fast, lowest first."""
@@ -42,7 +43,11 @@ ONEDNN_CAPS = {
 ATEN_CAPS = {"default": "baseline", "avx2": "avx2", "avx512": "amx"}
 """ATen's capability names; `avx512` caps nothing we distinguish (its bf16 goes by oneDNN)."""
 AVX512_CORE = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
-GPU_DTYPE = "bfloat16"
+Dtype = Literal["bfloat16", "float16", "float32"]
+"""A dtype a process computes or serves in, as configs name it (`auto` resolved)."""
+MatmulDtype = Literal["auto", "model", "bfloat16"]
+"""What inference's CPU linear layers compute in (`inference.cpu.matmul_dtype`)."""
+GPU_DTYPE: Dtype = "bfloat16"
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
                "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
 """Bytes per element of each dtype, by its name as a config, torch (`str(dtype)` less `torch.`)
@@ -219,7 +224,9 @@ def probe() -> Machine:
     return read_machine(text, dict(os.environ), platform.machine())
 
 
-def compute_dtype(requested: str, on_gpu: bool, machine: Machine) -> tuple[str, str]:
+def compute_dtype(
+    requested: Dtype | Literal["auto"], on_gpu: bool, machine: Machine
+) -> tuple[Dtype, str]:
     """(dtype, why) for a compute dtype of `requested` (`auto` or a dtype's name)."""
     if requested != "auto":
         return requested, "set in the config"
@@ -231,9 +238,9 @@ def compute_dtype(requested: str, on_gpu: bool, machine: Machine) -> tuple[str, 
 
 
 def serving_dtypes(
-    model_dtype: str, matmul_dtype: str, on_gpu: bool, machine: Machine,
-    trainer_dtype: str | None = None,
-) -> tuple[str, str]:  # fmt: skip
+    model_dtype: Dtype | Literal["auto"], matmul_dtype: MatmulDtype, on_gpu: bool,
+    machine: Machine, trainer_dtype: str | None = None,
+) -> tuple[Dtype, MatmulDtype]:  # fmt: skip
     """(served dtype, CPU linear layers' dtype) for inference's `model.dtype` and
     `cpu.matmul_dtype`: `auto` serves bf16 on a GPU and fp32 on a CPU (the trainer's fp32
     master weights arrive whole), whose linear layers compute in bf16 where the trainer does

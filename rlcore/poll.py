@@ -94,7 +94,7 @@ def sleep(seconds: float) -> None:
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.5, what: str = "it"
+    predicate: Callable[[], T | None], timeout_s: float, interval_s: float = 0.5, what: str = "it"
 ) -> T:
     """Call `predicate` every `interval_s` until it returns something truthy, and return that;
     TimeoutError naming `what` after `timeout_s` (math.inf: no deadline); `Stop` on a stop

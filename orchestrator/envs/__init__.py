@@ -1,13 +1,15 @@
 """Environments by `type`: the adapters the orchestrator can load (see base.py)."""
 
 import logging
+from collections.abc import Callable
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn
 from orchestrator.envs.classic import VerifiersEnv
 from orchestrator.envs.v1 import V1Env, is_v1_module
 from rlcore.secrets import resolve
 
-ENV_TYPES: dict[str, type[EnvAdapter]] = {"verifiers": VerifiersEnv, "v1": V1Env}
+ENV_TYPES: dict[str, Callable[[str, dict], EnvAdapter]] = {"verifiers": VerifiersEnv, "v1": V1Env}
+"""`[[env]] type` -> the adapter's builder, called with the table's `id` and `args`."""
 
 logger = logging.getLogger("orchestrator")
 

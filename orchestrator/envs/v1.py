@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import sys
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
@@ -60,7 +61,7 @@ def alias_fastmcp() -> None:
     from mcp.server.mcpserver import MCPServer
 
     module = types.ModuleType("mcp.server.fastmcp")
-    module.FastMCP = MCPServer
+    vars(module)["FastMCP"] = MCPServer
     sys.modules["mcp.server.fastmcp"] = module
 
 
@@ -136,7 +137,7 @@ class V1Env(EnvAdapter):
                 server.served += 1
             return to_rollout(index, episode)
 
-        seeds_or_none = seeds or [None] * len(slots)
+        seeds_or_none: Sequence[int | None] = seeds or [None] * len(slots)
         return list(await asyncio.gather(*map(one, slots, seeds_or_none)))
 
     async def start(self) -> None:

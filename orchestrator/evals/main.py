@@ -3,6 +3,7 @@ evaluate (orchestrator/evals/run.py). Environments that are not installed are re
 before any write or server start."""
 
 import sys
+from collections.abc import Callable
 
 from orchestrator.evals.config import EvalsConfig
 from rlcore.children import stop_descendants_on_exit
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging("orchestrator", config.log.level)
     from orchestrator.client import OrchestratorError
 
+    run: Callable[[EvalsConfig], object]
     if config.watch is not None:
         from orchestrator.evals.watch import watch as run
     else:

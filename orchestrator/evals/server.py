@@ -68,6 +68,7 @@ def wait_ready(child: children.Child, root: str, nonce: str, timeout_s: float) -
     except TimeoutError as err:
         raise ConfigError(f"the evaluation's {err.args[0]}; see {child.log}") from None
     if child.proc.poll() is not None:
+        assert child.log is not None, "own_server starts it with a log"
         last = child.log.read_text().strip().splitlines()[-5:]
         raise ConfigError(
             f"the evaluation's inference server exited with {child.proc.returncode} before it "

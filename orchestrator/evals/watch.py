@@ -16,6 +16,7 @@ import logging
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import evaluate, export_policy, summarize
@@ -27,13 +28,14 @@ from rlcore.rundir import RunDir, step_name, steps_in
 from rlcore.runguard import EVALS, find_run, mark_own, open_run, replace_own
 from rlcore.runlock import lock_holders
 from rlcore.toml_io import write_config
-from rlcore.wandb_run import continue_wandb
+from rlcore.wandb_run import WandbRun, continue_wandb
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "evals"
 
 
 def watch(config: EvalsConfig) -> None:
+    assert config.watch is not None, "evals' main watches only with --watch"
     run = RunDir(find_run(config.watch, "--watch"))
     out = config.output_dir
     run_id = open_run(out, EVALS)  # an eval run, or new or empty; checked before any write
@@ -63,8 +65,8 @@ def watch(config: EvalsConfig) -> None:
                 done.add(step)
                 continue
             mark_own(folder, run_id, out)
-            server.serve(stack, folder, step)
-            rows = asyncio.run(evaluate(config, [server.url], server.model))
+            url = server.serve(stack, folder, step)
+            rows = asyncio.run(evaluate(config, [url], server.model))
             summary = summarize(config, rows)
             write_results(out / step_name(step), rows, summary)
             record(run, step, summary, wandb, is_live(run))  # ended meanwhile: W&B directly
@@ -84,25 +86,27 @@ class Server:
         self.weights = RunDir(out / "server").weights
         self.current: Path | None = None
 
-    def serve(self, stack: ExitStack, folder: Path, step: int) -> None:
+    def serve(self, stack: ExitStack, folder: Path, step: int) -> str:
+        """Serve `folder` (step `step`): the server started on it, or swapped to it; its URL."""
         config = self.config
         if self.url is None:
             self.url = stack.enter_context(own_server(
                 self.model, config.inference, self.out, config.seq_len,
                 config.client.health_timeout_s,
             ))  # fmt: skip
-            return
-        asyncio.run(self.swap(folder))
+            return self.url
+        asyncio.run(self.swap(self.url, folder))
         logger.info(f"the server now serves step {step}")
         if self.current is not None:
             replace_own(self.current, self.run_id)  # the export this watch made
         self.current = folder
+        return self.url
 
-    async def swap(self, folder: Path) -> None:
+    async def swap(self, url: str, folder: Path) -> None:
         from orchestrator.servers import ServerPool
 
         server_dir = RunDir(self.out / "server")
-        pool = ServerPool([self.url], self.config.client.timeout_s, lambda: read_token(server_dir))
+        pool = ServerPool([url], self.config.client.timeout_s, lambda: read_token(server_dir))
         try:
             await pool.update_weights([{"weight_dir": str(folder)}])
         finally:
@@ -154,7 +158,7 @@ class RunWandb:
 
     def __init__(self, run: RunDir):
         self.run_dir = run
-        self.run = None
+        self.run: WandbRun | Literal[False] | None = None  # False: the run never had one
 
     def log(self, step: int, metrics: dict) -> None:
         if self.run is None:
