@@ -44,6 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rlcore import readback
 from rlcore.files import fsync_path
+from rlcore.readback import MIB
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -255,7 +256,6 @@ def read_group(path: Path, group: int, columns: list[str] | None = None) -> list
     return sorted(rows, key=lambda row: row["member"])
 
 
-MIB = 2**20
 MAX_ROWS = 100_000
 """Rollouts per step a bounded read accepts (a step of a real run holds hundreds to thousands)."""
 MAX_SCALAR_BYTES = 64 * MIB
