@@ -62,15 +62,13 @@ def test_checkpoint_and_disk_bytes_by_hand():
     assert model.checkpoint_bytes(lora, SMALL) == 12 * 100 + model.CHECKPOINT_FIXED
 
 
-def test_inference_memory_counts_weights_a_packed_copy_and_the_kv_cache_it_touches():
+def test_inference_memory_counts_weights_a_packed_copy_and_the_kv_cache():
     job = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="bfloat16",
-              kv_cache_bytes=5000.0, prompt_tokens=10, answer_tokens=10)  # fmt: skip
-    # 20 tokens x (keys and values of one 5-wide head: 10) x 2 layers x 4 bytes = 1600
-    assert model.kv_touched(job, SMALL) == 1600
-    # fp32 weights, oneDNN's bf16 packed copy, the KV cache touched, vLLM's own processes
-    assert model.inference_memory(job, SMALL) == 4000 + 2000 + 1600 + model.INFERENCE_BASE
-    longer = Job(max_steps=100, rollouts=1, served_bytes=4, kv_cache_bytes=5000.0)
-    assert model.inference_memory(longer, SMALL) == 4000 + 4000 + 5000 + model.INFERENCE_BASE
+              kv_cache_bytes=5000.0)  # fmt: skip
+    # fp32 weights, oneDNN's bf16 packed copy, the whole KV cache, vLLM's own processes
+    assert model.inference_memory(job, SMALL) == 4000 + 2000 + 5000 + model.INFERENCE_BASE
+    fp32 = Job(max_steps=1, rollouts=1, served_bytes=4, kv_cache_bytes=5000.0)
+    assert model.inference_memory(fp32, SMALL) == 4000 + 4000 + 5000 + model.INFERENCE_BASE
     gpu = Job(max_steps=1, rollouts=1, served_bytes=2, on_gpu=True)
     assert model.inference_memory(gpu, SMALL) == 2000 + model.INFERENCE_BASE
 
