@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlcore.errors import ConfigError
+from trainer.model_type import TrainerModel
 
 logger = logging.getLogger("trainer")
 
@@ -224,7 +225,7 @@ def choose_attention(
     return choice
 
 
-def shared_prompt_blocker(model: nn.Module, seq_len: int) -> str | None:
+def shared_prompt_blocker(model: TrainerModel, seq_len: int) -> str | None:
     """Why this model cannot take rows whose samples share a prompt (an explicit [T x T] mask,
     trainer/data.py), or None when it can: only sdpa reads such a mask, and a mask given
     explicitly replaces the model's own sliding window or attention chunks."""
@@ -233,7 +234,8 @@ def shared_prompt_blocker(model: nn.Module, seq_len: int) -> str | None:
         return f"attention is {kernel}; an explicit mask needs sdpa"
     text = model.config.get_text_config()
     window = getattr(text, "sliding_window", None)
-    if "sliding_window" in attention_needs(model.config) and window < seq_len:
+    needs_window = "sliding_window" in attention_needs(model.config)
+    if needs_window and window is not None and window < seq_len:
         return f"the model's sliding window ({window} tokens) is shorter than seq_len"
     if getattr(text, "attention_chunk_size", None):
         return "the model attends in chunks"

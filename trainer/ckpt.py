@@ -13,18 +13,19 @@ most; the next save and the end of training wait for it."""
 import random
 import shutil
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
-from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from rlcore import faults
 from rlcore.disk_full import naming
@@ -32,6 +33,7 @@ from rlcore.rundir import DONE, MANIFEST, RunDir
 from trainer.background import BackgroundWriter
 from trainer.dist import World
 from trainer.lora import is_lora, trainable_names
+from trainer.model_type import TrainerModel
 
 PART = "trainer"
 
@@ -52,7 +54,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def train_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+def train_state(model: TrainerModel, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Model and optimizer state dicts as checkpoints hold them; frozen parameters (a LoRA
     model's base) are left out."""
     lora = is_lora(model)
@@ -67,7 +69,7 @@ def train_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
 def save_checkpoint(
     run_dir: RunDir,
     step: int,
-    model: nn.Module,
+    model: TrainerModel,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     world: World,
@@ -111,13 +113,14 @@ class Checkpointer:
         self.run_dir, self.world, self.parts, self.keep = run_dir, world, parts, keep
         self.background = background
         self.writer = BackgroundWriter("checkpoint-writer")
-        self.group, self.stager, self.staging = None, None, None
+        self.group, self.stager = None, None
+        self.staging: Future[None] | None = None  # the save in flight's staging
         self.staging_wait_s = 0.0
         if background:
             self.group, self.stager = async_resources(world)
 
     def save(
-        self, step: int, model: nn.Module, optimizer, scheduler, extra: dict, last: bool = False
+        self, step: int, model: TrainerModel, optimizer, scheduler, extra: dict, last: bool = False
     ) -> dict:
         """Checkpoint the state after `step`; returns timings (seconds) for the step's metrics.
         The run's `last` checkpoint is written in the foreground: nothing trains after it, so
@@ -138,6 +141,7 @@ class Checkpointer:
             {"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp",
             process_group=self.group, async_stager=self.stager,
         )  # fmt: skip
+        assert isinstance(response, AsyncSaveResponse), "an async_stager stages apart"
         self.staging = response.staging_completion
         self.writer.submit(lambda: self.finish(response.upload_completion, step))
         staged_s, self.staging_wait_s = self.staging_wait_s, 0.0
@@ -218,7 +222,7 @@ def close_stager(stager) -> None:
 def load_checkpoint(
     run_dir: RunDir,
     step: int,
-    model: nn.Module,
+    model: TrainerModel,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     world: World,

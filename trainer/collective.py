@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from rlcore import collective, waits
 from rlcore.attempt import AttemptFilter
@@ -31,6 +30,7 @@ from rlcore.weight_transfer import LOOPBACK, WeightSender
 from trainer.dist import World
 from trainer.lora import is_lora
 from trainer.model import cast, drop_tied_copies
+from trainer.model_type import TrainerModel
 
 logger = logging.getLogger("trainer")
 MIB = 1024 * 1024
@@ -42,13 +42,13 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def policy_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+def policy_tensors(model: TrainerModel) -> dict[str, torch.Tensor]:
     """The tensors a policy update sends, by checkpoint name (tied copies left out); on FSDP
     still sharded (DTensors: their shapes are global)."""
     return drop_tied_copies(model, dict(model.state_dict()))
 
 
-def describe(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+def describe(model: TrainerModel, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The update_info of every update: names, serving dtypes and full shapes, in send order."""
     dtype = getattr(model, "serving_dtype", None)
     dtypes = [dtype if dtype is not None and t.is_floating_point() else t.dtype
@@ -64,7 +64,7 @@ def describe(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, An
 class CollectiveSender(WeightSender):
     config: CollectiveTransferConfig
     run_dir: RunDir
-    model: nn.Module
+    model: TrainerModel
     world: World
     request_timeout_s: float
     group: dict[str, Any] = field(default_factory=dict)

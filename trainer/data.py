@@ -21,6 +21,7 @@ decreasing (ties by unit order), rows onto ranks largest first, each row's sampl
 order.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,12 +97,12 @@ class MicroBatch:
         return self.input_ids.shape[1]
 
     def to(self, device: torch.device) -> "MicroBatch":
-        fields = {k: None if v is None else v.to(device) for k, v in vars(self).items()}
-        return MicroBatch(**fields)
+        moved = {k: v.to(device) for k, v in vars(self).items() if v is not None}
+        return dataclasses.replace(self, **moved)
 
 
-ROW_COLUMNS = ("input_ids", "position_ids", "target_ids", "loss_mask", "inference_logprobs")
-ROW_COLUMNS += ("advantages", "loss_weights")
+ROW_COLUMNS: tuple[str, ...] = ("input_ids", "position_ids", "target_ids", "loss_mask")
+ROW_COLUMNS += ("inference_logprobs", "advantages", "loss_weights")
 
 
 def token_columns(batch: BatchTensors) -> dict[str, torch.Tensor]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from trainer.model_type import TrainerModel
+
 logger = logging.getLogger("trainer")
 
 
@@ -100,7 +102,7 @@ HEAD_TRANSFORMS: dict[str, Callable[..., HeadTransform]] = {
 }
 
 
-def head_transform(model: nn.Module) -> HeadTransform | None:
+def head_transform(model: TrainerModel) -> HeadTransform | None:
     """The verified transform of this model's head, or None for an architecture not in
     `HEAD_TRANSFORMS` (its own forward must compute the logits)."""
     build = HEAD_TRANSFORMS.get(type(model).__name__)
@@ -181,11 +183,13 @@ def head_logits(h: torch.Tensor, w: torch.Tensor, bias, dtype: torch.dtype) -> t
 def head_parameters(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The head's effective weight and bias, differentiable: a LoRA adapter on the head is
     folded into the weight (trainer/lora.py), so its A and B get their gradients through it."""
-    weight = head.merged_weight() if hasattr(head, "merged_weight") else head.weight
-    return weight, head.bias
+    merged = getattr(head, "merged_weight", None)
+    weight, bias = (merged() if merged is not None else head.weight), head.bias
+    assert isinstance(weight, torch.Tensor) and not isinstance(bias, nn.Module), "a linear head"
+    return weight, bias
 
 
-def chunking_blocker(model: nn.Module) -> str | None:
+def chunking_blocker(model: TrainerModel) -> str | None:
     """Why the chunked head cannot stand in for this model's own head, or None if it can."""
     name = type(model).__name__
     if name not in HEAD_TRANSFORMS:
@@ -200,7 +204,7 @@ def chunking_blocker(model: nn.Module) -> str | None:
     return None
 
 
-def install(model: nn.Module, chunk: int, dtype: torch.dtype) -> bool:
+def install(model: TrainerModel, chunk: int, dtype: torch.dtype) -> bool:
     """Make the model answer `model.logprob_request` (a LogprobRequest) with [1, T, 2]
     (logprob, entropy) as its `logits` instead of computing full logits; with no request it
     runs its own forward. Returns False (and logs why) when this model's head cannot be
@@ -213,6 +217,7 @@ def install(model: nn.Module, chunk: int, dtype: torch.dtype) -> bool:
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     transform = head_transform(model)
+    assert transform is not None, "chunking_blocker found its architecture in HEAD_TRANSFORMS"
     head, decoder, plain_forward = model.get_output_embeddings(), model.get_decoder(), model.forward
 
     def forward(*args, **kwargs):
@@ -248,9 +253,9 @@ def install(model: nn.Module, chunk: int, dtype: torch.dtype) -> bool:
     return True
 
 
-def request_logprobs(model: nn.Module, request: LogprobRequest | None) -> None:
+def request_logprobs(model: TrainerModel, request: LogprobRequest | None) -> None:
     model.logprob_request = request
 
 
-def uses_chunked_head(model: nn.Module) -> bool:
+def uses_chunked_head(model: TrainerModel) -> bool:
     return getattr(model, "chunked_head", False)

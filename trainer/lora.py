@@ -22,6 +22,7 @@ from torch import nn
 
 from rlcore.errors import ConfigError
 from trainer.config import LoraConfig
+from trainer.model_type import TrainerModel
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -54,7 +55,7 @@ class LoraLinear(nn.Linear):
         return self.weight.float() + delta * self.scale
 
 
-def apply_lora(model: nn.Module, config: LoraConfig) -> list[str]:
+def apply_lora(model: TrainerModel, config: LoraConfig) -> list[str]:
     """Freeze every parameter, then give each linear layer named in `config.target_modules` a
     trainable fp32 adapter; returns the adapted module names. A target that matches nothing is a
     ConfigError listing the linear layers the model has."""
@@ -79,19 +80,20 @@ def apply_lora(model: nn.Module, config: LoraConfig) -> list[str]:
     return chosen
 
 
-def is_lora(model: nn.Module) -> bool:
+def is_lora(model: TrainerModel) -> bool:
     return getattr(model, "lora_config", None) is not None
 
 
-def trainable_names(model: nn.Module) -> set[str]:
+def trainable_names(model: TrainerModel) -> set[str]:
     """State-dict names of the parameters that train, a tied parameter under each name."""
     params = model.named_parameters(remove_duplicate=False)
     return {name for name, param in params if param.requires_grad}
 
 
-def adapter_config(model: nn.Module, base_model: str) -> dict:
+def adapter_config(model: TrainerModel, base_model: str) -> dict:
     """PEFT's `adapter_config.json` for the model's adapters (what vLLM's LoRA loader reads)."""
-    config: LoraConfig = model.lora_config
+    config = model.lora_config
+    assert config is not None, "a model with adapters (apply_lora)"
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -114,7 +116,7 @@ def peft_key(name: str) -> str:
     return PEFT_PREFIX + name
 
 
-def write_adapter(folder: Path, model: nn.Module, state: dict[str, torch.Tensor], base: str):
+def write_adapter(folder: Path, model: TrainerModel, state: dict[str, torch.Tensor], base: str):
     """Write `state` (the adapter tensors, trainer keys) as a PEFT adapter folder."""
     from safetensors.torch import save_file
 
@@ -124,7 +126,7 @@ def write_adapter(folder: Path, model: nn.Module, state: dict[str, torch.Tensor]
     (folder / ADAPTER_CONFIG).write_text(text)
 
 
-def merge_lora(model: nn.Module) -> None:
+def merge_lora(model: TrainerModel) -> None:
     """Fold every adapter into its base weight and put plain `nn.Linear` layers back, so the
     model saves as an ordinary HF folder."""
     for name, module in list(model.named_modules()):

@@ -8,8 +8,10 @@ RL learning rates), so the parameters and optimizer state the trainer updates ar
 
 import contextlib
 import logging
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -18,9 +20,11 @@ from rlcore.machine import compute_dtype as choose_dtype
 from rlcore.machine import probe, slow_bf16_warning
 from trainer.config import LoraConfig, TrainerModelConfig
 from trainer.dist import World
+from trainer.model_type import TrainerModel
 from trainer.speed import TrainerRun, use_compile_cache
 from trainer.speed import choose as choose_speed
 
+T = TypeVar("T", bound=torch.Tensor)
 logger = logging.getLogger("trainer")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -40,7 +44,7 @@ def compute_dtype(config: TrainerModelConfig, device: torch.device) -> torch.dty
 def load_model(
     config: TrainerModelConfig, source: str, world: World, lora: LoraConfig | None = None,
     run: TrainerRun | None = None, fused: bool | str = "auto",
-) -> nn.Module:  # fmt: skip
+) -> TrainerModel:  # fmt: skip
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
     when distributed; `model.compute_dtype` says what the forward pass runs in and
     `model.serving_dtype` what published weights are written in. With `lora`, only adapters
@@ -54,12 +58,13 @@ def load_model(
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     dtype = compute_dtype(config, world.device)
     attention = choose_attention(config.attn_implementation, world.device, dtype, model_config)
-    model = AutoModelForCausalLM.from_pretrained(
+    hf_model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=torch.float32,
         attn_implementation=attention,
         trust_remote_code=config.trust_remote_code,
     )
+    model = typing.cast(TrainerModel, hf_model)  # given its attributes below
     model.compute_dtype = dtype
     serving = config.serving_dtype
     model.serving_dtype = DTYPES[serving] if serving else model.compute_dtype
@@ -89,21 +94,22 @@ def load_model(
     return model
 
 
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
+def decoder_layers(model: TrainerModel) -> list[nn.Module]:
     """The model's repeated blocks (the classes it names in `_no_split_modules`), in order."""
     names = set(getattr(model, "_no_split_modules", None) or [])
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def checkpoint_layers(model: nn.Module, freq: int) -> None:
+def checkpoint_layers(model: TrainerModel, freq: int) -> None:
     """Activation checkpointing on every `freq`-th decoder layer (the first, then every freq-th
     after it); the others keep their activations."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for i, layer in enumerate(decoder_layers(model)):
-        layer.gradient_checkpointing = i % freq == 0
+        # torch types a module's attributes as tensors or modules; HF's layers read this flag
+        layer.gradient_checkpointing = i % freq == 0  # type: ignore[assignment]
 
 
-def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
+def shard_model(model: TrainerModel, world: World, dtype: torch.dtype) -> None:
     """FSDP2: one shard group per decoder layer (the model's `_no_split_modules`), then the
     root (embeddings, final norm, head). Parameters stay fp32 (the master copy); FSDP casts
     them to `dtype` for compute and reduces gradients in fp32."""
@@ -116,7 +122,7 @@ def shard_model(model: nn.Module, world: World, dtype: torch.dtype) -> None:
     fully_shard(model, mp_policy=policy)
 
 
-def compute_context(model: nn.Module, world: World) -> contextlib.AbstractContextManager:
+def compute_context(model: TrainerModel, world: World) -> contextlib.AbstractContextManager:
     """Where the forward pass runs in the compute dtype: FSDP2 casts by itself; a single CPU
     process autocasts (fp32 compute needs nothing), without autocast's cache of weight casts,
     which would keep every weight's copy alive to the end of the forward (the head's peak)."""
@@ -179,7 +185,7 @@ def source_dir(source: str) -> Path | None:
         return None
 
 
-def drop_tied_copies(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def drop_tied_copies(model: TrainerModel, state: dict[str, T]) -> dict[str, T]:
     """Gathered or cast copies of tied parameters no longer share storage, so both would be
     saved: keep only the source (loaders tie them again)."""
     for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():

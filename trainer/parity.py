@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from trainer.attention import missing_features
+from trainer.model_type import TrainerModel
 
 # generation_config.json keys vLLM takes as sampling defaults, and their neutral values
 NEUTRAL_SAMPLING = {"top_k": (0, -1, None), "top_p": (1.0, None), "min_p": (0.0, None)}
@@ -17,7 +17,7 @@ NEUTRAL_SAMPLING |= {"frequency_penalty": (0.0, None)}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
-def parity_causes(model: nn.Module, folder: Path | None) -> list[str]:
+def parity_causes(model: TrainerModel, folder: Path | None) -> list[str]:
     """Known causes of a trainer/inference logprob mismatch for this model, each with its fix;
     empty when the trainer sees none."""
     causes = []

@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, field, replace
 
 import torch
-from torch import nn
 
 from rlcore.errors import ConfigError
 from rlcore.estimate import ModelShape, available_ram, trainer_peak
@@ -25,6 +24,7 @@ from rlcore.speed import (
     machine_kind,
 )
 from trainer.config import TrainerModelConfig
+from trainer.model_type import TrainerModel
 
 logger = logging.getLogger("trainer")
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -38,7 +38,7 @@ class TrainerRun(RunShape):
     shards: int = 1
 
 
-def model_shape(model: nn.Module) -> ModelShape:
+def model_shape(model: TrainerModel) -> ModelShape:
     config = model.config.get_text_config()
     params = sum(p.numel() for p in model.parameters())
     return ModelShape(params, config.hidden_size, config.num_hidden_layers, config.vocab_size)
@@ -53,7 +53,7 @@ def device_memory(device: torch.device) -> float | None:
 
 
 def choose(
-    config: TrainerModelConfig, model: nn.Module, device: torch.device, machine: Machine,
+    config: TrainerModelConfig, model: TrainerModel, device: torch.device, machine: Machine,
     run: TrainerRun | None, fused: bool | str = "auto",
 ) -> SpeedChoices:  # fmt: skip
     """The speed choices for `model` (loaded, not yet compiled or checkpointed) on `device`."""
@@ -143,7 +143,9 @@ class CompileClock:
         return {"compile_s": compile_s, "compile_payoff_step": float(payoff)}
 
 
-def compile_clock(model: nn.Module, device: torch.device, start_step: int) -> CompileClock | None:
+def compile_clock(
+    model: TrainerModel, device: torch.device, start_step: int
+) -> CompileClock | None:
     """A clock for a model whose layers compile, else None."""
     speed = getattr(model, "speed", None)
     if speed is None or not speed.compile:

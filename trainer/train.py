@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from rlcore import faults, heap, waits
 from rlcore.errors import ConfigError
@@ -36,6 +35,7 @@ from trainer.logprob_head import LogprobRequest, request_logprobs, uses_chunked_
 from trainer.loss import LossSums, TokenLoss, build_loss, loss_from_logprobs, token_logprobs
 from trainer.metrics import MetricsLogger
 from trainer.model import compute_context, load_model, source_dir
+from trainer.model_type import TrainerModel
 from trainer.optim import build_optimizer
 from trainer.parity import parity_causes, parity_message
 from trainer.speed import CompileClock, TrainerRun, compile_clock
@@ -51,7 +51,7 @@ class Trainer:
     config: TrainerConfig
     world: World
     run_dir: RunDir
-    model: nn.Module
+    model: TrainerModel
     optimizer: torch.optim.Optimizer
     scheduler: Any
     token_loss: TokenLoss
@@ -176,7 +176,7 @@ def trainer_run(config: TrainerConfig, world: World) -> TrainerRun:
     )  # fmt: skip
 
 
-def decide_share_prompts(config: TrainerConfig, model: nn.Module) -> bool:
+def decide_share_prompts(config: TrainerConfig, model: TrainerModel) -> bool:
     if not config.data.share_prompts:
         return False
     blocker = shared_prompt_blocker(model, config.seq_len)
@@ -232,7 +232,8 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
     ckpt = config.ckpt
     if is_checkpoint_step(step, ckpt.interval, config.max_steps, ckpt.enabled):
         save_start = time.perf_counter()
-        extra = {"wandb_run_id": trainer.logger.wandb_run.id} if has_wandb(trainer) else {}
+        run = trainer.logger.wandb_run if trainer.logger is not None else None
+        extra = {"wandb_run_id": run.id} if run is not None else {}
         metrics |= trainer.checkpointer.save(
             step, trainer.model, trainer.optimizer, trainer.scheduler, extra,
             last=step == config.max_steps,
@@ -240,10 +241,6 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
         metrics["ckpt_s"] = time.perf_counter() - save_start
     if trainer.logger:
         trainer.logger.log(step, metrics)
-
-
-def has_wandb(trainer: Trainer) -> bool:
-    return trainer.logger is not None and trainer.logger.wandb_run is not None
 
 
 class TrainingError(RuntimeError):
@@ -372,7 +369,7 @@ def micro_batch_loss(
 
 
 def forward_logprobs(
-    model: nn.Module, world: World, mb, temperature: float
+    model: TrainerModel, world: World, mb, temperature: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward one micro-batch: the logprob of each target token under logits / temperature and
     the entropy ([T] fp32 each; only loss positions are meaningful). The chunked head

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from rlcore.config import WeightTransferConfig
 from rlcore.errors import ConfigError
@@ -33,6 +32,7 @@ from trainer.collective import CollectiveSender
 from trainer.dist import World
 from trainer.lora import is_lora, write_adapter
 from trainer.model import cast, drop_tied_copies
+from trainer.model_type import TrainerModel
 
 # Files of the source model folder that are not copied: weights and what we write ourselves.
 SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
@@ -40,7 +40,7 @@ SKIPPED_NAMES = {"config.json", "model.safetensors.index.json", "pytorch_model.b
 
 
 def gathered(
-    model: nn.Module, trainable_only: bool = False
+    model: TrainerModel, trainable_only: bool = False
 ) -> Iterator[tuple[str, torch.Tensor, bool]]:
     """The unsharded parameters one at a time, in the serving dtype, where they live (a GPU's
     stay there): (name, tensor, owned), `owned` when the tensor is a copy rather than a live
@@ -60,7 +60,7 @@ def gathered(
 
 
 def full_state_dict(
-    model: nn.Module, world: World, trainable_only: bool = False
+    model: TrainerModel, world: World, trainable_only: bool = False
 ) -> dict[str, torch.Tensor] | None:
     """Unsharded parameters on CPU in the serving dtype, on rank 0 only (None elsewhere); every
     rank must call. Gathered, cast and moved one tensor at a time, so a GPU holds one whole
@@ -73,7 +73,7 @@ def full_state_dict(
 
 
 def host_state(
-    model: nn.Module, world: World, trainable_only: bool, buffers: dict[str, torch.Tensor]
+    model: TrainerModel, world: World, trainable_only: bool, buffers: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor] | None:
     """Like full_state_dict, in copies that a background writer can own while training goes
     on: a GPU's tensors land in pinned `buffers` (allocated once, reused every step, copied
@@ -111,7 +111,7 @@ def copy_support_files(source: Path | None, folder: Path, tokenizer_source: str)
 def publish_weights(
     run_dir: RunDir,
     step: int,
-    model: nn.Module,
+    model: TrainerModel,
     world: World,
     source: Path | None,
     source_name: str,
@@ -120,12 +120,13 @@ def publish_weights(
     call)."""
     state = full_state_dict(model, world, trainable_only=is_lora(model))
     if world.is_main:
+        assert state is not None, "full_state_dict gathers on rank 0"
         write_policy(run_dir, step, model, state, source, source_name)
     world.barrier()
 
 
 def write_policy(
-    run_dir: RunDir, step: int, model: nn.Module, state: dict, source: Path | None,
+    run_dir: RunDir, step: int, model: TrainerModel, state: dict, source: Path | None,
     source_name: str,
 ) -> None:  # fmt: skip
     """The policy folder from a gathered state dict: the whole model as an HF folder, or a
@@ -139,7 +140,7 @@ def write_policy(
 
 
 def write_model_folder(
-    folder: Path, model: nn.Module, state: dict, source: Path | None, source_name: str
+    folder: Path, model: TrainerModel, state: dict, source: Path | None, source_name: str
 ) -> None:
     """An HF folder: `state` as safetensors, config, tokenizer and generation config."""
     copy_support_files(source, folder, source_name)
@@ -204,7 +205,7 @@ class FilesystemSender(WeightSender):
     """`weights/step_<n>/` folders in the run directory (all ranks call `publish`)."""
 
     run_dir: RunDir
-    model: nn.Module
+    model: TrainerModel
     world: World
     source: Path | None
     """The model's local folder: tokenizer, chat template and generation config come from it."""
@@ -271,7 +272,7 @@ TRANSPORTS = {"filesystem": filesystem_sender, "collective": collective_sender}
 
 
 def build_sender(
-    config: WeightTransferConfig, run_dir: RunDir, model: nn.Module, world: World,
+    config: WeightTransferConfig, run_dir: RunDir, model: TrainerModel, world: World,
     source: Path | None, source_name: str, async_level: int, request_timeout_s: float,
 ) -> WeightSender:  # fmt: skip
     """The configured transport's sender; `request_timeout_s` bounds how long a transport that

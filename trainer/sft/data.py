@@ -174,7 +174,7 @@ def chat_tokens(
 
 
 def check_messages(messages: Any, where: str) -> None:
-    ok = isinstance(messages, list) and messages
+    ok = isinstance(messages, list) and bool(messages)
     ok = ok and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in messages)
     if not ok:
         raise ConfigError(f"{where}: chat messages must be a non-empty list of {{role, content}}")
@@ -224,13 +224,15 @@ class PackedRow:
     attention_mask: None = None  # examples are told apart by their restarting positions
 
     def to(self, device: torch.device) -> "PackedRow":
-        return PackedRow(*(t.to(device) for t in (self.input_ids, self.position_ids,
-                                                   self.target_ids, self.loss_mask)))  # fmt: skip
+        return PackedRow(self.input_ids.to(device), self.position_ids.to(device),
+                         self.target_ids.to(device), self.loss_mask.to(device))  # fmt: skip
 
 
 def pack(examples: list[Example], tokens: int) -> list[PackedRow]:
     """Examples in order, each row filled until the next would not fit."""
-    rows, current, size = [], [], 0
+    rows: list[PackedRow] = []
+    current: list[Example] = []
+    size = 0
     for example in examples:
         if current and size + len(example.ids) > tokens:
             rows.append(packed_row(current))
@@ -243,7 +245,10 @@ def pack(examples: list[Example], tokens: int) -> list[PackedRow]:
 
 
 def packed_row(examples: list[Example]) -> PackedRow:
-    ids, positions, targets, mask = [], [], [], []
+    ids: list[int] = []
+    positions: list[int] = []
+    targets: list[int] = []
+    mask: list[bool] = []
     for ex in examples:
         ids += ex.ids
         positions += range(len(ex.ids))

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from rlcore import runguard
 from rlcore.errors import ConfigError
@@ -26,6 +25,7 @@ from trainer.determinism import prepare_environment, setup_determinism
 from trainer.dist import World, setup_world, teardown_world
 from trainer.metrics import MetricsLogger
 from trainer.model import load_model, source_dir
+from trainer.model_type import TrainerModel
 from trainer.optim import build_optimizer
 from trainer.sft.config import SFTConfig
 from trainer.sft.data import (
@@ -52,7 +52,7 @@ class SFT:
     config: SFTConfig
     world: World
     run_dir: RunDir
-    model: nn.Module
+    model: TrainerModel
     optimizer: torch.optim.Optimizer
     scheduler: Any
     checkpointer: Checkpointer
@@ -164,18 +164,17 @@ def sft_step(sft: SFT, step: int) -> None:
                "num_loss_tokens": float(num_targets), "step_time_s": elapsed,
                "peak_memory_gib": peak_memory_gib(world)}  # fmt: skip
     metrics["tokens_per_s"] = metrics["num_tokens"] / elapsed
-    if sft.val_examples and (step % config.val.interval == 0 or step == config.max_steps):
+    val = config.val
+    due = val is not None and (step % val.interval == 0 or step == config.max_steps)
+    if sft.val_examples and due:
         metrics["val/loss"] = validation_loss(sft)
     if is_checkpoint_step(step, config.ckpt.interval, config.max_steps, config.ckpt.enabled):
-        extra = {"wandb_run_id": sft.logger.wandb_run.id} if has_wandb(sft) else {}
+        run = sft.logger.wandb_run if sft.logger is not None else None
+        extra = {"wandb_run_id": run.id} if run is not None else {}
         sft.checkpointer.save(step, sft.model, sft.optimizer, sft.scheduler, extra,
                               last=step == config.max_steps)  # fmt: skip
     if sft.logger:
         sft.logger.log(step, metrics)
-
-
-def has_wandb(sft: SFT) -> bool:
-    return sft.logger is not None and sft.logger.wandb_run is not None
 
 
 def rank_rows(sft: SFT, examples: list[Example]) -> list[PackedRow]:
@@ -235,6 +234,7 @@ def publish_final(sft: SFT) -> None:
     lora = is_lora(sft.model)
     state = full_state_dict(sft.model, world, trainable_only=lora)
     if world.is_main:
+        assert state is not None, "full_state_dict gathers on rank 0"
         if lora and config.lora_output == "adapter":
             write_policy(run_dir, step, sft.model, state, source_dir(source), source)
         else:
@@ -244,7 +244,7 @@ def publish_final(sft: SFT) -> None:
     world.barrier()
 
 
-def merged_copy(sft: SFT, adapter: dict, source: str) -> nn.Module:
+def merged_copy(sft: SFT, adapter: dict, source: str) -> TrainerModel:
     """A fresh CPU copy of the base model with the trained adapters merged into it."""
     from trainer.lora import merge_lora
 
@@ -258,7 +258,7 @@ def merged_copy(sft: SFT, adapter: dict, source: str) -> nn.Module:
     return model
 
 
-def write_full(run_dir: RunDir, step: int, model: nn.Module, state: dict | None, source: str):
+def write_full(run_dir: RunDir, step: int, model: TrainerModel, state: dict | None, source: str):
     """weights/<step> as a full HF folder in the model's serving dtype (config.json says so),
     marked STABLE; `state` is the gathered state dict (None: the model's own)."""
     from rlcore.files import atomic_folder
