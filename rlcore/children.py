@@ -29,7 +29,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,7 +230,7 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def wait_healthy(
-    servers: dict[str, str], nonce: str | None, timeout_s: float, children: list[Child]
+    servers: dict[str, str], nonce: str | None, timeout_s: float, children: Sequence[Child]
 ) -> None:
     """Until every server (name -> root URL) answers /health and proves `nonce`; returns early
     when any of `children` has exited (the caller reports it). TimeoutError(message, name)
