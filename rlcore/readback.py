@@ -14,6 +14,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,7 @@ def nesting(value: Any, stop: int) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, level = todo.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):
