@@ -342,9 +342,11 @@ def stuck_message(view: View, waiters: list[tuple[Wait, str]]) -> str:
 # -- stacks ------------------------------------------------------------------------------------
 
 
-def dump_stacks(pid: int, log: Path) -> str:
+def dump_stacks(pid: int, log: Path | None) -> str:
     """Signal `pid` to write its stacks into `log` (continuing it first if it is stopped); the
-    wait it is in, as text."""
+    wait it is in, as text. A process started without a log is not signalled."""
+    if log is None:
+        return "(it has no log to write its stacks into)"
     size = log.stat().st_size if log.exists() else 0
     try:
         os.kill(pid, STACK_DUMP_SIGNAL)
