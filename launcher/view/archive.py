@@ -345,7 +345,9 @@ def stored_turns(stored: tuple[str, int] | None, where: str) -> list[dict]:
 
 def turns(value: Any, where: str = "") -> list[dict]:
     """Messages to show, one per turn: role, text, tool calls (name and arguments), each text
-    cut at MAX_TEXT_CHARS (`more` says what is left, `link` where the stored value is read)."""
+    cut at MAX_TEXT_CHARS (`more` says what is left, `link` where the stored value is read).
+    `value` is a stored value: messages as JSON text, or already parsed."""
+    value = loads(value)
     if value is None:
         return []
     if not isinstance(value, list):
