@@ -94,3 +94,18 @@ def family_dirs(tmp_path_factory) -> dict[str, Path]:
     for family in HEAD_FAMILIES:
         build_family_model(family, FAMILY_VOCAB).save_pretrained(root / family)
     return {family: root / family for family in HEAD_FAMILIES}
+
+
+HUB_ENVS = Path(__file__).parent / "fixtures" / "hub_envs"
+
+
+@pytest.fixture
+def hub_environments(monkeypatch):
+    """The hub environments the shipped prime-rl-shaped configs and seed guides name
+    (`harleycooper/dakota1890`, `your-username/your-env`) installed, as a user installs them
+    before a run: importable modules that load a bundled environment."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(HUB_ENVS))
+    importlib.invalidate_caches()
+    return HUB_ENVS

@@ -204,9 +204,10 @@ def rl_flag_problems(argv: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def scratch(tmp_path, monkeypatch):
+def scratch(tmp_path, monkeypatch, hub_environments):
     """A folder with the repository's configs, examples and environments, as the current
-    folder; the environment restored after each command."""
+    folder, with the hub environments the shipped configs name installed (as the pages say to
+    do first); the environment restored after each command."""
     for folder in SHARED_FOLDERS:
         (tmp_path / folder).symlink_to(REPO / folder)
     monkeypatch.chdir(tmp_path)

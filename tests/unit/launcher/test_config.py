@@ -275,7 +275,23 @@ def test_positional_without_at(capsys):
 
 
 # -- the commands --------------------------------------------------------------------------------
-def test_dry_run_prints_plan_and_writes_nothing(tmp_path, capsys):
+def test_a_dry_run_names_a_hub_environment_that_is_not_installed(tmp_path, capsys):
+    """The shipped prime-rl-shaped files name a hub environment: before it is installed the
+    dry run refuses as a start would, naming it and how to install it."""
+    from launcher.rl import main
+
+    with pytest.raises(SystemExit) as end:
+        main(["--trainer", "@", str(REPO / "configs/examples/train.toml"),
+              "--orchestrator", "@", str(REPO / "configs/examples/orch.toml"),
+              "--inference", "@", str(REPO / "configs/examples/infer.toml"),
+              "--output-dir", str(tmp_path / "run"), "--dry-run"])  # fmt: skip
+    assert end.value.code == 2
+    err = capsys.readouterr().err
+    assert "'harleycooper/dakota1890' (module `dakota1890`)" in err
+    assert "uv pip install dakota1890" in err and not (tmp_path / "run").exists()
+
+
+def test_dry_run_prints_plan_and_writes_nothing(tmp_path, capsys, hub_environments):
     from launcher.rl import main
 
     out = tmp_path / "run"
@@ -389,7 +405,7 @@ def dry_run(argv, capsys) -> str:
         ["--trainer.ckpt.resume-step", "100", "--orchestrator.ckpt.resume-step", "100"],
     ],
 )
-def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys):
+def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys, hub_environments):
     import shlex
 
     eight = shlex.split((SEEDS / "dakota_8gpu.args").read_text().replace("~", str(tmp_path)))
