@@ -151,12 +151,14 @@ def test_sft_writes_no_secret(tiny_model_dir, tmp_path, cpu_world, monkeypatch):
 
 def test_rl_sft_writes_no_secret(tiny_model_dir, tmp_path, monkeypatch):
     import launcher.sft_run
+    from launcher.eta import RunClock
 
     monkeypatch.setattr(launcher.sft_run, "install_stop_handlers", lambda: None)
     monkeypatch.setattr(launcher.sft_run.children, "start", stop)
     run = RunDir(tmp_path / "run")
+    config = sft_config(tiny_model_dir, run.root)
     with pytest.raises(Stopped):
-        launcher.sft_run.run_attempt(run, sft_config(tiny_model_dir, run.root), None)
+        launcher.sft_run.run_attempt(run, config, None, RunClock(None, config.max_steps, ["sft"]))
     assert_no_secret(run.config_file("sft").read_text())
 
 
