@@ -237,7 +237,8 @@ class RunData:
             return {"name": self.name, "path": shown(self.root), "kind": "?",
                     "status": "damaged", "why": one_line(err), "model": "", "envs": [],
                     "step": None, "max_steps": None, "last5_reward": None, "wall_s": None,
-                    "machine": "", "disk_gib": None, "updated": None}  # fmt: skip
+                    "machine": "", "disk_gib": None, "updated": None,
+                    "serving": []}  # fmt: skip
 
     def read_summary(self, brief: bool, disk: bool) -> dict[str, Any]:
         state = self.state()
@@ -261,7 +262,16 @@ class RunData:
             "wall_s": wall, "machine": machine_words(machine),
             "disk_gib": self.disk_gib() if disk else None,
             "updated": curves.last_time,
+            "serving": self.serving(state, status),
         })  # fmt: skip
+
+    def serving(self, state: RunState, status: str) -> list[str]:
+        """The inference servers of a live run, as run.json records them (the port rl chose,
+        never an assumed 8000; checked by rlcore.run_json); none once it has ended."""
+        urls = state.data.get("inference_urls")
+        if status not in LIVE or not isinstance(urls, list):
+            return []
+        return [shown(url, 200) for url in urls if isinstance(url, str)]
 
     def disk_gib(self) -> float:
         """Bytes of the run's files (links not followed), cached for DISK_CACHE_S."""

@@ -191,6 +191,18 @@ def test_status_of_a_copied_live_run_is_not_running_here(tmp_path):
     assert failed.status() == ("failed", "trainer failed (exit code 1)")
 
 
+def test_a_live_run_shows_the_inference_port_run_json_records(tmp_path):
+    """rl chooses the port (8000 only when free): the view reads it from run.json, and says
+    nothing of a server once the run has ended or where the launcher is not proved."""
+    urls = ["http://127.0.0.1:8003", "http://127.0.0.1:8004"]
+    for root, live in ((tmp_path / "l", True), (tmp_path / "c", False)):
+        make_run(root, live=live, status="running")
+        state = json.loads((root / "run.json").read_text())
+        (root / "run.json").write_text(json.dumps({**state, "inference_urls": urls}))
+    assert RunData(tmp_path / "l", tmp_path).summary()["serving"] == urls
+    assert RunData(tmp_path / "c", tmp_path).summary()["serving"] == []  # not running here
+
+
 def test_a_run_from_an_older_version_lacking_files_still_reads(tmp_path):
     root = tmp_path / "old"
     (root / "configs").mkdir(parents=True)
