@@ -168,7 +168,9 @@ def replica_config(config: RLConfig, name: str):
     """The InferenceConfig of server `name`: its own port (the first server's + its index)."""
     index = inference_names(config.inference.replicas).index(name)
     replica = config.inference.model_copy(deep=True)
-    replica.server.port += index
+    port = replica.server.port
+    assert port is not None, "the first server's port is settled first (prepare.settle_ports)"
+    replica.server.port = port + index
     return replica
 
 
