@@ -11,7 +11,7 @@ matmul on the same machine), fitted by benchmarks/estimates.py; a machine's own 
 in them."""
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.shape import ModelShape
@@ -56,7 +56,10 @@ LOAD_WEIGHT = 1.0
 slowdown on a shared machine (`shared_slowdown`): a fair share, one CPU's worth each (on this
 project's 2-CPU machines a load of 16 from others made the quick start's steps 9x longer)."""
 WALL_RANGE = (0.8, 1.3)
-"""The range printed around the wall time (answer lengths are the largest unknown)."""
+"""The machine's share of the range printed around the wall time, applied to its ends."""
+SHORT_ANSWERS = 0.2
+"""The range's low end takes answers this share of `max_tokens` long (the longest too): how
+long answers run is the job's largest unknown (a 256-token bound saw answers of about 40)."""
 ANSWER_FILL = 0.75
 """Share of `max_tokens` an answer is taken to use (answers stop at EOS; the range covers
 0.5-1)."""
@@ -331,6 +334,19 @@ def shared_slowdown(other_load: float, cpus: int) -> float:
     return 1.0 + LOAD_WEIGHT * max(other_load, 0.0) / max(cpus, 1)
 
 
+def wall_with_answers(
+    job: Job, shape: ModelShape, speeds: Speeds, slowdown: float, share: float
+) -> float:
+    """The wall time were every answer `share` of `answer_tokens` long (an SFT job's samples
+    are measured: unchanged)."""
+    if not job.sft:
+        job = replace(job, answer_tokens=max(round(job.answer_tokens * share), 1), answer_fill=1.0)
+    step = step_phases(job, shape, speeds, job.answer_mean)["step"]
+    step *= 1.0 if job.on_gpu else slowdown
+    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * step
+    return start + job.max_steps * step + end_s(job, shape, speeds)
+
+
 def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0) -> Forecast:
     """The whole estimate for `job` on this machine; `slowdown` stretches the CPU's work on a
     shared machine (`shared_slowdown`; on GPUs only the start)."""
@@ -340,7 +356,10 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
     start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * mid["step"]
     end = end_s(job, shape, speeds)
     wall = start + job.max_steps * mid["step"] + end
-    low, high = WALL_RANGE
+    wall_range = (
+        WALL_RANGE[0] * wall_with_answers(job, shape, speeds, slowdown, SHORT_ANSWERS),
+        WALL_RANGE[1] * wall_with_answers(job, shape, speeds, slowdown, 1.0),
+    )
     memory = {"trainer": job.trainer_peak}
     if not job.sft:
         memory["inference"] = inference_memory(job, shape)
@@ -357,7 +376,7 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
     gpus = job.trainer_gpus + (0 if job.sft else job.inference_gpus)
     return Forecast(
         phases={k: v for k, v in mid.items() if k != "step"}, step_s=mid["step"],
-        start_s=start, end_s=end, wall_s=wall, wall_range=(wall * low, wall * high),
+        start_s=start, end_s=end, wall_s=wall, wall_range=wall_range,
         memory=memory, machine_memory=host, gpu_memory=gpu_memory,
         disk=disk(job, shape, job.answer_mean), gpu_hours=gpus * wall / 3600,
     )  # fmt: skip

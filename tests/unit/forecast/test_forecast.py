@@ -284,3 +284,14 @@ def test_accuracy_is_measured_over_estimated():
 )
 def test_durations_read_as_words(seconds, words):
     assert progress.duration(seconds) == words
+
+
+def test_the_range_runs_from_short_answers_to_full_ones():
+    job = Job(max_steps=10, rollouts=8, answer_tokens=100, trainer_peak=1.0)
+    result = model.estimate(job, SMALL, FLAT)
+    short = model.wall_with_answers(job, SMALL, FLAT, 1.0, model.SHORT_ANSWERS)
+    full = model.wall_with_answers(job, SMALL, FLAT, 1.0, 1.0)
+    assert short < result.wall_s < full
+    assert result.wall_range == pytest.approx(
+        (model.WALL_RANGE[0] * short, model.WALL_RANGE[1] * full)
+    )
