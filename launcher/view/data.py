@@ -238,7 +238,7 @@ class RunData:
                     "status": "damaged", "why": one_line(err), "model": "", "envs": [],
                     "step": None, "max_steps": None, "last5_reward": None, "wall_s": None,
                     "machine": "", "disk_gib": None, "updated": None,
-                    "serving": []}  # fmt: skip
+                    "serving": [], "time": ""}  # fmt: skip
 
     def read_summary(self, brief: bool, disk: bool) -> dict[str, Any]:
         state = self.state()
@@ -263,7 +263,24 @@ class RunData:
             "disk_gib": self.disk_gib() if disk else None,
             "updated": curves.last_time,
             "serving": self.serving(state, status),
+            "time": self.time_words(state, status),
         })  # fmt: skip
+
+    def time_words(self, state: RunState, status: str) -> str:
+        """The time left and expected finish of a live run, or a finished run's estimate
+        against what it took (rlcore.forecast.progress, as `rl status` says it); '' without
+        an estimate, and for a run not running here."""
+        from rlcore.forecast.progress import status_line
+        from rlcore.metrics import read_last_records
+
+        if status not in (*LIVE, "finished", "failed", "stopped"):
+            return ""
+        records = read_last_records(self.run.metrics, self.root) if status in LIVE else []
+        try:
+            words = status_line(state.data, records, time.time())
+        except (ArithmeticError, TypeError, ValueError):  # forged figures: no words
+            return ""
+        return shown(words, 300) if words else ""
 
     def serving(self, state: RunState, status: str) -> list[str]:
         """The inference servers of a live run, as run.json records them (the port rl chose,

@@ -146,5 +146,8 @@ def status_line(state: dict, records: list, now: float) -> str | None:
     left = from_records(estimate, records, max_steps).left_s(now)
     if left is None:
         return None
-    finish = time.strftime("%H:%M:%S", time.localtime(now + left))
+    try:
+        finish = time.strftime("%H:%M:%S", time.localtime(now + left))
+    except (OverflowError, ValueError, OSError):  # a forged estimate: centuries away
+        return f"~{duration(left)}"
     return f"~{duration(left)} (expected to finish at {finish})"

@@ -203,6 +203,39 @@ def test_a_live_run_shows_the_inference_port_run_json_records(tmp_path):
     assert RunData(tmp_path / "c", tmp_path).summary()["serving"] == []  # not running here
 
 
+def test_the_runs_time_left_and_its_estimate_against_actual(tmp_path):
+    """As `rl status` says it: a live run's time left from its estimate and measured steps; a
+    finished run's estimate against what it took; forged figures say nothing, never an
+    error."""
+    import time
+
+    live = make_run(tmp_path / "l", live=True, steps=0)
+    state = json.loads((live / "run.json").read_text())
+    estimate = {"step_s": 10.0, "end_s": 5.0, "wall_s": 105.0}
+    progress = {"max_steps": 10}
+    (live / "run.json").write_text(
+        json.dumps({**state, "estimate": estimate, "progress": progress})
+    )
+    now = time.time()
+    with (live / "metrics.jsonl").open("w") as f:
+        for step in (1, 2, 3, 4):  # a step every 10 s, the last just now: 6 left
+            record = {"component": "trainer", "step": step, "time": now - 10 * (4 - step)}
+            f.write(json.dumps(record) + "\n")
+    words = RunData(live, tmp_path).summary()["time"]
+    assert words.startswith("~1 min") and "expected to finish at" in words, words
+    done = make_run(tmp_path / "f", status="finished")
+    state = json.loads((done / "run.json").read_text())
+    measured = {"estimate": {"wall_s": 100.0}, "measured": {"wall_s": 125.0},
+                "estimate_accuracy": {"wall": 1.25, "trainer_peak": 0.97}}  # fmt: skip
+    (done / "run.json").write_text(json.dumps({**state, **measured}))
+    words = RunData(done, tmp_path).summary()["time"]
+    assert words == "estimated 1 min 40 s, took 2 min 05 s (1.25x); trainer_peak 0.97x", words
+    live_state = json.loads((live / "run.json").read_text())
+    forged = {"estimate": {"step_s": 1e300}, "progress": {"max_steps": 10**18}}
+    (live / "run.json").write_text(json.dumps({**live_state, **forged}))
+    assert isinstance(RunData(live, tmp_path).summary()["time"], str)
+
+
 def test_a_run_from_an_older_version_lacking_files_still_reads(tmp_path):
     root = tmp_path / "old"
     (root / "configs").mkdir(parents=True)
