@@ -38,8 +38,26 @@ class ModelNotFoundError(ValueError):
 
 
 def cache_dir() -> Path:
-    """Folder for converted and generated models: `$RL_CACHE_DIR` or `~/.cache/rl-launcher`."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "rl-launcher").expanduser()
+    """Folder for converted and generated models and the machine's calibration, always
+    absolute: `$RL_CACHE_DIR`, else `~/.cache/rl-launcher`, where `~` is the user's home from
+    the password database when `$HOME` is unset or empty (never the current folder)."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given).expanduser().absolute()
+    home = os.environ.get("HOME") or home_of_user()
+    return (Path(home) / ".cache" / "rl-launcher").absolute()
+
+
+def home_of_user() -> str:
+    """The user's home folder from the password database; the temporary folder where this
+    user has none."""
+    import pwd
+    import tempfile
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or tempfile.gettempdir()
+    except KeyError:
+        return tempfile.gettempdir()
 
 
 def looks_like_path(name: str) -> bool:

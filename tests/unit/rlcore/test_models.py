@@ -1,6 +1,7 @@
 """rlcore.models: name resolution, cached atomic builds; and the tests' tiny model."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -98,3 +99,23 @@ def test_tiny_model_is_deterministic_per_seed(tmp_path, tiny_model_dir):
     a = load_file(tiny_model_dir / "model.safetensors")
     b = load_file(tmp_path / "again" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.parametrize("home", ["", None])
+def test_the_cache_is_never_the_current_folder(monkeypatch, tmp_path, home):
+    """With $HOME empty or unset (a `''` taken at its word), the cache was `.cache/` in the
+    current folder: a repository got one. It is the user's home from the password database."""
+    import pwd
+
+    from rlcore.models import CACHE_ENV, cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    if home is None:
+        monkeypatch.delenv("HOME", raising=False)
+    else:
+        monkeypatch.setenv("HOME", home)
+    found = cache_dir()
+    assert found == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "rl-launcher"
+    monkeypatch.setenv(CACHE_ENV, "relative/cache")
+    assert cache_dir() == tmp_path / "relative" / "cache"
