@@ -15,6 +15,7 @@ from rlcore.estimate import (  # noqa: F401  (re-exported: the launcher's and te
     safetensors_params,
     trainer_peak,
 )
+from rlcore.machine import DTYPE_BYTES
 
 
 def background_copies(
@@ -66,7 +67,7 @@ def estimate_parts(
     trainable = None if adapters is None else adapters * shape.layers
     parts = trainer_peak(
         shape, trainer.tokens_per_pass(on_cpu=not gpus),
-        4 if trainer.model.dtype == "float32" else 2, checkpointing, max(len(gpus), 1),
+        DTYPE_BYTES.get(trainer.model.dtype, 2), checkpointing, max(len(gpus), 1),
         trainable=trainable, head_chunk=trainer.model.logprob_chunk_tokens,
         checkpoint_freq=freq,
     )  # fmt: skip
@@ -90,7 +91,7 @@ def trainer_memory(config, gpu_map: dict[str, list[int]], shape: ModelShape) -> 
     ram = available_ram()
     inference = 0.0
     if not gpu_map.get("inference"):
-        serving = 4 if config.inference.model.dtype == "float32" else 2
+        serving = DTYPE_BYTES.get(config.inference.model.dtype, 2)  # `auto` counted as 2
         inference = shape.params * serving + config.inference.cpu.kvcache_space_gib * GIB
         inference += INFERENCE_OVERHEAD
         inference *= config.inference.replicas

@@ -8,6 +8,7 @@ from pathlib import Path
 from launcher.plan import Plan, numeric_choices
 from launcher.rl_config import COMPONENTS
 from launcher.slurm import check_no_job
+from orchestrator.config import EnvConfig, EvalEnvConfig
 from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
 from rlcore.machine import differences
@@ -37,7 +38,8 @@ def check_task_servers(plan: Plan) -> None:
     from rl_tasks.taskfile import TaskError, check_runnable, tasks_in_args
 
     orch = plan.config.orchestrator
-    for env in [*orch.env, *(orch.eval.env if orch.eval else [])]:
+    envs: list[EnvConfig | EvalEnvConfig] = [*orch.env, *(orch.eval.env if orch.eval else [])]
+    for env in envs:
         if env.id == "rl-tasks":
             source = env.args.get("tasks") or env.args.get("dataset")
             try:

@@ -39,9 +39,11 @@ def detect_gpus() -> list[int]:
 def check_gpu_type(config: RLConfig, dry_run: bool, warnings: list[str]) -> None:
     """`--gpus NxTYPE`: every GPU found must be of TYPE (a dry run only warns)."""
     wanted = gpu_type(config.gpus) if config.gpus else None
-    names = query_gpus("name") if wanted else []
+    if not wanted:
+        return
+    names = query_gpus("name")
     wrong = sorted({n for n in names if wanted.lower() not in n.lower()})
-    if wanted and (wrong or not names):
+    if wrong or not names:
         found = ", ".join(wrong) if wrong else "no GPU"
         message = f"--gpus {config.gpus} asks for {wanted} GPUs but this machine has {found}"
         if not dry_run:
@@ -76,7 +78,7 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
     job: its GPUs are elsewhere). The inference ports are settled first (the base URL is
     derived from them); a job settles them on its nodes."""
     submitting = config.slurm is not None and not inside_job()
-    chosen = {}
+    chosen: dict[str, object] = {}
     if config.inference.server.port is None:
         chosen["inference.server.port"] = None
         if config.orchestrator.client.base_url is None:

@@ -155,12 +155,13 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children.values():
             stopped = procs.is_stopped(child.proc.pid)
-            child.clock.stopped_since = (child.clock.stopped_since or now) if stopped else None
-            if stopped and now - child.clock.stopped_since >= STOPPED_AFTER_S:
+            since = (child.clock.stopped_since or now) if stopped else None
+            child.clock.stopped_since = since
+            if since is not None and now - since >= STOPPED_AFTER_S:
                 where = dump_stacks(child.proc.pid, child.log)
                 return child.name, (
                     f"{child.name} is stopped (SIGSTOP or a debugger: process state T) and has "
-                    f"not run for {now - child.clock.stopped_since:.0f} s; it was in {where}; "
+                    f"not run for {now - since:.0f} s; it was in {where}; "
                     f"the stacks of all its threads are at the end of {child.log}"
                 )
         stall = find_stall(self.views(now))

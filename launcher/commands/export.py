@@ -42,13 +42,13 @@ def trainer_config(run: RunDir):
     """The trainer's (or an `rl sft` run's) config the run recorded, read back bounded
     (rlcore.toml_io); one that is not such a config is a damaged run folder, never a
     traceback."""
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
     from rlcore.toml_io import load_toml
     from trainer.config import TrainerConfig
 
     path = run.config_file("trainer")
-    model = TrainerConfig
+    model: type[BaseModel] = TrainerConfig
     if not path.is_file() and run.config_file("sft").is_file():
         from trainer.sft.config import SFTConfig
 

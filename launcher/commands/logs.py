@@ -53,8 +53,8 @@ def run(args) -> int:
         while args.follow:
             time.sleep(0.5)
             for f in files:
-                if offsets[f] is not None:
-                    offsets[f] = print_new_lines(f, run_dir.root, offsets[f],
+                if (offset := offsets[f]) is not None:
+                    offsets[f] = print_new_lines(f, run_dir.root, offset,
                                                  prefix=None if component else f.stem)  # fmt: skip
     except KeyboardInterrupt:
         pass

@@ -118,6 +118,7 @@ class Site:
             self.listing = self.lists.submit(self.read_runs)
         if self.listed is not None:
             return self.listed[1]
+        assert self.listing is not None, "a stale list is being read"
         return await asyncio.shield(asyncio.wrap_future(self.listing))
 
     def read_runs(self) -> list[dict]:
@@ -240,7 +241,7 @@ def via(site: Site, call, **defaults):
     params = [inspect.Parameter(name, keyword, default=defaults.get(name, empty),
                                 annotation=param.annotation)
               for name, param in inspect.signature(call).parameters.items()]  # fmt: skip
-    route.__signature__ = inspect.Signature(params)
+    vars(route)["__signature__"] = inspect.Signature(params)  # what inspect.signature reads
     route.__name__ = call.__name__
     return route
 
@@ -299,7 +300,7 @@ def add_eval_routes(app: FastAPI, site: Site) -> None:
 
     def evals_json(rid: str, step: int | None, env: str, page_index: int):
         run = site.run_of(rid)
-        found = {"table": archive.eval_table(run)}
+        found: dict[str, object] = {"table": archive.eval_table(run)}
         if step is not None:
             found["samples"] = archive.eval_samples(run, step, env, False, page_index)
         return found

@@ -14,7 +14,7 @@ MISSING = "(not set)"
 
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     if isinstance(data, dict):
-        found = {}
+        found: dict[str, str] = {}
         for key, value in data.items():
             found |= flatten(value, f"{prefix}.{key}" if prefix else str(key))
         return found

@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from rlcore import readback
 from rlcore.metrics import is_training_step
@@ -100,7 +101,7 @@ class Curves:
             self.markers.append({"step": step, "text": f"resumed at step {step} ({component})"})
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     if not isinstance(value, int | float) or isinstance(value, bool):
         return False
     try:

@@ -248,7 +248,8 @@ class RunData:
         except Damaged as err:
             curves, status, why = Curves(), "damaged", str(err)
         configs = self.config_data()
-        machine = state.data.get("machine") if isinstance(state.data.get("machine"), dict) else {}
+        recorded = state.data.get("machine")
+        machine = recorded if isinstance(recorded, dict) else {}
         wall = None
         if curves.first_time is not None and curves.last_time is not None:
             wall = curves.last_time - curves.first_time
@@ -303,7 +304,7 @@ class RunData:
     def config_files(self) -> list[tuple[str, tuple[str, ...]]]:
         """(name, parts) of each resolved config the run holds."""
         names = [n for n in self.names("configs") if n.endswith(".toml")]
-        found = [(shown(n[:-5]), ("configs", n)) for n in names]
+        found: list[tuple[str, tuple[str, ...]]] = [(shown(n[:-5]), ("configs", n)) for n in names]
         found.sort(key=lambda f: (CONFIG_ORDER.index(f[0]) if f[0] in CONFIG_ORDER else 99, f[0]))
         if self.real("eval.toml"):
             found.insert(0, ("eval", ("eval.toml",)))

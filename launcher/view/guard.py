@@ -83,4 +83,5 @@ class Guard(BaseHTTPMiddleware):
         return await call_next(request)
 
     def matches(self, given: str) -> bool:
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        token = self.token
+        return token is not None and hmac.compare_digest(given.encode(), token.encode())

@@ -318,7 +318,7 @@ def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
     """The run folder at the end, by part."""
     rollout_tokens = (job.prompt_tokens + answer) * job.turns
     per_step = job.rollouts * (rollout_tokens * ARCHIVE_BYTES_PER_TOKEN + ARCHIVE_BYTES_PER_ROLLOUT)
-    policy = shape.params * job.served_bytes if job.trainable is None else 4 * job.trainable
+    policy: float = shape.params * job.served_bytes if job.trainable is None else 4 * job.trainable
     policy += job.tokenizer_bytes
     return {
         "checkpoints": job.checkpoints_kept * checkpoint_bytes(job, shape),

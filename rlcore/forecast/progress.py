@@ -49,12 +49,12 @@ class Progress:
     def pace_s(self) -> float | None:
         """Seconds per step: the measured intervals' median once there are MEDIAN_FROM, before
         that their mean with the estimate counted once; the estimate alone before any."""
-        measured = self.intervals()
-        if len(measured) >= MEDIAN_FROM or (measured and self.estimated_step_s is None):
-            return statistics.median(measured)
+        measured, estimate = self.intervals(), self.estimated_step_s
         if not measured:
-            return self.estimated_step_s
-        return (sum(measured) + self.estimated_step_s) / (len(measured) + 1)
+            return estimate
+        if len(measured) >= MEDIAN_FROM or estimate is None:
+            return statistics.median(measured)
+        return (sum(measured) + estimate) / (len(measured) + 1)
 
     def left_s(self, now: float) -> float | None:
         """Seconds until the run ends (the trainer's steps left, then the end); None without
@@ -139,7 +139,8 @@ def status_line(state: dict, records: list, now: float) -> str | None:
                     if k != "wall" and isinstance(v, int | float)
                 )  # fmt: skip
             return f"estimated {duration(wall)}, took {duration(actual)}{ratio}{rest}"
-    progress_state = state.get("progress") if isinstance(state.get("progress"), dict) else {}
+    progress = state.get("progress")
+    progress_state = progress if isinstance(progress, dict) else {}
     max_steps = progress_state.get("max_steps")
     if not isinstance(max_steps, int) or max_steps <= 0:
         return None

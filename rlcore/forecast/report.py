@@ -72,6 +72,8 @@ def side_files_bytes(name: str) -> float:
 
     try:
         folder = model_folder(name)
+        if folder is None:
+            return TOKENIZER_BYTES
         files = [f for f in folder.iterdir() if f.is_file() and f.suffix != ".safetensors"]
         return float(sum(f.stat().st_size for f in files)) or TOKENIZER_BYTES
     except (ConfigError, OSError, AttributeError):
