@@ -183,7 +183,8 @@ from launcher.supervisor import Supervisor
 from rlcore.poll import Stop, ignore_stop_signals, install_stop_handlers, sleep
 from rlcore.runlock import hold_run
 
-plan = Plan(RLConfig.model_validate({"output_dir": sys.argv[1]}),
+given = {"output_dir": sys.argv[1], "inference": {"server": {"port": 8000}}}  # as rl settles it
+plan = Plan(RLConfig.model_validate(given),
             gpu_map={"inference": [], "orchestrator": [], "trainer": []}, attempt="a1")
 plan.command = lambda name: ["sleep", "60"]
 plan.run.claim()
@@ -242,14 +243,16 @@ SFT_STAND_IN = """
 import sys
 from pathlib import Path
 from launcher import sft_run
+from launcher.eta import RunClock
 from trainer.sft.config import SFTConfig
 
 config = SFTConfig.model_validate({"output_dir": sys.argv[1], "data": {"name": "rows.jsonl"}})
 SLEEP = "import time; print('started', flush=True); time.sleep(60)"
 sft_run.sft_command = lambda config_file: [sys.executable, "-c", SLEEP]
 run = sft_run.RunDir(config.output_dir)
-sys.exit(sft_run.exit_code(sft_run.run_attempt(run, config, sft_run.prepare(run, config,
-                                                                            clean=False))))
+step = sft_run.prepare(run, config, clean=False)
+clock = RunClock(None, config.max_steps, ["sft"])
+sys.exit(sft_run.exit_code(sft_run.run_attempt(run, config, step, clock)))
 """
 
 
