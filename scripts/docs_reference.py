@@ -16,7 +16,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -69,22 +69,10 @@ def _list_models(annotation: Any) -> list[type[BaseModel]]:
 
 
 def type_text(annotation: Any) -> str:
-    """A short readable type: `int | None`, `list[int]`, `'a' | 'b'`, a config class's name."""
-    if get_origin(annotation) is Annotated:
-        return type_text(get_args(annotation)[0])
-    origin = get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        return " | ".join(type_text(a) for a in get_args(annotation))
-    if origin is Literal:
-        return " | ".join(repr(a) for a in get_args(annotation))
-    if origin is not None:
-        inner = ", ".join(type_text(a) for a in get_args(annotation))
-        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
-    if annotation is type(None):
-        return "None"
-    if annotation is Any:
-        return "any"
-    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+    """A short readable type, as `--help` writes it (rlcore.schema), `any` for Any."""
+    from rlcore.schema import type_text as help_type_text
+
+    return "any" if annotation is Any else help_type_text(annotation)
 
 
 BOUND_NAMES = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
