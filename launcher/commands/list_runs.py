@@ -26,8 +26,18 @@ HELP = "runs under DIR (default outputs/): status, step, checkpoint, disk use"
 
 def parser():
     parser = command_parser(NAME, HELP + ".")
-    parser.add_argument("dir", nargs="?", type=Path, default=RUNS_ROOT, help="where to look")
+    parser.add_argument("dir", nargs="?", type=folder_arg, default=RUNS_ROOT,
+                        help="where to look (default: outputs/)")  # fmt: skip
     return parser
+
+
+def folder_arg(value: str) -> Path:
+    """DIR as given (the listing shows paths as the user wrote them), checked as every path is
+    (rlcore.paths): an empty one (an unset `$DIR`) is refused, never taken for `.`."""
+    from rlcore.paths import user_path
+
+    user_path(value, "DIR")
+    return Path(value).expanduser()
 
 
 def run(args) -> int:

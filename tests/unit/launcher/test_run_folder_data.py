@@ -382,3 +382,14 @@ def test_plot_reads_every_record_chunk_by_chunk_within_its_bound(tmp_path):
     assert [r["step"] for r in read_all_records(path)] == list(range(12_000))
     tail = read_all_records(path, bound=Bound("test", 10 * len(lines[0])))
     assert [r["step"] for r in tail] == list(range(12_000 - 9, 12_000))  # a cut line dropped
+
+
+def test_an_empty_folder_to_list_is_refused_never_taken_for_the_current_one(
+    tmp_path, monkeypatch, capsys
+):
+    """`rl list "$DIR"` with DIR unset listed the current folder's runs."""
+    monkeypatch.chdir(tmp_path)
+    RunDir(tmp_path / "here").claim()
+    assert run_command("list", [""]) == 2
+    assert "DIR '' is empty" in capsys.readouterr().err
+    assert run_command("list", ["."]) == 0 and "here" in capsys.readouterr().out
