@@ -43,7 +43,8 @@ from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
 from rlcore import poll
 
-plan = Plan(RLConfig.model_validate({"output_dir": sys.argv[1]}),
+given = {"output_dir": sys.argv[1], "inference": {"server": {"port": 8000}}}  # as rl settles it
+plan = Plan(RLConfig.model_validate(given),
             gpu_map={"inference": [], "orchestrator": [], "trainer": []}, attempt="a1")
 plan.command = lambda name: ["true"]
 plan.run.claim()
