@@ -40,7 +40,7 @@ def read_dotenv(path: Path | str = DOTENV) -> dict[str, str]:
     for binding in parse_stream(io.StringIO(text)):
         if binding.error:
             raise DotenvError(
-                f"{path}, line {binding.original.line}: not a `KEY=VALUE` line (a quote left "
+                f"{path}, line {binding.original.line}: not a `NAME=value` line (a quote left "
                 "open, or a space in the key?): fix it, or start it with `#`"
             )
         if binding.key is not None and binding.value is not None:

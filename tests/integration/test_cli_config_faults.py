@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,12 @@ def run_rl(tmp_path: Path, argv: list[str], free_port: bool = True) -> subproces
         text=True,
         cwd=tmp_path,
         timeout=120,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        env={
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "RL_CACHE_DIR": str(MACHINE_CACHE),
+        },
     )
 
 
@@ -90,7 +96,7 @@ def test_malformed_config_is_a_clear_user_error(tmp_path, name, files, argv, wor
 
 
 REFUSED_AT_START = [
-    ("bad .env line", {".env": 'GOOD=1\nBAD LINE "open\n'}, [], [".env, line 2", "KEY=VALUE", "#"]),
+    ("bad .env line", {".env": 'GOOD=1\nBAD LINE "open\n'}, [], [".env, line 2", "NAME=value", "#"]),
     ("unset $VAR", {"o.toml": "[[env]]\nid = 'rl-add-digits'\nargs = { api_key = '$RL_TEST_UNSET' }\n"}, ["--orchestrator", "@", "o.toml"], ["orchestrator.env[0].args.api_key = '$RL_TEST_UNSET'", "$RL_TEST_UNSET is not set", ".env"]),
 ]  # fmt: skip
 
@@ -123,7 +129,8 @@ def test_a_read_only_output_folder_is_refused_by_start_and_dry_run(tmp_path, out
         result = subprocess.run(
             [sys.executable, "-c", code, "--output-dir", str(root), *mode],
             capture_output=True, text=True, cwd=tmp_path, timeout=120,
-            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+             "RL_CACHE_DIR": str(MACHINE_CACHE)},
         )  # fmt: skip
         assert result.returncode == 2, result.stdout + result.stderr
         assert "Traceback" not in result.stderr
@@ -156,6 +163,11 @@ def test_existing_checkpoints_need_resume_or_clean(tmp_path):
     assert all(w in result.stderr for w in ("--ckpt.resume-step -1", "--clean", "--output-dir"))
     assert snapshot(tmp_path) == before
 
+
+MACHINE_CACHE = Path(tempfile.gettempdir()) / "rl-test-machine-cache"
+"""The machine's calibration cache (rl's own, kept per machine like the model cache), out of
+the folders these tests snapshot: what they prove is that a failed start writes nothing of a
+run and none of the user's files."""
 
 HOLD = (
     "import sys, time; from pathlib import Path; from rlcore.runlock import hold_run; "
@@ -203,7 +215,8 @@ def test_an_orchestrator_alone_leaves_a_running_rl_alone(tmp_path):
         result = subprocess.run(
             [sys.executable, "-m", "orchestrator.main", "--output-dir", str(run.root)],
             capture_output=True, text=True, cwd=tmp_path, timeout=120,
-            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+             "RL_CACHE_DIR": str(MACHINE_CACHE)},
         )  # fmt: skip
         assert result.returncode == 2, result.stdout + result.stderr
         assert f"in use by pid {holder.pid}" in result.stderr, result.stderr
