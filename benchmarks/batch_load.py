@@ -6,8 +6,8 @@ micro-batches, on realistic batches.
 
 Each shape is N samples of L tokens (a quarter prompt; groups of `--group` samples share a
 prompt, as the rollouts of one example do; about 10% of completion tokens are the environment's,
-mask 0). The batch is written once with the orchestrator's writer (rlcore.protocol), then the
-trainer's path is timed: load the folder into tensors, take the batch's loss-token count, and
+mask 0). The batch is written once with the orchestrator's writer (rlcore.contracts.protocol), then
+the trainer's path is timed: load the folder into tensors, take the batch's loss-token count, and
 build this rank's micro-batches of at most `--micro-batch-tokens` tokens, with and without shared
 prompts. Prints the median and best seconds per step of `--repeats`.
 """
@@ -28,7 +28,7 @@ def realistic_batch(num_samples: int, num_tokens: int, group: int, seed: int = 0
     """`num_samples` samples of `num_tokens` tokens, `group` to a prompt."""
     import numpy as np
 
-    from rlcore.protocol import Batch, Sample
+    from rlcore.contracts.protocol import Batch, Sample
 
     rng = np.random.default_rng(seed)
     num_prompt = num_tokens // 4
@@ -74,7 +74,7 @@ def main() -> None:
 
     import torch
 
-    from rlcore.protocol import write_batch
+    from rlcore.contracts.protocol import write_batch
 
     torch.set_num_threads(1)
     results, rows = [], []

@@ -44,7 +44,7 @@ def save(name: str, data: dict) -> Path:
 
 def swap_weights(server, body: dict) -> dict:
     """POST /update_weights to an InferenceProcess with its admin token; the answer."""
-    from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
+    from rlcore.contracts.protocol import UPDATE_WEIGHTS_ROUTE
 
     status, answer = server.admin_post(UPDATE_WEIGHTS_ROUTE, body)
     if status != 200:

@@ -9,9 +9,9 @@ The first mode builds one eager and one compiled trainer (`model.compile` false 
 process and alternates their steps on the same synthetic batches, so a machine shared with
 other work slows both alike; it prints the first compiled step (the compile), the median and
 minimum step of each, and the step by which the compile has paid for itself
-(rlcore/speed.py's model: compile_s / (eager - compiled)). `--cache-runs N` starts N processes
-one after the other on one fresh inductor cache folder, each timing its first compiled step
-and the next: the first compiles cold, the others from the cache (trainer/speed.py points the
+(trainer/speed_policy.py's model: compile_s / (eager - compiled)). `--cache-runs N` starts N
+processes one after the other on one fresh inductor cache folder, each timing its first compiled
+step and the next: the first compiles cold, the others from the cache (trainer/speed.py points the
 trainer at `~/.cache/rl-launcher/compile`).
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import save  # noqa: E402
-from rlcore.config import DEFAULT_MODEL  # noqa: E402
+from rlcore.config.base import DEFAULT_MODEL  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -5,7 +5,7 @@ steps is done, against when the run really ended. Jobs: the quick start, 64- and
 answers, 128 rollouts, LoRA, a multi-turn environment (`rl-guess-number`) and `rl sft`.
 
     python -m benchmarks.estimates                     # all jobs, this machine
-    python -m benchmarks.estimates --avx2              # the same under rlcore.machine.AVX2_ENV
+    python -m benchmarks.estimates --avx2              # the same under rlcore.host.machine.AVX2_ENV
     python -m benchmarks.estimates --jobs quickstart lora --steps-scale 0.5
 
 Each run's own run.json holds the estimate and the measured totals (launcher/eta.py); this
@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--steps-scale", type=float, default=1.0, help="scale every job's steps")
     parser.add_argument("--work", default="outputs/estimates-bench", help="runs and logs here")
     args = parser.parse_args()
-    from rlcore.machine import AVX2_ENV
+    from rlcore.host.machine import AVX2_ENV
 
     work = (REPO / args.work / ("avx2" if args.avx2 else "native")).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlcore.config import DEFAULT_MODEL  # noqa: E402
+from rlcore.config.base import DEFAULT_MODEL  # noqa: E402
 from tests.inference_process import InferenceProcess, post_json  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 SmolLM2-135M's linear shapes under bf16 autocast, one pass per step with a random number of
 rows (as the trainer's passes vary from step to step), resident memory growth after the passes,
 and their time, with torch's default cache capacities and with the bounds the trainer sets
-(rlcore/heap.py `bound_kernel_caches`). Each setting runs in a process of its own.
+(rlcore/processes/heap.py `bound_kernel_caches`). Each setting runs in a process of its own.
 
     .venv/bin/python benchmarks/kernel_caches.py [--steps 60] [--round 1]
 
@@ -22,7 +22,7 @@ SHAPES = [(576, 1536), (1536, 576), (576, 576), (576, 192), (576, 49152)]  # (in
 CHILD = """
 import json, random, sys, time
 import torch
-from rlcore import heap
+from rlcore.processes import heap
 steps, round_to = int(sys.argv[1]), int(sys.argv[2])
 def rss_mib():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
@@ -47,7 +47,7 @@ print(json.dumps({"growth_mib": rss_mib() - base, "seconds": time.perf_counter()
 def measure(steps: int, round_to: int, bounded: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _names()}
     if bounded:
-        from rlcore.heap import KERNEL_CACHES
+        from rlcore.processes.heap import KERNEL_CACHES
 
         env |= KERNEL_CACHES
     code = f"SHAPES = {SHAPES!r}\n" + CHILD
@@ -58,7 +58,7 @@ def measure(steps: int, round_to: int, bounded: bool) -> dict:
 
 
 def _names() -> set[str]:
-    from rlcore.heap import KERNEL_CACHES
+    from rlcore.processes.heap import KERNEL_CACHES
 
     return set(KERNEL_CACHES)
 

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 from benchmarks.launcher_overhead import QUICKSTART  # noqa: E402
-from rlcore.metrics import is_training_step, read_records  # noqa: E402
-from rlcore.rundir import RunDir, steps_in  # noqa: E402
+from rlcore.reporting.metrics import is_training_step, read_records  # noqa: E402
+from rlcore.runs.rundir import RunDir, steps_in  # noqa: E402
 
 WINDOW = 5
 
@@ -82,8 +82,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", default="outputs/learning")
     args, extra = parser.parse_known_args()
-    from rlcore.config import DEFAULT_MODEL
-    from rlcore.models import resolve_model
+    from rlcore.config.base import DEFAULT_MODEL
+    from rlcore.host.models import resolve_model
 
     base = Path(resolve_model(DEFAULT_MODEL))
     results = {}

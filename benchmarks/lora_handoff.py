@@ -55,8 +55,8 @@ def trainer_side(dtype: str, rank: int | None):
     trainable), one AdamW step taken so that optimizer state exists."""
     import torch
 
-    from rlcore.config import DEFAULT_MODEL
-    from rlcore.models import resolve_model
+    from rlcore.config.base import DEFAULT_MODEL
+    from rlcore.host.models import resolve_model
     from trainer.config import LoraConfig, OptimConfig, TrainerModelConfig
     from trainer.dist import setup_world
     from trainer.model import load_model
@@ -74,7 +74,7 @@ def trainer_side(dtype: str, rank: int | None):
 
 
 def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
     from tests.inference_process import InferenceProcess
     from trainer.weights import publish_weights
 
@@ -110,7 +110,7 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
 
 
 def bench_checkpoint(root: Path, trainer) -> dict:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
     from trainer.ckpt import PART, save_checkpoint
 
     _, world, model, optimizer, scheduler = trainer

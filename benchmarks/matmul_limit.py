@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import save  # noqa: E402
-from rlcore.config import DEFAULT_MODEL  # noqa: E402
+from rlcore.config.base import DEFAULT_MODEL  # noqa: E402
 
 
 def linear_shapes(config: dict) -> list[tuple[str, int, int, int]]:
@@ -86,7 +86,7 @@ def main() -> None:
 
     import torch
 
-    from rlcore.models import resolve_model
+    from rlcore.host.models import resolve_model
 
     torch.set_num_threads(args.threads)
     folder = Path(resolve_model(args.model or DEFAULT_MODEL))

@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
-from rlcore.metrics import is_training_step, read_records  # noqa: E402
-from rlcore.rundir import RunDir  # noqa: E402
+from rlcore.reporting.metrics import is_training_step, read_records  # noqa: E402
+from rlcore.runs.rundir import RunDir  # noqa: E402
 
 WINDOW = 20
 COMPONENTS = ("orchestrator", "trainer")

@@ -11,7 +11,7 @@ the weight publish of the configured transport (background by default) and, ever
 (model FLOPs against `--peak-tflops`, 989 for an H100's dense bf16), peak memory next to the
 pre-flight estimate, and the seconds publish and checkpoint keep the training thread waiting
 (plus their background write times), the first step's time and the speed choices. Compile and
-activation checkpointing default to the trainer's `auto` (rlcore/speed.py) for a run of
+activation checkpointing default to the trainer's `auto` (trainer/speed_policy.py) for a run of
 `--run-steps` steps; `--compile` / `--no-compile` and `--checkpointing` / `--no-checkpointing`
 set them. The presets build a Qwen3-0.6B-shaped model from its config (random weights, no hub)
 into the cache folder.
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import save  # noqa: E402
-from rlcore.config import DEFAULT_MODEL  # noqa: E402
+from rlcore.config.base import DEFAULT_MODEL  # noqa: E402
 
 H100_BF16_TFLOPS = 989.0
 # Qwen3-0.6B's shape (its config.json), built with random weights.
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def qwen3_06b_folder() -> Path:
     """A Qwen3-0.6B-shaped model with random weights, built once into the cache folder."""
-    from rlcore.models import cache_dir, cached_build
+    from rlcore.host.models import cache_dir, cached_build
 
     def build(out: Path) -> None:
         import torch
@@ -216,7 +216,7 @@ def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
     import torch
 
     from launcher.memory import background_copies, describe, model_shape, trainer_peak
-    from rlcore.models import resolve_model
+    from rlcore.host.models import resolve_model
 
     shape = model_shape(Path(resolve_model(args.model)))
     if shape is None:

@@ -37,7 +37,7 @@ def archive_table(step: int, tokens: int, seed: int = 0):
     import numpy as np
     import pyarrow as pa
 
-    from rlcore import samples_store
+    from rlcore.contracts import samples_store
 
     rng = np.random.default_rng(seed + step)
     vocab = np.array([f"w{i}" for i in range(20_000)])
@@ -80,7 +80,7 @@ def write_archive(run: Path, steps: int, size_gb: float) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore import samples_store
+    from rlcore.contracts import samples_store
 
     with tempfile.TemporaryDirectory() as probe:
         tokens = tokens_for(size_gb * 1e9 / steps, Path(probe))

@@ -22,8 +22,8 @@ import psutil
 from benchmarks.common import REPO, rl_argv
 from benchmarks.launcher_overhead import QUICKSTART
 from benchmarks.matmul_limit import linear_shapes
-from rlcore.metrics import read_records
-from rlcore.models import cache_dir, default_model_dir
+from rlcore.host.models import cache_dir, default_model_dir
+from rlcore.reporting.metrics import read_records
 
 STEPS, PROMPTS, GROUP, MAX_TOKENS, LR = 25, 4, 8, 16, 3e-5
 SHARED_PACKAGES = ("torch", "transformers", "datasets", "accelerate")

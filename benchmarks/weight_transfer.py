@@ -23,8 +23,8 @@ from benchmarks.common import print_table, save, swap_weights  # noqa: E402
 
 
 def trainer_model(dtype: str):
-    from rlcore.config import DEFAULT_MODEL
-    from rlcore.models import resolve_model
+    from rlcore.config.base import DEFAULT_MODEL
+    from rlcore.host.models import resolve_model
     from trainer.config import TrainerModelConfig
     from trainer.dist import setup_world
     from trainer.model import load_model
@@ -48,7 +48,7 @@ def start_server(args, source: str, root: Path, *extra: str):
 
 
 def bench_filesystem(args, root: Path, source: str, world, model) -> list[float]:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
     from trainer.weights import publish_weights
 
     run = RunDir(root)
@@ -85,9 +85,9 @@ def collective_update(server, sender, run, step: int) -> float:
 
 
 def bench_collective(args, root: Path, source: str, world, model) -> list[float]:
-    from rlcore.config import CollectiveTransferConfig
-    from rlcore.health import free_port
-    from rlcore.rundir import RunDir
+    from rlcore.config.base import CollectiveTransferConfig
+    from rlcore.processes.health import free_port
+    from rlcore.runs.rundir import RunDir
     from trainer.collective import CollectiveSender
 
     run = RunDir(root)

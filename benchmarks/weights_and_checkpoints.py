@@ -40,8 +40,8 @@ def plain_copy_s(src: Path, dst: Path) -> float:
 
 
 def setup_trainer_side(dtype: str):
-    from rlcore.config import DEFAULT_MODEL
-    from rlcore.models import resolve_model
+    from rlcore.config.base import DEFAULT_MODEL
+    from rlcore.host.models import resolve_model
     from trainer.config import OptimConfig, TrainerModelConfig
     from trainer.dist import setup_world
     from trainer.model import load_model
@@ -58,7 +58,7 @@ def setup_trainer_side(dtype: str):
 
 
 def bench_handoff(args, root: Path, source, world, model) -> dict:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
     from tests.inference_process import InferenceProcess
     from trainer.weights import publish_weights
 
@@ -88,7 +88,7 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
 
 
 def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> dict:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
     from trainer.ckpt import PART, load_checkpoint, save_checkpoint
 
     run = RunDir(root)

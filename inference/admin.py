@@ -1,24 +1,26 @@
 """The admin routes that swap the served weights: POST /update_weights (a transport's load
 request, e.g. {"weight_dir": ...}) and POST /reload_weights. Both need `Authorization: Bearer
-<token>` on every address (rlcore.admin_token): a fresh token per start, written to the run
+<token>` on every address (rlcore.runs.admin_token): a fresh token per start, written to the run
 directory's `admin_token` (owner-only), where the orchestrator reads it.
 
-Also the proof of identity on /health (rlcore.health): a server started with a launcher's
+Also the proof of identity on /health (rlcore.processes.health): a server started with a launcher's
 nonce answers a request's challenge, so the launcher knows it talks to the server it started."""
 
 import logging
 
 from rlcore import faults
-from rlcore.admin_token import authorized, issue_token
-from rlcore.health import health_proof
-from rlcore.protocol import (
-    HEALTH_CHALLENGE_HEADER,
-    HEALTH_PROOF_HEADER,
-    HEALTH_ROUTE,
+from rlcore.contracts.protocol import (
     RELOAD_WEIGHTS_ROUTE,
     UPDATE_WEIGHTS_ROUTE,
 )
-from rlcore.rundir import RunDir
+from rlcore.processes.health import (
+    HEALTH_CHALLENGE_HEADER,
+    HEALTH_PROOF_HEADER,
+    HEALTH_ROUTE,
+    health_proof,
+)
+from rlcore.runs.admin_token import authorized, issue_token
+from rlcore.runs.rundir import RunDir
 
 logger = logging.getLogger("inference")
 

@@ -1,11 +1,11 @@
-"""The collective transport's loader behind `/update_weights` (rlcore.collective): the request
-names the trainer's group, this server's first rank in it and the update's tensors; the
+"""The collective transport's loader behind `/update_weights` (rlcore.contracts.collective): the
+request names the trainer's group, this server's first rank in it and the update's tensors; the
 workers receive them through vLLM's weight-transfer engine (`gloo`, or vLLM's `nccl`).
 
 Consumes: {step, group, rank_offset, update_info} bodies from the orchestrator. Waits for:
 in-flight requests (pause mode), joining the group and the update, each within the group's
-`timeout_s` (the last two recorded as a wait on the trainer for `rl`, rlcore.waits). A failed or
-timed-out receive leaves the model half-written and the trainer's copy gone, so the server
+`timeout_s` (the last two recorded as a wait on the trainer for `rl`, rlcore.runs.waits). A failed
+or timed-out receive leaves the model half-written and the trainer's copy gone, so the server
 refuses further swaps (503) and the run stops (or restarts) with it.
 """
 
@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from inference.weight_dirs import WeightDirError
-from rlcore import waits
-from rlcore.collective import reach_group, worker_init_info
-from rlcore.rundir import RunDir
-from rlcore.weight_transfer import WeightLoader
+from rlcore.config.weight_transfer import WeightLoader
+from rlcore.contracts.collective import reach_group, worker_init_info
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir
 
 logger = logging.getLogger("inference")
 FIELDS = ("step", "group", "rank_offset", "update_info")

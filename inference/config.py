@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, model_validator
 
-from rlcore.config import (
+from rlcore.config.base import (
     DEFAULT_RUN_DIR,
     BaseConfig,
     FilesystemTransferConfig,
@@ -98,7 +98,7 @@ class CpuConfig(BaseConfig):
     the quick start the mismatch with the trainer's logprobs is 1.3e-3 instead of 0.8e-3);
     `model` computes in `model.dtype`, as vLLM does. `auto`: under `rl` the trainer's compute
     dtype (`trainer.model.dtype`), alone `bfloat16` where this CPU has native bf16
-    (AVX512_BF16, AMX) and `model` elsewhere (rlcore/machine.py). `bfloat16` on a CPU that
+    (AVX512_BF16, AMX) and `model` elsewhere (rlcore/host/machine.py). `bfloat16` on a CPU that
     oneDNN cannot build it for (AVX2 without AVX-512) is refused before vLLM starts. CPU only
     (inference/cpu_matmul.py)."""
 

@@ -23,7 +23,7 @@ import os
 import signal
 
 from inference.patches import VLLM_SUPPORTED, replace, require_version
-from rlcore.children import die_with_parent, libc_prctl
+from rlcore.processes.children import die_with_parent, libc_prctl
 
 logger = logging.getLogger("inference")
 FORK_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
@@ -80,7 +80,7 @@ def child_forgets(sock, stopping) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         # SIGKILL when the thread that forked it ends: a killed server leaves no engine core
-        # or worker behind (rlcore.children).
+        # or worker behind (rlcore.processes.children).
         die_with_parent(signal.SIGKILL)
 
     libc_prctl()  # resolved here, before any fork

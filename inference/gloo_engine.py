@@ -7,8 +7,8 @@ vLLM creates the engine inside each worker process (`Worker.load_model`, from
 `--weight-transfer-config`), so the name must be registered there: `inference.vllm_plugin` is a
 `vllm.general_plugins` entry point (pyproject.toml), which vLLM runs in every process it starts.
 
-Consumes: buckets broadcast by trainer rank 0 (rlcore.collective's wire format), loaded with
-vLLM's layerwise reload (`load_weights` per bucket, finalised once per update). Waits for: the
+Consumes: buckets broadcast by trainer rank 0 (rlcore.contracts.collective's wire format), loaded
+with vLLM's layerwise reload (`load_weights` per bucket, finalised once per update). Waits for: the
 trainer, up to the group's timeout; a trainer that dies mid-update fails the receive at once.
 """
 
@@ -22,13 +22,14 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
-from rlcore import heap
-from rlcore.collective import broadcast, gloo_group, update_buckets, update_sizes
+from rlcore.contracts.collective import broadcast, gloo_group, update_buckets, update_sizes
+from rlcore.processes import heap
 
 
 @dataclass
 class GlooInitInfo(WeightTransferInitInfo):
-    """Where the group meets and this server's place in it (rlcore.collective.worker_init_info)."""
+    """Where the group meets and this server's place in it
+    (rlcore.contracts.collective.worker_init_info)."""
 
     master_address: str
     master_port: int

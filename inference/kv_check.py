@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from rlcore.errors import ConfigError
-from rlcore.machine import DTYPE_BYTES
+from rlcore.host.machine import DTYPE_BYTES
 
 CPU_BLOCK_TOKENS = 128
 

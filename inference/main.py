@@ -1,7 +1,7 @@
 """`inference @ FILE.toml`: parse the config, then import the heavy runtime and run."""
 
 from inference.config import InferenceConfig
-from rlcore.entry import entry_point, parse_config
+from rlcore.config.entry import entry_point, parse_config
 
 
 @entry_point("inference")

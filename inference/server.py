@@ -20,17 +20,18 @@ from inference import batch_invariant, cpu_fork, cpu_matmul
 from inference.admin import add_admin_routes, add_health_proof, issue_admin_token
 from inference.config import InferenceConfig
 from inference.patches import TORCH_SUPPORTED, require_version
-from rlcore import children, heap, waits
-from rlcore.entry import exit_with
+from rlcore.config.entry import exit_with
+from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
-from rlcore.health import SERVER_NONCE_ENV, port_problem
-from rlcore.logs import setup_logging
-from rlcore.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
-from rlcore.poll import wait_until_async
-from rlcore.ports import DEFAULT_PORT, held_for_me, reservation_holder, reserve
-from rlcore.rundir import RunDir
-from rlcore.runguard import INFERENCE, check_run, open_run
-from rlcore.toml_io import write_config
+from rlcore.host.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
+from rlcore.processes import children, heap
+from rlcore.processes.health import SERVER_NONCE_ENV, port_problem
+from rlcore.processes.poll import wait_until_async
+from rlcore.processes.ports import DEFAULT_PORT, held_for_me, reservation_holder, reserve
+from rlcore.reporting.logs import setup_logging
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir
+from rlcore.runs.runguard import INFERENCE, check_run, open_run
 
 PROG = "inference"
 CHILD_GRACE_S = 10.0
@@ -89,7 +90,7 @@ def start_startup_watchdog(timeout_s: float) -> None:
 
 def resolve_served_model(name: str) -> str:
     """Local folder for the bundled default or a path; a hub name must be cached or on the hub."""
-    from rlcore.models import ModelNotFoundError, resolve_model
+    from rlcore.host.models import ModelNotFoundError, resolve_model
 
     try:
         resolved = resolve_model(name)
@@ -169,7 +170,7 @@ def setup_device_env(config: InferenceConfig) -> bool:
 
 def steer_vllm_kernels(machine) -> None:
     """vLLM picks its CPU kernel library (AVX2 or AVX-512) from the hardware alone; where the
-    environment caps this process below AVX-512 (rlcore.machine: ATEN_CPU_CAPABILITY,
+    environment caps this process below AVX-512 (rlcore.host.machine: ATEN_CPU_CAPABILITY,
     ONEDNN_MAX_CPU_ISA), it loads the AVX2 one, as on an AVX2 machine. Before vLLM's import."""
     if machine.isa not in ("baseline", "avx2") or machine.hardware_isa == machine.isa:
         return
@@ -183,7 +184,7 @@ def steer_vllm_kernels(machine) -> None:
 
 
 def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
-    """`auto` dtypes for this machine (rlcore.machine): served in bf16 on a GPU, in fp32 on a
+    """`auto` dtypes for this machine (rlcore.host.machine): served in bf16 on a GPU, in fp32 on a
     CPU, whose linear layers compute in bf16 where bf16 is native; under `rl` both come
     resolved. A bf16 the CPU cannot build is refused here, before vLLM starts."""
     machine = probe()
@@ -205,7 +206,7 @@ def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
 
 def write_resolved_config(config: InferenceConfig) -> None:
     """The first write into the run folder, so claim it first: a ConfigError when it is not an
-    rl run, or new or empty, or another process holds it (rlcore.runguard)."""
+    rl run, or new or empty, or another process holds it (rlcore.runs.runguard)."""
     run_dir = RunDir(config.output_dir)
     open_run(run_dir.root, INFERENCE)
     name = waits.component_name(PROG)  # a replica's own name: each writes its own config
@@ -287,7 +288,7 @@ async def announce_ready(app, engine, config: InferenceConfig, start: float) -> 
     READY.set()
     from vllm.platforms import current_platform
 
-    if current_platform.is_cpu():  # what loading left resident (rlcore/heap.py)
+    if current_platform.is_cpu():  # what loading left resident (rlcore/processes/heap.py)
         heap.trim()
         heap.page_out_libraries()
     url = f"http://{config.server.host}:{config.server.port}"
@@ -329,7 +330,7 @@ def stop_during_startup(signum: int, _frame) -> None:
 
 def stop_children() -> None:
     """Terminate every process this one started (engine core, workers), then kill what is left
-    after CHILD_GRACE_S (rlcore.children.stop_descendants: an engine core may still be spawning
-    workers; multiprocessing's resource tracker is left to exit by itself)."""
+    after CHILD_GRACE_S (rlcore.processes.children.stop_descendants: an engine core may still be
+    spawning workers; multiprocessing's resource tracker is left to exit by itself)."""
     STOPPING.set()  # a process forked from now on exits by itself (cpu_fork.child_forgets)
     children.stop_descendants(CHILD_GRACE_S, say=logger.info)

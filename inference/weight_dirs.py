@@ -9,8 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from rlcore.ownership import owns_weights_folder, read_run_id
-from rlcore.rundir import RunDir
+from rlcore.runs.ownership import owns_weights_folder, read_run_id
+from rlcore.runs.rundir import RunDir
 
 CONFIG_FILE = "config.json"
 

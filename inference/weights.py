@@ -27,8 +27,8 @@ from inference.weight_dirs import (
     tensor_shapes,
 )
 from rlcore import faults
-from rlcore.rundir import RunDir
-from rlcore.weight_transfer import WeightLoader
+from rlcore.config.weight_transfer import WeightLoader
+from rlcore.runs.rundir import RunDir
 
 
 @dataclass

@@ -25,7 +25,7 @@ class TiedReload:
 
     def reload_weights_retied(self, **kwargs) -> None:
         from inference.gloo_engine import retie, tied_groups
-        from rlcore import heap
+        from rlcore.processes import heap
 
         model = self.model_runner.get_model()
         groups = tied_groups(model)

@@ -17,7 +17,7 @@ from rlcore.forecast.report import (
     side_files_bytes,
 )
 from rlcore.forecast.shape import ModelShape, shape_of
-from rlcore.machine import DTYPE_BYTES
+from rlcore.host.machine import DTYPE_BYTES
 
 __all__ = ["forecast", "rl_job", "sft_forecast"]
 

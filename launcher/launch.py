@@ -11,16 +11,16 @@ from launcher.preflight import run_checks
 from launcher.restarts import with_restarts
 from launcher.rl_config import COMPONENTS
 from launcher.supervisor import STALLED, Supervisor, tail
-from rlcore import poll
-from rlcore.attempt import new_attempt_id
-from rlcore.disk_full import DISK_FULL_EXIT_CODE, stopped_text
+from rlcore.config.literal_secrets import externalize
+from rlcore.config.toml_io import write_config
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
-from rlcore.health import ForeignServer, new_nonce, port_holder
-from rlcore.literal_secrets import externalize
-from rlcore.metrics import read_all_records, reward_curve
-from rlcore.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, stopped_text
+from rlcore.processes import poll
+from rlcore.processes.health import ForeignServer, new_nonce, port_holder
+from rlcore.processes.poll import Stop, check_stop, ignore_stop_signals, install_stop_handlers
+from rlcore.reporting.metrics import read_all_records, reward_curve
+from rlcore.runs.attempt import new_attempt_id
 from rlcore.secrets import redact_message
-from rlcore.toml_io import write_config
 
 
 def set_resume_step(plan: Plan, step: int | None) -> None:
@@ -52,8 +52,8 @@ def write_configs(plan: Plan) -> None:
 def launch(plan: Plan, clean: bool) -> int:
     """Run every check, then start and supervise, restarting from the latest checkpoint after
     a failure up to `max_restarts` times (launcher/restarts.py); returns the launcher's exit
-    code. From here on a signal only requests the stop (rlcore.poll), which every wait below
-    looks for."""
+    code. From here on a signal only requests the stop (rlcore.processes.poll), which every wait
+    below looks for."""
     install_stop_handlers()
     try:
         step = run_checks(plan, clean)

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlcore.config.literal_secrets import refuse_literal_secrets
 from rlcore.errors import ConfigError
-from rlcore.files import atomic_write_text
-from rlcore.literal_secrets import refuse_literal_secrets
-from rlcore.paths import nearest_existing
-from rlcore.user_files import check_nesting, read_user_text, too_deep
+from rlcore.files.atomic import atomic_write_text
+from rlcore.files.paths import nearest_existing
+from rlcore.files.user_files import check_nesting, read_user_text, too_deep
 
 LOCK_FILE = Path("rl.lock.yaml")
 DATASETS_ROOT = Path("data/datasets")

@@ -1,9 +1,8 @@
-"""The pre-flight memory check: the trainer's estimated peak (rlcore/estimate.py) against what
-it can have, the smallest trainer GPU or, on CPU, the machine's available memory less what
+"""The pre-flight memory check: the trainer's estimated peak (rlcore/forecast/memory.py) against
+what it can have, the smallest trainer GPU or, on CPU, the machine's available memory less what
 inference takes."""
 
-from rlcore import children
-from rlcore.estimate import (  # noqa: F401  (re-exported: the launcher's and tests' names)
+from rlcore.forecast.memory import (  # noqa: F401  (re-exported: the launcher's and tests' names)
     ACTIVATION_BYTES_PER_HIDDEN,
     GIB,
     LOSS_HEAD_COPIES,
@@ -15,7 +14,8 @@ from rlcore.estimate import (  # noqa: F401  (re-exported: the launcher's and te
     safetensors_params,
     trainer_peak,
 )
-from rlcore.machine import DTYPE_BYTES
+from rlcore.host.machine import DTYPE_BYTES
+from rlcore.processes import children
 
 
 def background_copies(
@@ -58,7 +58,7 @@ def estimate_parts(
     config, gpu_map: dict[str, list[int]], shape: ModelShape, checkpointing: bool, freq: int
 ) -> dict[str, float]:
     """The trainer's peak memory by term for `config` on this GPU map, with activation
-    checkpointing as given (`auto` decides it from this estimate: rlcore/speed.py)."""
+    checkpointing as given (`auto` decides it from this estimate: trainer/speed_policy.py)."""
     trainer = config.trainer
     gpus = gpu_map.get("trainer") or []
     lora = trainer.lora

@@ -8,12 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from launcher.rl_config import RLConfig
-from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
-from rlcore.attempt import ATTEMPT_ENV
+from rlcore.config.weight_transfer import LOOPBACK, Deployment, listen_port_here
 from rlcore.errors import ConfigError
 from rlcore.forecast.model import Forecast
-from rlcore.health import SERVER_NONCE_ENV, server_url
-from rlcore.machine import (
+from rlcore.host.machine import (
     Machine,
     bf16_matmul_refusal,
     compute_dtype,
@@ -21,12 +19,14 @@ from rlcore.machine import (
     serving_dtypes,
     slow_bf16_warning,
 )
-from rlcore.ports import HELD_ENV
-from rlcore.rundir import RunDir
-from rlcore.runlock import LAUNCHER_ENV
-from rlcore.speed import SpeedChoices
-from rlcore.waits import COMPONENT_ENV, server_name
-from rlcore.weight_transfer import LOOPBACK, Deployment, listen_port_here
+from rlcore.processes.health import SERVER_NONCE_ENV, server_url
+from rlcore.processes.ports import HELD_ENV
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV, new_token
+from rlcore.runs.attempt import ATTEMPT_ENV
+from rlcore.runs.rundir import RunDir
+from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.waits import COMPONENT_ENV, server_name
+from trainer.speed_policy import SpeedChoices
 
 
 @dataclass
@@ -58,10 +58,10 @@ class Plan:
     """Literal secrets of the config, by the `$RL_SECRET_...` names the written configs use
     (rlcore.secrets); every process gets them in its environment."""
     attempt: str = ""
-    """The current attempt's id (rlcore.attempt), new for every start and restart; every process
-    gets it in RL_ATTEMPT_ID and stamps what it writes for the others with it."""
+    """The current attempt's id (rlcore.runs.attempt), new for every start and restart; every
+    process gets it in RL_ATTEMPT_ID and stamps what it writes for the others with it."""
     machine: Machine | None = None
-    """What this machine is (rlcore.machine), as the auto dtypes were chosen for it."""
+    """What this machine is (rlcore.host.machine), as the auto dtypes were chosen for it."""
     dtypes: list[str] = field(default_factory=list)
     """The dtypes and the trainer's speed choices made and why, as the start banner and
     `--dry-run` say them."""
@@ -77,8 +77,8 @@ class Plan:
     ports_note: str = ""
     """Which ports the inference servers listen on and why, as the banner and `--dry-run` say."""
     server_nonce: str = ""
-    """The current attempt's inference nonce (rlcore.health), new for every start and restart:
-    the servers prove it on /health, and `rl` and the orchestrator accept no server that
+    """The current attempt's inference nonce (rlcore.processes.health), new for every start and
+    restart: the servers prove it on /health, and `rl` and the orchestrator accept no server that
     cannot; in the servers' and the orchestrator's environment only."""
 
     @property
@@ -94,7 +94,7 @@ class Plan:
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_map[component])}
         env[LAUNCHER_ENV] = str(os.getpid())  # this launcher holds the run's lock for them
         env[ATTEMPT_ENV] = self.attempt
-        env[COMPONENT_ENV] = component  # the name its recorded waits go under (rlcore.waits)
+        env[COMPONENT_ENV] = component  # the name its recorded waits go under (rlcore.runs.waits)
         env.update(self.secret_env)
         if self.admin_token and component.startswith("inference"):
             env[ADMIN_TOKEN_ENV] = self.admin_token
@@ -214,7 +214,7 @@ def derive_base_url(config: RLConfig) -> None:
 def derive_dtypes(
     config: RLConfig, gpu_map: dict[str, list[int]], machine: Machine
 ) -> tuple[list[str], list[str]]:
-    """`auto` dtypes for this machine (rlcore.machine), so every process gets the same concrete
+    """`auto` dtypes for this machine (rlcore.host.machine), so every process gets the same concrete
     ones: the trainer's compute dtype, inference's served dtype (fp32 on CPU, so the trainer's
     master weights arrive whole), the dtype published weights are written in (what inference
     serves) and, on CPU, inference's linear layers (bf16 products where the trainer computes
@@ -250,7 +250,7 @@ def derive_transport(
     listen_port: Callable[[int | None], int | None] = listen_port_here,
 ) -> None:  # fmt: skip
     """The weight transport's own checks and derived settings for this deployment
-    (rlcore.config.TransportConfig), then the same transport in all three processes. A
+    (rlcore.config.base.TransportConfig), then the same transport in all three processes. A
     multi-node job is derived once placed on its nodes (launcher.slurm.place_in_job gives
     `trainer_host` and `listen_port` there); before, only checked."""
     transfer = config.trainer.weight_transfer

@@ -5,9 +5,9 @@ gradient norm, learning rate and throughput). `evals --watch` rewards join the r
 from pathlib import Path
 from typing import Any
 
-from rlcore.metrics import is_training_step, read_all_records
-from rlcore.readback import shown
-from rlcore.rundir import RunDir
+from rlcore.files.readback import shown
+from rlcore.reporting.metrics import is_training_step, read_all_records
+from rlcore.runs.rundir import RunDir
 
 PLOT_FILE = "plot.png"
 # (title, component, metric key); the orchestrator's `reward` only from training records.

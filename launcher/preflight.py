@@ -9,14 +9,14 @@ from launcher.plan import Plan, numeric_choices
 from launcher.rl_config import COMPONENTS
 from launcher.slurm import check_no_job
 from orchestrator.config import EnvConfig, EvalEnvConfig
-from rlcore.environments import check_envs
 from rlcore.errors import ConfigError
-from rlcore.machine import differences
-from rlcore.models import model_folder
-from rlcore.ownership import read_run_id, remove_run_files, verified_run
-from rlcore.paths import nearest_existing
-from rlcore.readback import RUN_JSON, Damaged, read_object
-from rlcore.runguard import RL, check_run, hold
+from rlcore.files.paths import nearest_existing
+from rlcore.files.readback import RUN_JSON, Damaged, read_object
+from rlcore.host.environments import check_envs
+from rlcore.host.machine import differences
+from rlcore.host.models import model_folder
+from rlcore.runs.ownership import read_run_id, remove_run_files, verified_run
+from rlcore.runs.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
 
 
@@ -105,13 +105,13 @@ def check_disk(plan: Plan, model_dir: Path | None) -> None:
 
 def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     """Resolve the resume step once for every process and clear what the new attempt must not
-    see (rlcore.rundir owns the rules). Never deletes checkpoints unless `clean` is set, and
-    then only what a verified run created (rlcore.ownership)."""
+    see (rlcore.runs.rundir owns the rules). Never deletes checkpoints unless `clean` is set, and
+    then only what a verified run created (rlcore.runs.ownership)."""
     run = plan.run
     resume_step = plan.config.trainer.ckpt.resume_step
     check_run(run.root, RL)  # an rl run, or new or empty; nobody else in it; no link out of it
     if read_run_id(run.root) is not None:
-        hold(run.root, RL)  # a run that another rl is running is left alone (rlcore.runlock)
+        hold(run.root, RL)  # a run that another rl is running is left alone (rlcore.runs.runlock)
         check_no_job(run, "output_dir")  # nor one a SLURM job may still be writing
     if clean and run.root.exists():
         if resume_step is not None:

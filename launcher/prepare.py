@@ -10,9 +10,9 @@ from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
-from rlcore import children, ports
 from rlcore.errors import ConfigError
-from rlcore.health import server_url
+from rlcore.processes import children, ports
+from rlcore.processes.health import server_url
 
 
 def query_gpus(field: str) -> list[str]:
@@ -53,8 +53,8 @@ def check_gpu_type(config: RLConfig, dry_run: bool, warnings: list[str]) -> None
 
 def settle_ports(config: RLConfig, dry_run: bool) -> str:
     """The inference servers' ports on this machine, reserved for the run from here on
-    (rlcore.ports; a dry run only looks): the given one if free (else a ConfigError naming it,
-    its holder and the flag), or when unset DEFAULT_PORT if free, else the next free one (as
+    (rlcore.processes.ports; a dry run only looks): the given one if free (else a ConfigError naming
+    it, its holder and the flag), or when unset DEFAULT_PORT if free, else the next free one (as
     many in a row as there are replicas). Returns the line the banner and a dry run show."""
     server, count = config.inference.server, config.inference.replicas
     if server.port is not None:

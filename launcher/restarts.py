@@ -12,10 +12,10 @@ for good: the attempt would fail the same way again.
 import sys
 from collections.abc import Callable
 
-from rlcore import poll
-from rlcore.disk_full import DISK_FULL_EXIT_CODE
-from rlcore.poll import Stop, install_stop_handlers
-from rlcore.rundir import RunDir
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.processes import poll
+from rlcore.processes.poll import Stop, install_stop_handlers
+from rlcore.runs.rundir import RunDir
 
 BACKOFF_S = 5.0
 MAX_BACKOFF_S = 30.0

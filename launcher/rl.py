@@ -15,11 +15,11 @@ from pathlib import Path
 from launcher.commands import COMMANDS, commands_help, run_command
 from launcher.rl_config import RLConfig
 from launcher.shared import shared_help
-from rlcore import wheel_tags
-from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.config.entry import entry_point, exit_with, parse_config
+from rlcore.config.toml_io import dump_config
 from rlcore.errors import ConfigError
+from rlcore.host import wheel_tags
 from rlcore.secrets import redact_message
-from rlcore.toml_io import dump_config
 
 USAGE = (
     "rl [@ rl.toml] [--trainer @ train.toml] [--orchestrator @ orch.toml] "
@@ -85,7 +85,7 @@ def take_flag(argv: list[str], flag: str) -> tuple[list[str], str | None]:
 
 @entry_point("rl")
 def main(argv: list[str] | None = None) -> None:
-    wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/wheel_tags.py)
+    wheel_tags.repair()  # so the next `uv run` reinstalls nothing (rlcore/host/wheel_tags.py)
     argv, api_key = take_flag(sys.argv[1:] if argv is None else argv, API_KEY_FLAG)
     if api_key:  # the processes inherit it; it never reaches a config, a log or W&B's config
         os.environ["WANDB_API_KEY"] = api_key

@@ -13,8 +13,8 @@ from launcher.hosted import from_hosted
 from launcher.shared import COMPONENTS, check_agreement, fill_shared, shared_overrides
 from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import BaseConfig
-from rlcore.schema import rename_deep
+from rlcore.config.base import BaseConfig
+from rlcore.config.schema import rename_deep
 from trainer.config import TrainerConfig
 
 __all__ = ["COMPONENTS", "RLConfig"]

@@ -17,23 +17,23 @@ from launcher.eta import RunClock
 from launcher.exits import exit_message, oom_kills
 from launcher.forecast import sft_forecast
 from launcher.restarts import with_restarts
-from rlcore import children, procs
-from rlcore.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
-from rlcore.entry import exit_with, parse_config
+from rlcore.config.entry import exit_with, parse_config
+from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
-from rlcore.literal_secrets import write_for_child
-from rlcore.metrics import read_records
-from rlcore.poll import (
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
+from rlcore.files.readback import LOG_TAIL, Damaged, read_from
+from rlcore.processes import children, procs
+from rlcore.processes.poll import (
     STOP_EXIT_CODES,
     Stop,
     ignore_stop_signals,
     install_stop_handlers,
     wait_until,
 )
-from rlcore.readback import LOG_TAIL, Damaged, read_from
-from rlcore.rundir import RunDir, record_state
-from rlcore.runguard import RL_SFT, check_run, hold
-from rlcore.runlock import LAUNCHER_ENV
+from rlcore.reporting.metrics import read_records
+from rlcore.runs.rundir import RunDir, record_state
+from rlcore.runs.runguard import RL_SFT, check_run, hold
+from rlcore.runs.runlock import LAUNCHER_ENV
 from trainer.sft.config import SFTConfig
 
 USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"
@@ -114,7 +114,7 @@ def check_data(argv: list[str]) -> None:
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
     """Clear (with --clean), claim and lock the folder; the step to resume from."""
     from launcher.preflight import clean_run
-    from rlcore.ownership import read_run_id
+    from rlcore.runs.ownership import read_run_id
 
     check_run(run.root, RL_SFT)  # an sft run, or new or empty; nobody else in it; no links
     if read_run_id(run.root) is not None:
@@ -127,11 +127,11 @@ def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
 
 
 def run_attempt(run: RunDir, config: SFTConfig, step: int | None, clock: RunClock) -> int:
-    """Start `sft` on the resolved config (resuming from `step`; rlcore.children: its own
+    """Start `sft` on the resolved config (resuming from `step`; rlcore.processes.children: its own
     session, gone when this launcher dies), show its output (logs/sft.log) here, wait; its
     exit code (-n when signal n ended it, said as `rl` says it: launcher.exits), or 128 + n
     when this launcher was stopped by signal n. run.json records this launcher and the `sft`
-    process with their identities (rlcore.procs), then how the attempt ended."""
+    process with their identities (rlcore.processes.procs), then how the attempt ended."""
     config.ckpt.resume_step = step
     config_file = run.config_file("sft")
     secret_env = write_for_child(config, config_file)
@@ -179,14 +179,14 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None, clock: RunCloc
         record_state(run, state, exit_code=code, **processes, **clock.state())
     except DiskFullError:
         if code != DISK_FULL_EXIT_CODE:
-            raise  # rl sft's own write met the full disk first (rlcore.entry says so)
+            raise  # rl sft's own write met the full disk first (rlcore.config.entry says so)
         # sft's did, which main says; run.json keeps "running" (rl status finds sft gone)
     return code
 
 
 class Output:
-    """Shows here what the next child started on `log` writes there (rlcore.children's header
-    line left out)."""
+    """Shows here what the next child started on `log` writes there (rlcore.processes.children's
+    header line left out)."""
 
     def __init__(self, log: Path):
         self.log = log
@@ -196,7 +196,7 @@ class Output:
     def copy(self, final: bool = False) -> None:
         """Write out what is new: whole lines (the rest waits for its newline), everything
         when `final`; always None, so that it can run inside a wait's predicate. The log is
-        read back bounded (rlcore.readback), at most LOG_TAIL at a time."""
+        read back bounded (rlcore.files.readback), at most LOG_TAIL at a time."""
         while self.copy_some(final):
             pass
 

@@ -1,6 +1,6 @@
 """The keys the processes share, declared once here (SHARED_KEYS; their schemas are
-rlcore.config's SharedFields): the top-level `rl` keys for them, filling silent sub-configs, the
-agreement checks (before and after validation) and `rl --help`; which components carry a key is
+rlcore.config.base's SharedFields): the top-level `rl` keys for them, filling silent sub-configs,
+the agreement checks (before and after validation) and `rl --help`; which components carry a key is
 read off their schemas."""
 
 from typing import Any, Optional
@@ -10,8 +10,8 @@ from pydantic.fields import FieldInfo
 
 from inference.config import InferenceConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.config import NONE_STRINGS, BaseConfig, LogConfig, ModelConfig, SharedFields
-from rlcore.schema import model_members
+from rlcore.config.base import NONE_STRINGS, BaseConfig, LogConfig, ModelConfig, SharedFields
+from rlcore.config.schema import model_members
 from trainer.config import TrainerConfig
 
 COMPONENT_CONFIGS: dict[str, type[BaseConfig]] = {

@@ -21,16 +21,16 @@ from pathlib import Path
 
 from launcher.plan import derive_transport
 from launcher.slurm_config import INSIDE_ENV, control_character
-from rlcore import children, ports
-from rlcore.admin_token import ADMIN_TOKEN_ENV
-from rlcore.attempt import ATTEMPT_ENV
 from rlcore.errors import ConfigError
-from rlcore.health import SERVER_NONCE_ENV
-from rlcore.readback import shown
-from rlcore.run_json import is_job_id
-from rlcore.rundir import record_state
-from rlcore.runguard import RL, open_run
-from rlcore.user_files import read_user_text
+from rlcore.files.readback import shown
+from rlcore.files.user_files import read_user_text
+from rlcore.processes import children, ports
+from rlcore.processes.health import SERVER_NONCE_ENV
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV
+from rlcore.runs.attempt import ATTEMPT_ENV
+from rlcore.runs.run_json import is_job_id
+from rlcore.runs.rundir import record_state
+from rlcore.runs.runguard import RL, open_run
 
 MASTER_PORT = 29517
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
@@ -152,7 +152,7 @@ class Job:
 
 
 def query_job(job_id: str) -> Job | None:
-    """The job `job_id` (a checked job id, rlcore.run_json) as squeue, or else scontrol,
+    """The job `job_id` (a checked job id, rlcore.runs.run_json) as squeue, or else scontrol,
     reports it; None when neither is here or answers (nobody can tell). The id travels as
     `--jobs=ID` and after the words of `scontrol show job`, where no id can be an option."""
     assert is_job_id(job_id), job_id
@@ -203,7 +203,7 @@ def job_state(job_id: str) -> str | None:
 def prove_job(job: Job, root: Path) -> str | None:
     """None when the scheduler's record of `job` names the run in `root` (JOB_COMMENT: its id
     and folder); else why not, one clause naming the job, as `procs.verify` names a pid."""
-    from rlcore.ownership import read_run_id
+    from rlcore.runs.ownership import read_run_id
 
     run_id = read_run_id(root)
     if run_id is not None and job.comment == job_comment(root, run_id):
@@ -387,8 +387,8 @@ print(*free)
 
 
 def port_free_on(hosts: list[str]) -> int:
-    """rlcore.ports' rule on each of `hosts`, whose i-th server listens on the port + i: the
-    first port from DEFAULT_PORT up that is free and unreserved there on every node (one
+    """rlcore.processes.ports' rule on each of `hosts`, whose i-th server listens on the port + i:
+    the first port from DEFAULT_PORT up that is free and unreserved there on every node (one
     probe step on each)."""
     free = []
     for host in hosts:

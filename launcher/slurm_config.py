@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from rlcore.config import BaseConfig
+from rlcore.config.base import BaseConfig
 
 MAX_NODES = 1024
 """More nodes than any job of this launcher spans; a larger count is a typo."""

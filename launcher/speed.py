@@ -1,12 +1,12 @@
-"""The trainer's `auto` speed choices for a run (rlcore/speed.py), made once here so that `rl`
-says them at start and in `--dry-run`, records them in run.json (`speed_choices`) and gives
+"""The trainer's `auto` speed choices for a run (trainer/speed_policy.py), made once here so that
+`rl` says them at start and in `--dry-run`, records them in run.json (`speed_choices`) and gives
 the trainer concrete values: torch.compile, activation checkpointing (from the pre-flight
 memory estimate, launcher/memory.py), AdamW's fused kernel, the loss head."""
 
 from launcher.memory import estimate_parts, run_shape, trainer_memory
 from launcher.plan import Plan
 from rlcore.errors import ConfigError
-from rlcore.speed import (
+from trainer.speed_policy import (
     RunShape,
     SpeedChoices,
     choose_checkpointing,

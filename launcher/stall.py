@@ -4,14 +4,14 @@
 `find_stall`):
 
   stopped     a process in state T (SIGSTOP, a debugger) for `STOPPED_AFTER_S`;
-  deadlock    components waiting for each other in a circle (rlcore.waits), none of them
+  deadlock    components waiting for each other in a circle (rlcore.runs.waits), none of them
               working, each wait older than `DEADLOCK_AFTER_S`: every one's stacks go to its log;
   stuck       the root of a chain of waits that has neither worked nor made progress for its
               limit.
 
 Working is measured, not guessed: a component whose processes (children included, psutil) used
 more than `CPU_WORKING` of a core over the last `CPU_SAMPLE_S` works. Each component records the
-waits it is in and the peers they are on (rlcore.waits, several at once); following them leads
+waits it is in and the peers they are on (rlcore.runs.waits, several at once); following them leads
 from any waiter to a root, a component that waits on nobody. A component that works, or waits on
 one that works (through any chain), is never blamed: slow is not stalled. A root that does not
 work is stuck once it has made no progress for its limit: `stall_timeout_s` when set, else
@@ -34,12 +34,13 @@ from pathlib import Path
 
 import psutil
 
-from rlcore import procs, waits
-from rlcore.logs import STACK_DUMP_SIGNAL
-from rlcore.readback import LOG_TAIL, Damaged, decode, read_from
+from rlcore.files.readback import LOG_TAIL, Damaged, decode, read_from
+from rlcore.processes import procs
+from rlcore.reporting.logs import STACK_DUMP_SIGNAL
+from rlcore.runs import waits
 
 PROJECT_DIRS = ("trainer", "orchestrator", "inference", "rlcore", "launcher")
-WAIT_HELPERS = ("rlcore/poll.py",)
+WAIT_HELPERS = ("rlcore/processes/poll.py",)
 """Frames passed over when naming where a process waits: the one poll loop, which every wait
 goes through; its caller says what is waited for."""
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -155,7 +156,7 @@ class Wait:
 
 
 class WaitTimes:
-    """The open waits of each component (rlcore.waits), timed by the launcher's clock."""
+    """The open waits of each component (rlcore.runs.waits), timed by the launcher's clock."""
 
     def __init__(self, run_root: Path, attempt: str, servers: list[str]):
         """`servers`: the run's inference servers' names, in index order."""

@@ -20,11 +20,11 @@ from launcher.stall import (
     dump_stacks,
     find_stall,
 )
-from rlcore import children, procs
-from rlcore.health import ForeignServer, probe_health, server_url
-from rlcore.metrics import is_training_step, read_records, record_step_line
-from rlcore.readback import LOG_TAIL, Damaged, decode, read_tail
-from rlcore.rundir import record_state
+from rlcore.files.readback import LOG_TAIL, Damaged, decode, read_tail
+from rlcore.processes import children, procs
+from rlcore.processes.health import ForeignServer, probe_health, server_url
+from rlcore.reporting.metrics import is_training_step, read_records, record_step_line
+from rlcore.runs.rundir import record_state
 
 STALLED = -1000
 """poll()'s code for a component stopped for making no progress."""
@@ -34,7 +34,7 @@ HEALTH_PROBE_S = 5.0
 
 @dataclass
 class Child(children.Child):
-    """A component (rlcore.children: own session, parent-death signal, log, identity) and
+    """A component (rlcore.processes.children: own session, parent-death signal, log, identity) and
     its progress clock."""
 
     clock: Clock = field(default_factory=Clock)
@@ -237,7 +237,7 @@ class Supervisor:
 
 def tail(path: Path, num_lines: int = 30) -> str:
     """The last `num_lines` lines of a log, from its last LOG_TAIL bytes read back bounded
-    (rlcore.readback: a FIFO or a device there is said, never waited on)."""
+    (rlcore.files.readback: a FIFO or a device there is said, never waited on)."""
     try:
         data, _ = read_tail(path, LOG_TAIL)
     except FileNotFoundError:

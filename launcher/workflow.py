@@ -23,10 +23,10 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from launcher.lockfile import LOCK_FILE, dataset_dir, primary_dataset, read_yaml
-from rlcore.cli import deep_merge
-from rlcore.config import BaseConfig
+from rlcore.config.base import BaseConfig
+from rlcore.config.cli import deep_merge
 from rlcore.errors import ConfigError
-from rlcore.paths import user_path
+from rlcore.files.paths import user_path
 
 
 class JobConfig(BaseConfig):

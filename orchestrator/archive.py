@@ -1,4 +1,4 @@
-"""The orchestrator's side of the rollout archive (rlcore.samples_store): every rollout of
+"""The orchestrator's side of the rollout archive (rlcore.contracts.samples_store): every rollout of
 every step into `samples/step_<n>.parquet`, within the bound `[samples]` sets.
 
 Consumes: each step's generated groups (kept, errored and dynamic-sampling-dropped alike) once
@@ -21,9 +21,9 @@ from orchestrator.config import SamplesConfig
 from orchestrator.envs import Rollout
 from orchestrator.evals.summary import jsonable
 from orchestrator.rollouts import extends
-from rlcore import samples_store
-from rlcore.disk_full import is_disk_full
-from rlcore.paths import nearest_existing
+from rlcore.contracts import samples_store
+from rlcore.files.disk_full import is_disk_full
+from rlcore.files.paths import nearest_existing
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_SHARE = 0.05
@@ -95,7 +95,7 @@ class TokenTexts:
 def tokenizer_file(model_name: str) -> str | None:
     """The policy's `tokenizer.json`: in its local folder (the bundled model's included), or
     in the Hugging Face cache for a hub name (inference downloaded it); None if neither."""
-    from rlcore.models import resolve_model
+    from rlcore.host.models import resolve_model
 
     folder = Path(resolve_model(model_name))
     if (folder / TOKENIZER_FILE).is_file():

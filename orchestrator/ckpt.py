@@ -11,9 +11,9 @@ import shutil
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.sampler import SamplerState
-from rlcore.files import atomic_write_text
-from rlcore.protocol import Batch, write_batch
-from rlcore.rundir import RunDir, is_checkpoint_step, step_name
+from rlcore.contracts.protocol import Batch, write_batch
+from rlcore.files.atomic import atomic_write_text
+from rlcore.runs.rundir import RunDir, is_checkpoint_step, step_name
 
 PART = "orchestrator"
 STATE_FILE = "state.json"

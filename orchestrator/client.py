@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 
-from rlcore.admin_token import ADMIN_TOKEN_ENV
+from rlcore.contracts.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
 from rlcore.errors import ConfigError
-from rlcore.health import probe_health
-from rlcore.poll import wait_until_async
-from rlcore.protocol import MODELS_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.processes.health import probe_health
+from rlcore.processes.poll import wait_until_async
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV
 
 logger = logging.getLogger("orchestrator")
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -40,7 +40,7 @@ async def wait_for_server(
     """Wait until `/health` answers 200 and `model` is listed in `/v1/models`, with room for
     `seq_len` tokens per sample (its max_model_len). With `nonce` (the launcher's, in
     SERVER_NONCE_ENV) /health must prove it: another program on the port is a ForeignServer
-    error at once, before anything else is sent to it (rlcore.health)."""
+    error at once, before anything else is sent to it (rlcore.processes.health)."""
     root = server_root(base_url)
     last = "no answer yet"
 
@@ -107,7 +107,7 @@ async def update_weights(
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
     returns the server's answer (its `model`, when present, is the name requests must use: a
     LoRA adapter's), or None if the server has no such route (a plain vLLM server keeps its
-    own weights). `token`: the run's admin token (rlcore.admin_token)."""
+    own weights). `token`: the run's admin token (rlcore.runs.admin_token)."""
     url = server_root(base_url) + UPDATE_WEIGHTS_ROUTE
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:

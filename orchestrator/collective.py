@@ -1,4 +1,4 @@
-"""The collective transport's orchestrator side (rlcore.collective): sees the policies the
+"""The collective transport's orchestrator side (rlcore.contracts.collective): sees the policies the
 trainer offers, asks it to send one and has every inference server receive it.
 
 Consumes: `transfer/offer.json`. Produces: `transfer/request.json`, `transfer/done` at the end,
@@ -10,19 +10,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.client import OrchestratorError
-from rlcore import collective
-from rlcore.attempt import AttemptFilter
-from rlcore.poll import wait_until_async
-from rlcore.rundir import RunDir
-from rlcore.weight_transfer import PolicyServers, WeightReceiver
+from rlcore.config.weight_transfer import PolicyServers, WeightReceiver
+from rlcore.contracts import collective
+from rlcore.processes.poll import wait_until_async
+from rlcore.runs.attempt import AttemptFilter
+from rlcore.runs.rundir import RunDir
 
 POLL_S = 0.2
 
 
 @dataclass
 class CollectiveReceiver(WeightReceiver):
-    """Policies the trainer offers in `transfer/offer.json` (rlcore.collective): one at a time,
-    the trainer waiting until it is asked for it, so each is served as soon as it appears."""
+    """Policies the trainer offers in `transfer/offer.json` (rlcore.contracts.collective): one at a
+    time, the trainer waiting until it is asked for it, so each is served as soon as it appears."""
 
     run_dir: RunDir
     trusted_upto: int = 0

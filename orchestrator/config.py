@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
+from rlcore.config.base import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 

@@ -5,7 +5,7 @@ For step n = 0 .. max_steps-1:
               async_level; the newest one ready; exactly n - async_level when `deterministic`),
               and has every inference server serve it if it changed (orchestrator/policy.py);
   consumes    examples from the environments, mixed by weight in a seeded, resumable order;
-  produces    `rollouts/step_<n>` (rlcore.protocol batch + samples.jsonl),
+  produces    `rollouts/step_<n>` (rlcore.contracts.protocol batch + samples.jsonl),
               `samples/step_<n>.parquet` (every rollout, orchestrator/archive.py), one metrics line,
               every `ckpt.interval` steps its part of `checkpoints/step_<n+1>` (deterministic:
               of step_<n+1-async_level>, carrying the batches since; orchestrator/ckpt.py), evals
@@ -36,16 +36,17 @@ from orchestrator.sampler import ExampleSampler
 from orchestrator.seeds import eval_seeds, rollout_seeds
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
-from rlcore import heap, waits
-from rlcore.admin_token import read_token
-from rlcore.environments import check_envs
+from rlcore.config.toml_io import write_config
+from rlcore.contracts.protocol import Batch, write_batch
 from rlcore.errors import ConfigError
-from rlcore.health import SERVER_NONCE_ENV
-from rlcore.metrics import step_line
-from rlcore.protocol import Batch, write_batch
-from rlcore.rundir import RunDir, step_name
-from rlcore.runguard import ORCHESTRATOR
-from rlcore.toml_io import write_config
+from rlcore.host.environments import check_envs
+from rlcore.processes import heap
+from rlcore.processes.health import SERVER_NONCE_ENV
+from rlcore.reporting.metrics import step_line
+from rlcore.runs import waits
+from rlcore.runs.admin_token import read_token
+from rlcore.runs.rundir import RunDir, step_name
+from rlcore.runs.runguard import ORCHESTRATOR
 
 logger = logging.getLogger("orchestrator")
 PASS_THRESHOLD = 1.0
@@ -136,7 +137,9 @@ class Orchestrator:
         first = state.step
         while state.step < config.max_steps:
             await self.train_step()
-            if state.step == first + 1:  # imports and the first batch done (rlcore/heap.py)
+            if (
+                state.step == first + 1
+            ):  # imports and the first batch done (rlcore/processes/heap.py)
                 heap.trim()
                 heap.page_out_libraries()
             if eval_config and state.step % eval_config.interval == 0:

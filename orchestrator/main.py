@@ -3,11 +3,11 @@
 import sys
 
 from orchestrator.config import OrchestratorConfig
-from rlcore.children import stop_descendants_on_exit
-from rlcore.disk_full import exit_disk_full, is_disk_full
-from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.config.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.logs import setup_logging
+from rlcore.files.disk_full import exit_disk_full, is_disk_full
+from rlcore.processes.children import stop_descendants_on_exit
+from rlcore.reporting.logs import setup_logging
 
 BATCH_ADVICE = (
     "the batch or checkpoint being written was not kept (nothing half-written is ever read); "

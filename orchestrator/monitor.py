@@ -7,10 +7,10 @@ from typing import Any
 
 from orchestrator.config import OrchestratorConfig
 from orchestrator.envs import Rollout
-from rlcore import waits
-from rlcore.poll import wait_until
-from rlcore.rundir import RunDir
-from rlcore.wandb_run import Relay, start_wandb
+from rlcore.processes.poll import wait_until
+from rlcore.reporting.wandb_run import Relay, start_wandb
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "orchestrator"
@@ -20,7 +20,7 @@ RELAY_POLL_S = 1.0
 
 class Monitor:
     """metrics.jsonl always; the run's one W&B run when `wandb.project` is set, into which it
-    also relays the trainer's records and those of `evals --watch` (rlcore.wandb_run)."""
+    also relays the trainer's records and those of `evals --watch` (rlcore.reporting.wandb_run)."""
 
     def __init__(self, config: OrchestratorConfig, run_dir: RunDir, wandb_run_id: str | None):
         self.run_dir = run_dir

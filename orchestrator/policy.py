@@ -2,19 +2,19 @@
 
 For batch n the servers must serve a policy no older than n - async_level (exactly that one in
 a deterministic run): the policy waits for the trainer through the transport's receiver and has
-the receiver swap every server to it (rlcore.weight_transfer). An eval serves exactly the policy
-it is logged under.
+the receiver swap every server to it (rlcore.config.weight_transfer). An eval serves exactly the
+policy it is logged under.
 
-Consumes: the receiver's ready policies. Waits for: the trainer (recorded for rl, rlcore.waits),
-up to `weights_timeout_s`. Produces: swaps on every inference server.
+Consumes: the receiver's ready policies. Waits for: the trainer (recorded for rl,
+rlcore.runs.waits), up to `weights_timeout_s`. Produces: swaps on every inference server.
 """
 
 import logging
 import time
 
 from orchestrator.config import OrchestratorConfig
-from rlcore import waits
-from rlcore.weight_transfer import PolicyServers, WeightReceiver
+from rlcore.config.weight_transfer import PolicyServers, WeightReceiver
+from rlcore.runs import waits
 
 logger = logging.getLogger("orchestrator")
 

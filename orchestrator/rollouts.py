@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 
 from orchestrator.envs import Rollout, Turn
-from rlcore.protocol import Sample
+from rlcore.contracts.protocol import Sample
 
 
 @dataclass

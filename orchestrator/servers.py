@@ -11,8 +11,8 @@ one).
 Consumes: `client.base_url` (one URL or a list), `<output_dir>/admin_token`. Produces:
 per-server request counts for the step's metrics. Waits for: each server's answers, within the
 client's timeouts; while any request or swap is in flight on a server, the orchestrator records
-that it waits on that server (rlcore.waits: server i is the run's i-th inference server), so `rl`
-sees whom a slow batch waits on."""
+that it waits on that server (rlcore.runs.waits: server i is the run's i-th inference server), so
+`rl` sees whom a slow batch waits on."""
 
 import asyncio
 import logging
@@ -31,8 +31,8 @@ from orchestrator.client import (
     update_weights,
     wait_for_server,
 )
-from rlcore import waits
-from rlcore.protocol import TOKENIZE_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.contracts.protocol import TOKENIZE_ROUTE, UPDATE_WEIGHTS_ROUTE
+from rlcore.runs import waits
 
 logger = logging.getLogger("orchestrator")
 IN_FLIGHT = "completions for the rollouts in flight"
@@ -138,7 +138,7 @@ class ServerPool:
         self, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0,
         nonce: str | None = None,
     ) -> None:  # fmt: skip
-        """Every server healthy (proving `nonce`, when given: rlcore.health) and serving
+        """Every server healthy (proving `nonce`, when given: rlcore.processes.health) and serving
         `model` with room for `seq_len` tokens."""
         await asyncio.gather(*(
             wait_for_server(self.http, s.base_url, model, timeout_s, api_key, seq_len, nonce)

@@ -1,5 +1,5 @@
-"""The orchestrator's side of the weight-transfer seam (rlcore.weight_transfer): which policies
-the trainer has published, and the swap that makes every inference server serve one. The
+"""The orchestrator's side of the weight-transfer seam (rlcore.config.weight_transfer): which
+policies the trainer has published, and the swap that makes every inference server serve one. The
 filesystem transport's receiver, and the registry of every transport's.
 
 Consumes: `weights/step_<n>/STABLE` (filesystem transport). Waits for: the trainer, up to a
@@ -11,11 +11,11 @@ from typing import Any
 
 from orchestrator.client import OrchestratorError
 from orchestrator.collective import CollectiveReceiver
-from rlcore.attempt import AttemptFilter
-from rlcore.config import WeightTransferConfig
-from rlcore.poll import wait_until_async
-from rlcore.rundir import STABLE, RunDir
-from rlcore.weight_transfer import WeightReceiver
+from rlcore.config.base import WeightTransferConfig
+from rlcore.config.weight_transfer import WeightReceiver
+from rlcore.processes.poll import wait_until_async
+from rlcore.runs.attempt import AttemptFilter
+from rlcore.runs.rundir import STABLE, RunDir
 
 POLL_S = 0.2
 
@@ -27,7 +27,7 @@ class FilesystemReceiver(WeightReceiver):
     run_dir: RunDir
     trusted_upto: int = 0
     """Weight folders up to this step (the resume point) are valid whoever published them;
-    a newer one counts only if this attempt's trainer marked it (rlcore.attempt): a newer one
+    a newer one counts only if this attempt's trainer marked it (rlcore.runs.attempt): a newer one
     from an earlier attempt belongs to a run that was abandoned."""
     attempts: AttemptFilter = field(default_factory=AttemptFilter)
 

@@ -1,5 +1,5 @@
 """User-facing errors: one clear message and exit code 2, never a traceback (the message is
-printed by rlcore.entry.exit_with, secrets redacted)."""
+printed by rlcore.config.entry.exit_with, secrets redacted)."""
 
 USER_ERROR_EXIT_CODE = 2
 

@@ -11,8 +11,9 @@ Where a secret sits (`map_secrets` visits each; all redaction goes through it):
 A `$VAR` / `${VAR}` reference in such a place (a URL's user info may be `user:$VAR`) is no
 secret: it stays as written and is resolved only inside the process that uses it, from its
 environment and `.env` (`resolve`). Everything else in a config is written as given; a literal
-secret shows as `***` in every resolved config (rlcore.toml_io), printed config, message, log
-line (rlcore.logs) and the W&B config, and in a command line that is shown (`redact_command`).
+secret shows as `***` in every resolved config (rlcore.config.toml_io), printed config, message, log
+line (rlcore.reporting.logs) and the W&B config, and in a command line that is shown
+(`redact_command`).
 
 Secret names. A name is split into words at `_`, `-`, `.`, spaces and camelCase humps, lower-
 cased, without trailing digits; a trailing `value`, `header`, `str`, `b64` or `pem` is dropped.
@@ -26,7 +27,7 @@ Its last word decides:
   `auth_type`, `auth_method`), or it names where a secret lives (`api_key_var`, `key_path`,
   `secret_name`); so are `max_tokens`, `tokenizer` and `monkey`.
 What `rl` alone does with literal secrets (passing them by environment, refusing them in files it
-writes) is in rlcore/literal_secrets.py."""
+writes) is in rlcore/config/literal_secrets.py."""
 
 import os
 import re
@@ -336,10 +337,10 @@ def _substitute(slot: Slot, where: str, env: dict[str, str]) -> str:
 
 
 def dotenv(path: str = ".env") -> dict[str, str]:
-    """The variables `.env` in the working folder sets (never logged; rl_envs.env_file reads
+    """The variables `.env` in the working folder sets (never logged; rl_files.env_file reads
     it); a file that cannot be read, is not UTF-8 or has a bad line is a ConfigError naming it
     and the line (its contents never quoted)."""
-    from rl_envs.env_file import DotenvError, read_dotenv
+    from rl_files.env_file import DotenvError, read_dotenv
 
     try:
         return read_dotenv(path)

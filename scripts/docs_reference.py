@@ -6,7 +6,7 @@ by hand; after changing a config field, a command's flags or its help, run
 
 and commit the pages it rewrites (docs/reference/). `tests/unit/test_docs_reference.py`
 builds them in memory and fails on any difference, naming this command. Nothing here imports
-torch, vLLM or verifiers: the schemas and the parsers are light (rlcore/config.py)."""
+torch, vLLM or verifiers: the schemas and the parsers are light (rlcore/config/base.py)."""
 
 import argparse
 import contextlib
@@ -69,8 +69,8 @@ def _list_models(annotation: Any) -> list[type[BaseModel]]:
 
 
 def type_text(annotation: Any) -> str:
-    """A short readable type, as `--help` writes it (rlcore.schema), `any` for Any."""
-    from rlcore.schema import type_text as help_type_text
+    """A short readable type, as `--help` writes it (rlcore.config.schema), `any` for Any."""
+    from rlcore.config.schema import type_text as help_type_text
 
     return "any" if annotation is Any else help_type_text(annotation)
 
@@ -328,9 +328,9 @@ COMPONENT_INTROS = {
     "inference": "`inference @ infer.toml`, or `[inference]` of `rl`.",
 }
 COMPONENT_SOURCES = {
-    "trainer": "trainer/config.py and rlcore/config.py",
-    "orchestrator": "orchestrator/config.py and rlcore/config.py",
-    "inference": "inference/config.py and rlcore/config.py",
+    "trainer": "trainer/config.py and rlcore/config/base.py",
+    "orchestrator": "orchestrator/config.py and rlcore/config/base.py",
+    "inference": "inference/config.py and rlcore/config/base.py",
 }
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlcore import wheel_tags
+from rlcore.host import wheel_tags
 
 wheel_tags.repair()  # `uv run --extra cpu pytest` a second time reinstalls nothing
 

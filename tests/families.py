@@ -125,7 +125,7 @@ def build_family_model(family: str, vocab_size: int = 512, seed: int = 0, **ids)
 def save_family_model(family: str, out_dir: Path, seed: int = 0) -> Path:
     """`family`'s tiny model with SmolLM2's tokenizer and ChatML template, as an HF folder that
     vLLM and the trainer load."""
-    from rlcore.models import EOS_TOKEN, load_bundled_tokenizer, set_eos
+    from rlcore.host.models import EOS_TOKEN, load_bundled_tokenizer, set_eos
 
     tokenizer = load_bundled_tokenizer()
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)

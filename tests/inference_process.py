@@ -18,9 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from rlcore.admin_token import ADMIN_TOKEN_ENV, new_token
-from rlcore.health import probe_health
-from rlcore.protocol import HEALTH_ROUTE
+from rlcore.processes.health import HEALTH_ROUTE, probe_health
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV, new_token
 
 
 class InferenceProcess:

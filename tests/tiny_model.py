@@ -8,7 +8,7 @@ seed (`$RL_CACHE_DIR`, default ~/.cache/rl-launcher). Benchmarks use it too.
 import sys
 from pathlib import Path
 
-from rlcore.models import EOS_TOKEN, cache_dir, cached_build, load_bundled_tokenizer, set_eos
+from rlcore.host.models import EOS_TOKEN, cache_dir, cached_build, load_bundled_tokenizer, set_eos
 
 TINY_VERSION = 1
 """Bump when the recipe changes, so stale cached copies are not reused."""

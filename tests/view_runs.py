@@ -1,7 +1,7 @@
 """Run folders for `rl view`'s tests and benchmark, written as the launcher, the orchestrator and
 the evals command write them: the `.rl-run` marker, run.json, configs/, logs/, metrics.jsonl,
-checkpoints/, the rollout archive (written by its one writer, rlcore.samples_store) and in-run
-evaluations (`evals/step_<n>/`)."""
+checkpoints/, the rollout archive (written by its one writer, rlcore.contracts.samples_store) and
+in-run evaluations (`evals/step_<n>/`)."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import random
 import time
 from pathlib import Path
 
-from rlcore import procs, samples_store
+from rlcore.contracts import samples_store
+from rlcore.processes import procs
 
 WORDS = ["the", "sum", "is", "answer", "7", "12", "3", "+", "=", "ok", "so", "think", "<tool>",
          "call", "(", ")", "result", "9", "4", "done"]  # fmt: skip

@@ -28,8 +28,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from rlcore import faults
-from rlcore.disk_full import naming
-from rlcore.rundir import DONE, MANIFEST, RunDir
+from rlcore.files.disk_full import naming
+from rlcore.runs.rundir import DONE, MANIFEST, RunDir
 from trainer.background import BackgroundWriter
 from trainer.dist import World
 from trainer.lora import is_lora, trainable_names

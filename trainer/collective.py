@@ -1,12 +1,12 @@
-"""The collective transport's sender (rlcore.collective): after each step, offer the policy and
-send it when the orchestrator asks, straight from the trainer's parameters (cast to the serving
-dtype) into the inference workers' memory; nothing is written to `weights/`.
+"""The collective transport's sender (rlcore.contracts.collective): after each step, offer the
+policy and send it when the orchestrator asks, straight from the trainer's parameters (cast to the
+serving dtype) into the inference workers' memory; nothing is written to `weights/`.
 
 Consumes: `transfer/request.json` (the orchestrator asks for the offered step) or
 `transfer/done` (no more asks). Produces: `transfer/offer.json`, then one broadcast per bucket
 from rank 0. Waits for: the ask, up to `data.wait_timeout_s` (the orchestrator asks at its next
 batch boundary); the group and each update, up to the transport's timeout (both recorded for
-`rl`, rlcore.waits: the ask as a wait on the orchestrator, the send on every inference server).
+`rl`, rlcore.runs.waits: the ask as a wait on the orchestrator, the send on every inference server).
 Every rank takes part (FSDP gathers each tensor with `full_tensor()`), only rank 0 broadcasts.
 """
 
@@ -19,14 +19,15 @@ from typing import Any
 
 import torch
 
-from rlcore import collective, waits
-from rlcore.attempt import AttemptFilter
-from rlcore.config import CollectiveTransferConfig
+from rlcore.config.base import CollectiveTransferConfig
+from rlcore.config.weight_transfer import LOOPBACK, WeightSender
+from rlcore.contracts import collective
 from rlcore.errors import ConfigError
-from rlcore.health import free_port
-from rlcore.poll import wait_until
-from rlcore.rundir import RunDir
-from rlcore.weight_transfer import LOOPBACK, WeightSender
+from rlcore.processes.health import free_port
+from rlcore.processes.poll import wait_until
+from rlcore.runs import waits
+from rlcore.runs.attempt import AttemptFilter
+from rlcore.runs.rundir import RunDir
 from trainer.dist import World
 from trainer.lora import is_lora
 from trainer.model import cast, drop_tied_copies
@@ -123,7 +124,7 @@ class CollectiveSender(WeightSender):
         folder = self.run_dir.transfer
 
         def answered() -> tuple[bool] | None:
-            # `done` before the request: see rlcore.collective
+            # `done` before the request: see rlcore.contracts.collective
             done = collective.is_done(folder, self.group["id"], self.attempts)
             asked = collective.read_request(folder, self.group["id"])
             if asked is not None and asked >= step:

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from rlcore.config import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
+from rlcore.config.base import BaseConfig, ModelConfig, PositiveInt, SharedFields, note_renamed
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -25,7 +25,7 @@ class TrainerModelConfig(ModelConfig):
     """Compute dtype of the forward and backward pass (autocast on CPU, FSDP2's mixed-precision
     policy on GPUs); parameters and optimizer state are always fp32 master copies. `auto`: bf16
     on a GPU and on a CPU with native bf16 (AVX512_BF16, AMX), fp32 on other CPUs, where bf16
-    runs about 4x slower (rlcore/machine.py); an explicit bfloat16 there is kept, with a
+    runs about 4x slower (rlcore/host/machine.py); an explicit bfloat16 there is kept, with a
     warning."""
 
     serving_dtype: Literal["bfloat16", "float16", "float32"] | None = None
@@ -35,7 +35,7 @@ class TrainerModelConfig(ModelConfig):
 
     activation_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute activations in the backward pass to save memory (slower, longer sequences).
-    `auto`: only where the memory estimate needs it (rlcore/speed.py): off where it fits the
+    `auto`: only where the memory estimate needs it (trainer/speed_policy.py): off where it fits the
     trainer's memory without, else on for as few layers as fit (`activation_checkpointing_freq`
     chosen)."""
 
@@ -47,7 +47,7 @@ class TrainerModelConfig(ModelConfig):
     """Compile each decoder layer with torch.compile (needs a C++ compiler; compiled kernels
     are cached under the cache folder's `compile/`, so a restart compiles from cache). `auto`:
     where it pays for itself within the run, from compile and step times measured on this
-    kind of machine, scaled to the model and the tokens per step (rlcore/speed.py: for
+    kind of machine, scaled to the model and the tokens per step (trainer/speed_policy.py: for
     SmolLM2-135M on 512 tokens a step, after about 30 steps on a native-bf16 CPU; a few hundred
     steps of 16k tokens on a GPU; never on a CPU computing in fp32, where compiled steps
     measured no faster)."""

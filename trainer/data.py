@@ -1,7 +1,7 @@
 """Batches in, micro-batches out.
 
-Consumes `rollouts/step_<n>` (written by the orchestrator, see rlcore.protocol), waits for it
-with a timeout, loads it straight into tensors (`BatchTensors`: all samples' tokens end to end,
+Consumes `rollouts/step_<n>` (written by the orchestrator, see rlcore.contracts.protocol), waits for
+it with a timeout, loads it straight into tensors (`BatchTensors`: all samples' tokens end to end,
 cut by `sample_offsets`), and packs its samples into micro-batches of at most
 `micro_batch_tokens` tokens. The logit-aligned per-token columns (`token_columns`) are built
 once per batch with vectorized ops; a packed row gathers its samples' token ranges from them
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from rlcore.poll import wait_until
-from rlcore.protocol import BATCH_META, BatchError, BatchTensors, load_batch
+from rlcore.contracts.protocol import BATCH_META, BatchError, BatchTensors, load_batch
+from rlcore.processes.poll import wait_until
 from trainer.config import FakeDataConfig
 
 

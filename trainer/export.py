@@ -5,8 +5,8 @@ its checkpoint or its published folder, merge a LoRA adapter, write a full HF fo
 import sys
 from pathlib import Path
 
-from rlcore.rundir import RunDir
-from rlcore.toml_io import load_toml
+from rlcore.config.toml_io import load_toml
+from rlcore.runs.rundir import RunDir
 from trainer.config import TrainerConfig
 
 
@@ -15,8 +15,8 @@ def export(config, run: RunDir, step: int, kind: str, out: Path, dtype: str | No
     atomically; returns the dtype written."""
     import torch
 
-    from rlcore.files import atomic_folder
-    from rlcore.models import resolve_model
+    from rlcore.files.atomic import atomic_folder
+    from rlcore.host.models import resolve_model
     from trainer.dist import World
     from trainer.lora import merge_lora
     from trainer.model import DTYPES, load_model, source_dir

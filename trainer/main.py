@@ -2,11 +2,11 @@
 
 import sys
 
-from rlcore.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
-from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.config.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.heap import bound_kernel_caches
-from rlcore.logs import setup_logging
+from rlcore.files.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
+from rlcore.processes.heap import bound_kernel_caches
+from rlcore.reporting.logs import setup_logging
 from trainer.config import TrainerConfig
 from trainer.dist import maybe_reexec_under_torchrun
 
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     config, _ = parse_config(TrainerConfig, "trainer", argv)
     setup_logging("trainer", config.log.level)
-    bound_kernel_caches()  # before torch's first matmul (rlcore/heap.py)
+    bound_kernel_caches()  # before torch's first matmul (rlcore/processes/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, config.nodes)
     except ConfigError as err:

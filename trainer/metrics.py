@@ -1,13 +1,13 @@
 """Per-step metrics: one console line and one metrics.jsonl record. W&B: the orchestrator owns
 the run's one W&B run and relays these records into it; only a trainer running alone on
 synthetic data (`data.fake`, no orchestrator) and an SFT run log to W&B themselves
-(rlcore.wandb_run), and then relay `evals --watch`'s records as the orchestrator would."""
+(rlcore.reporting.wandb_run), and then relay `evals --watch`'s records as the orchestrator would."""
 
 import logging
 
-from rlcore.config import WandbConfig
-from rlcore.rundir import RunDir
-from rlcore.wandb_run import Relay, WandbRun, start_wandb
+from rlcore.config.base import WandbConfig
+from rlcore.reporting.wandb_run import Relay, WandbRun, start_wandb
+from rlcore.runs.rundir import RunDir
 
 COMPONENT = "trainer"
 logger = logging.getLogger("trainer")

@@ -16,8 +16,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from rlcore.machine import compute_dtype as choose_dtype
-from rlcore.machine import probe, slow_bf16_warning
+from rlcore.host.machine import compute_dtype as choose_dtype
+from rlcore.host.machine import probe, slow_bf16_warning
 from trainer.config import LoraConfig, TrainerModelConfig
 from trainer.dist import World
 from trainer.model_type import TrainerModel
@@ -31,7 +31,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 def compute_dtype(config: TrainerModelConfig, device: torch.device) -> torch.dtype:
     """The dtype of the forward and backward pass (and of published weights): `model.dtype`;
-    `auto` picks it for this machine (rlcore.machine: bf16 on a GPU or a CPU with native bf16,
+    `auto` picks it for this machine (rlcore.host.machine: bf16 on a GPU or a CPU with native bf16,
     fp32 elsewhere). An explicit bf16 on a CPU without native bf16 is kept, with a warning."""
     machine = probe()
     name, why = choose_dtype(config.dtype, device.type == "cuda", machine)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlcore.speed import SpeedChoices
 from trainer.config import LoraConfig
+from trainer.speed_policy import SpeedChoices
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel as CausalLM

@@ -6,8 +6,8 @@ import math
 import torch
 from torch import nn
 
-from rlcore.speed import choose_fused
 from trainer.config import OptimConfig
+from trainer.speed_policy import choose_fused
 
 
 def lr_factor(config: OptimConfig, max_steps: int, step: int) -> float:

@@ -1,6 +1,6 @@
-"""The trainer's speed choices on the loaded model (rlcore/speed.py decides; this module feeds it
-the model's shape, the memory this process has and the run's length), the compile cache, and
-what a compiled run measures of its own compile."""
+"""The trainer's speed choices on the loaded model (trainer/speed_policy.py decides; this module
+feeds it the model's shape, the memory this process has and the run's length), the compile cache,
+and what a compiled run measures of its own compile."""
 
 import logging
 import math
@@ -10,10 +10,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from rlcore.errors import ConfigError
-from rlcore.estimate import ModelShape, available_ram, trainer_peak
-from rlcore.machine import DTYPE_BYTES, Machine
-from rlcore.models import cache_dir
-from rlcore.speed import (
+from rlcore.forecast.memory import ModelShape, available_ram, trainer_peak
+from rlcore.host.machine import DTYPE_BYTES, Machine
+from rlcore.host.models import cache_dir
+from trainer.config import TrainerModelConfig
+from trainer.model_type import TrainerModel
+from trainer.speed_policy import (
     COMPILE_FIGURES,
     RunShape,
     SpeedChoices,
@@ -23,8 +25,6 @@ from rlcore.speed import (
     compile_refusal,
     machine_kind,
 )
-from trainer.config import TrainerModelConfig
-from trainer.model_type import TrainerModel
 
 logger = logging.getLogger("trainer")
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"

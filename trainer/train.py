@@ -17,14 +17,16 @@ from typing import Any
 
 import torch
 
-from rlcore import faults, heap, waits
+from rlcore import faults
+from rlcore.config.toml_io import write_config
+from rlcore.config.weight_transfer import WeightSender
+from rlcore.contracts.protocol import BatchTensors
 from rlcore.errors import ConfigError
-from rlcore.models import resolve_model
-from rlcore.protocol import BatchTensors
-from rlcore.rundir import RunDir, is_checkpoint_step
-from rlcore.runguard import TRAINER, open_run
-from rlcore.toml_io import write_config
-from rlcore.weight_transfer import WeightSender
+from rlcore.host.models import resolve_model
+from rlcore.processes import heap
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir, is_checkpoint_step
+from rlcore.runs.runguard import TRAINER, open_run
 from trainer.attention import shared_prompt_blocker
 from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.config import TrainerConfig
@@ -111,7 +113,7 @@ def setup_run_dir(config: TrainerConfig, world: World) -> tuple[RunDir, int | No
     step = run_dir.check_attempt(config.ckpt.resume_step, TRAINER)
     resume_step = world.broadcast_object(step)
     if world.is_main:
-        open_run(run_dir.root, TRAINER)  # alone: never beside a running rl (rlcore.runguard)
+        open_run(run_dir.root, TRAINER)  # alone: never beside a running rl (rlcore.runs.runguard)
         waits.setup(run_dir.root, "trainer")  # what it waits for, for rl to read
         place_weights(run_dir, config.weight_transfer.weights_root())
         run_dir.drop_stale(resume_step or 0, produces=("weights",))
@@ -285,7 +287,7 @@ def release_freed_memory(world: World) -> None:
 
 def release_library_pages(world: World) -> None:
     """On CPU, hand back the shared-library pages that loading torch and the model left
-    resident (the CUDA build's GPU libraries among them: rlcore/heap.py), after setup and
+    resident (the CUDA build's GPU libraries among them: rlcore/processes/heap.py), after setup and
     after the first step."""
     if world.device.type == "cpu":
         heap.page_out_libraries()

@@ -1,4 +1,4 @@
-"""The trainer's side of the weight-transfer seam (rlcore.weight_transfer).
+"""The trainer's side of the weight-transfer seam (rlcore.config.weight_transfer).
 
 The filesystem transport publishes the policy as `weights/step_<n>`: an HF safetensors folder
 (config, tokenizer, generation config) loadable by vLLM and transformers, written as a tmp
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from rlcore.config import WeightTransferConfig
+from rlcore.config.base import WeightTransferConfig
+from rlcore.config.weight_transfer import WeightSender
 from rlcore.errors import ConfigError
-from rlcore.files import atomic_folder
-from rlcore.ownership import owns_weights_folder, remove_path, weights_marker
-from rlcore.rundir import RunDir, remove_steps
-from rlcore.weight_transfer import WeightSender
+from rlcore.files.atomic import atomic_folder
+from rlcore.runs.ownership import owns_weights_folder, remove_path, weights_marker
+from rlcore.runs.rundir import RunDir, remove_steps
 from trainer.background import BackgroundWriter
 from trainer.collective import CollectiveSender
 from trainer.dist import World

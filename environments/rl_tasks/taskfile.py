@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rl_envs.env_file import DotenvError, read_dotenv
-from rl_envs.user_file import UserFileError, read_user_file
+from rl_files.env_file import DotenvError, read_dotenv
+from rl_files.user_file import UserFileError, read_user_file
 
 TASK_KEYS = {
     "id",
@@ -39,7 +39,7 @@ class TaskError(ValueError):
 
 
 def read_json(path: Path) -> Any:
-    """A tasks file's JSON, read through rl_envs.user_file (a regular file of at most 16 MiB)."""
+    """A tasks file's JSON, read through rl_files.user_file (a regular file of at most 16 MiB)."""
     try:
         return json.loads(read_user_file(path, "tasks file").decode("utf-8"))
     except UserFileError as err:

@@ -18,7 +18,7 @@ from launcher.commands import (
     view,
 )
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
-from rlcore.readback import Damaged, shown
+from rlcore.files.readback import Damaged, shown
 from rlcore.secrets import redact_message
 
 COMMANDS = {
@@ -32,8 +32,8 @@ def commands_help() -> str:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Parse and run one subcommand; a user mistake, a damaged run folder (rlcore.readback), or
-    an OS error the command did not name itself, is one message (secrets in it redacted, a
+    """Parse and run one subcommand; a user mistake, a damaged run folder (rlcore.files.readback),
+    or an OS error the command did not name itself, is one message (secrets in it redacted, a
     huge one cut: rlcore.secrets.redact_message) and exit 2."""
     module = COMMANDS[name]
     try:

@@ -1,5 +1,5 @@
 """`rl delete RUN [--yes]`: delete a run: only what rl created in a folder it marked as a run
-(rlcore.ownership), never a running run, never anything else."""
+(rlcore.runs.ownership), never a running run, never anything else."""
 
 import sys
 from pathlib import Path
@@ -17,13 +17,13 @@ from launcher.commands.runs import (
     recorded_pid,
 )
 from launcher.slurm import check_no_job
-from rlcore import procs
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified_run
-from rlcore.paths import user_path
-from rlcore.rundir import RunDir
-from rlcore.runguard import is_plain_name, looks_like_run, run_candidates
-from rlcore.runlock import locked
+from rlcore.files.paths import user_path
+from rlcore.processes import procs
+from rlcore.runs.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified_run
+from rlcore.runs.rundir import RunDir
+from rlcore.runs.runguard import is_plain_name, looks_like_run, run_candidates
+from rlcore.runs.runlock import locked
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"
@@ -103,7 +103,7 @@ def check_not_running(run_dir: RunDir, state: RunState) -> str | None:
 
 
 def target(name: str) -> RunDir:
-    """The folder RUN means, absolute and resolved (rlcore.paths); a link to a run is refused,
+    """The folder RUN means, absolute and resolved (rlcore.files.paths); a link to a run is refused,
     never followed, and a path that is not a run is named with what it holds."""
     for given in run_candidates(name):
         if given.is_symlink():

@@ -15,12 +15,12 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from launcher.lockfile import check_writable
-from rlcore import children
 from rlcore.errors import ConfigError
-from rlcore.paths import path_arg
-from rlcore.readback import shown
-from rlcore.rundir import RunDir, steps_in
-from rlcore.runguard import writing_into
+from rlcore.files.paths import path_arg
+from rlcore.files.readback import shown
+from rlcore.processes import children
+from rlcore.runs.rundir import RunDir, steps_in
+from rlcore.runs.runguard import writing_into
 
 NAME = "export"
 HELP = "the trained policy as a full HF folder (a LoRA adapter merged into the base)"
@@ -40,11 +40,11 @@ def parser():
 
 def trainer_config(run: RunDir):
     """The trainer's (or an `rl sft` run's) config the run recorded, read back bounded
-    (rlcore.toml_io); one that is not such a config is a damaged run folder, never a
+    (rlcore.config.toml_io); one that is not such a config is a damaged run folder, never a
     traceback."""
     from pydantic import BaseModel, ValidationError
 
-    from rlcore.toml_io import load_toml
+    from rlcore.config.toml_io import load_toml
     from trainer.config import TrainerConfig
 
     path = run.config_file("trainer")
@@ -98,7 +98,7 @@ def run(options) -> int:
     what = "LoRA adapter merged into the base" if config.lora else "fully fine-tuned model"
     print(f"rl: exporting step {step} ({what}, from its {kind}) of {run.root} to {out}")
     start = time.monotonic()
-    with writing_into(out, "--out"):  # in a run: under its lock (rlcore.runguard)
+    with writing_into(out, "--out"):  # in a run: under its lock (rlcore.runs.runguard)
         dtype = run_export(run, step, kind, out, options.dtype)
     size = sum(f.stat().st_size for f in out.rglob("*.safetensors")) / 2**20
     print(f"rl: wrote {out} ({size:.0f} MB of {dtype} weights, {time.monotonic() - start:.1f} s)")

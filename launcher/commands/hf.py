@@ -12,8 +12,8 @@ from typing import Any
 from launcher.commands.base import command_parser
 from launcher.commands.tasks import check_out, check_servers, print_local_commands, write_dataset
 from rlcore.errors import ConfigError
-from rlcore.paths import user_path
-from rlcore.runguard import writing_into
+from rlcore.files.paths import user_path
+from rlcore.runs.runguard import writing_into
 from rlcore.secrets import REDACTED, redact_urls
 
 NAME = "hf"
@@ -60,7 +60,7 @@ def run(args) -> int:
     check_servers(tasks, args.file)
     token = None if args.no_push else hub_token()
     print_local_commands(tasks)
-    # In a run folder only under its lock, never beside a running rl (rlcore.runguard).
+    # In a run folder only under its lock, never beside a running rl (rlcore.runs.runguard).
     with writing_into(folder, "--name"), writing_into(LOCK_FILE.absolute(), "the lock file"):
         write_dataset(tasks, folder)
         update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.commands.base import command_parser
-from rlcore import children
 from rlcore.errors import ConfigError
-from rlcore.paths import path_arg
-from rlcore.runguard import writing_into
+from rlcore.files.paths import path_arg
+from rlcore.processes import children
+from rlcore.runs.runguard import writing_into
 
 NAME = "init"
 HELP = "write a workflow config from an MCP environment's tools, or print an rl.toml"
@@ -106,7 +106,7 @@ def run(args) -> int:
     check_before_writing(args, out, name, spec)
     tools = list_tools(name, spec)
     workflow = workflow_of(name, args.target or args.tasks, tools)
-    # In a run folder only under its lock, never beside a running rl (rlcore.runguard).
+    # In a run folder only under its lock, never beside a running rl (rlcore.runs.runguard).
     with writing_into(out.absolute(), "-o"), writing_into(LOCK_FILE.absolute(), "the lock file"):
         write_yaml(out, workflow, FILE_HEADER.format(out=out))
         update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
@@ -123,7 +123,7 @@ def check_before_writing(args, out: Path, name: str, spec: dict[str, Any]) -> No
     from rl_tasks.taskfile import TaskError, check_server, environment
 
     from launcher.lockfile import LOCK_FILE, check_writable, read_lock
-    from rlcore.literal_secrets import refuse_literal_secrets
+    from rlcore.config.literal_secrets import refuse_literal_secrets
 
     if out.exists() and not out.is_dir() and not args.force:
         raise ConfigError(f"{out} exists: pass --force to overwrite it, or -o another path")

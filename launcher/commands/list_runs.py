@@ -1,6 +1,6 @@
 """`rl list [DIR]`: the runs under DIR (default outputs/) with status, step, checkpoint and
-disk use. A run is "running" only while its launcher is proved to be its own (rlcore.procs); a
-live pid run.json names that is not is said below the table."""
+disk use. A run is "running" only while its launcher is proved to be its own
+(rlcore.processes.procs); a live pid run.json names that is not is said below the table."""
 
 from pathlib import Path
 
@@ -17,8 +17,8 @@ from launcher.commands.runs import (
     recorded_pid,
 )
 from launcher.slurm import ENDED_STATUSES
-from rlcore import procs
-from rlcore.config import RUNS_ROOT
+from rlcore.config.base import RUNS_ROOT
+from rlcore.processes import procs
 
 NAME = "list"
 HELP = "runs under DIR (default outputs/): status, step, checkpoint, disk use"
@@ -33,8 +33,8 @@ def parser():
 
 def folder_arg(value: str) -> Path:
     """DIR as given (the listing shows paths as the user wrote them), checked as every path is
-    (rlcore.paths): an empty one (an unset `$DIR`) is refused, never taken for `.`."""
-    from rlcore.paths import user_path
+    (rlcore.files.paths): an empty one (an unset `$DIR`) is refused, never taken for `.`."""
+    from rlcore.files.paths import user_path
 
     user_path(value, "DIR")
     return Path(value).expanduser()

@@ -1,5 +1,5 @@
 """`rl logs [RUN] [COMPONENT] [-f]`: print (or follow) a run's logs. A log is read back as data
-(rlcore.readback): a regular file only (a FIFO, a device or a link out of the run is one line
+(rlcore.files.readback): a regular file only (a FIFO, a device or a link out of the run is one line
 saying so), and only its last LOG_TAIL bytes are printed at first (a line says how much came
 before and where the whole file is), so a huge log never floods the terminal nor memory."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, SFT_PROCESS, find_run, latest_run
 from rlcore.errors import ConfigError
-from rlcore.readback import LOG_TAIL, Damaged, decode, read_from, read_tail, shown
-from rlcore.rundir import COMPONENTS
+from rlcore.files.readback import LOG_TAIL, Damaged, decode, read_from, read_tail, shown
+from rlcore.runs.rundir import COMPONENTS
 
 NAME = "logs"
 HELP = "print (or follow) a run's logs"

@@ -6,9 +6,9 @@ from pathlib import Path
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, find_run
 from rlcore.errors import ConfigError
-from rlcore.paths import path_arg
-from rlcore.readback import Damaged, open_file
-from rlcore.runguard import writing_into
+from rlcore.files.paths import path_arg
+from rlcore.files.readback import Damaged, open_file
+from rlcore.runs.runguard import writing_into
 
 NAME = "plot"
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -41,7 +41,7 @@ def run(args) -> int:
 
 
 def check_metrics(run_dir) -> None:
-    """metrics.jsonl must be there and be a file that can be read back (rlcore.readback: a
+    """metrics.jsonl must be there and be a file that can be read back (rlcore.files.readback: a
     FIFO, a device or a link out of the run is a damaged run folder, exit 2)."""
     try:
         os.close(open_file(run_dir.metrics, run_dir.root))

@@ -1,7 +1,7 @@
 """Run folders as the subcommands see them: resolving a RUN argument (a run's name under
 outputs/, or the path of a run), reading `run.json` (a corrupt one is "unreadable", never a
-traceback), its processes proved before anything acts on them (rlcore.procs), progress and disk
-use."""
+traceback), its processes proved before anything acts on them (rlcore.processes.procs), progress and
+disk use."""
 
 import os
 from dataclasses import dataclass
@@ -9,21 +9,22 @@ from pathlib import Path
 
 import psutil
 
-from rlcore import procs, run_json, runguard
-from rlcore.config import RUNS_ROOT
+from rlcore.config.base import RUNS_ROOT
 from rlcore.errors import ConfigError
-from rlcore.metrics import read_last_records
-from rlcore.ownership import RUN_MARKER, read_run_id
-from rlcore.procs import pid_alive
-from rlcore.readback import Damaged
-from rlcore.rundir import COMPONENTS, RunDir
-from rlcore.runguard import looks_like_run
+from rlcore.files.readback import Damaged
+from rlcore.processes import procs
+from rlcore.processes.procs import pid_alive
+from rlcore.reporting.metrics import read_last_records
+from rlcore.runs import run_json, runguard
+from rlcore.runs.ownership import RUN_MARKER, read_run_id
+from rlcore.runs.rundir import COMPONENTS, RunDir
+from rlcore.runs.runguard import looks_like_run
 
 RUN_HELP = "a run's name under outputs/, or the path of a run folder"
 
 
 def find_run(name: str) -> RunDir:
-    """The run `name` means (rlcore.runguard.find_run: a name under outputs/, or a path),
+    """The run `name` means (rlcore.runs.runguard.find_run: a name under outputs/, or a path),
     its folder absolute and resolved; taken only if it is a run. An empty name (an unset
     `$RUN`) is refused, never taken for the latest run."""
     return RunDir(runguard.find_run(name))
@@ -76,7 +77,7 @@ class RunState:
 
 
 def read_state(run: RunDir) -> RunState:
-    """run.json read back through the bounded reader and checked (rlcore.run_json); a damaged
+    """run.json read back through the bounded reader and checked (rlcore.runs.run_json); a damaged
     one is `problem` ("damaged run folder: run.json: WHY"), never a traceback."""
     try:
         record = run_json.read(run.run_json, run.root)
@@ -105,8 +106,8 @@ def identities(state: RunState) -> dict:
 
 def check_process(run: RunDir, state: RunState, name: str) -> psutil.Process | str | None:
     """The live process run.json records as the run's `name` (procs.LAUNCHER or a component),
-    proved by its identity (rlcore.procs.verify; the launcher also by the run's lock); else why
-    not, naming the pid; None when run.json records no pid for it. A folder without the run
+    proved by its identity (rlcore.processes.procs.verify; the launcher also by the run's lock);
+    else why not, naming the pid; None when run.json records no pid for it. A folder without the run
     marker has no launcher, and a pid recorded without an identity (an older rl) is never
     proved."""
     pid = recorded_pid(state, name)
@@ -123,7 +124,9 @@ def check_process(run: RunDir, state: RunState, name: str) -> psutil.Process | s
             f"pid {pid} is alive, but run.json records no identity for it (an older rl wrote "
             f"it), so it cannot be proved to be {what}"
         )
-    return procs.verify(record, what, lock=run.root if name == procs.LAUNCHER else None)
+    return procs.verify(
+        record, what, lock=run.root / RUN_MARKER if name == procs.LAUNCHER else None
+    )
 
 
 SFT_PROCESS = "sft"
@@ -140,7 +143,7 @@ def run_processes(run: RunDir, state: RunState) -> list[str]:
 
 
 def last_steps(run: RunDir) -> dict[str, int]:
-    """Each component's last logged step, from the tail of metrics.jsonl (rlcore.metrics:
+    """Each component's last logged step, from the tail of metrics.jsonl (rlcore.reporting.metrics:
     bounded, never the whole of a huge file)."""
     records = read_last_records(run.metrics, run.root)
     steps = {record["component"]: record["step"] for record in records}

@@ -1,6 +1,6 @@
 """`rl status [RUN]`: components, step, latest checkpoint and disk use of a run. A process is
-reported running only when it is proved to be the run's own (rlcore.procs); otherwise the line
-says what was found at the recorded pid."""
+reported running only when it is proved to be the run's own (rlcore.processes.procs); otherwise the
+line says what was found at the recorded pid."""
 
 import psutil
 
@@ -16,7 +16,8 @@ from launcher.commands.runs import (
     recorded_pid,
     run_processes,
 )
-from rlcore import procs, waits
+from rlcore.processes import procs
+from rlcore.runs import waits
 
 NAME = "status"
 HELP = "components, step, latest checkpoint and disk use of a run"
@@ -29,7 +30,7 @@ def parser():
 
 
 def waiting(run_dir, name: str) -> str:
-    """What a live component records it is waiting for (rlcore.waits: each open wait), as
+    """What a live component records it is waiting for (rlcore.runs.waits: each open wait), as
     text."""
     record = waits.read(run_dir.root, name)
     if not record or not pid_alive(record.get("pid")):
@@ -51,7 +52,7 @@ def run(args) -> int:
         print(f"slurm job:    {job_words(run_dir, str(state.data['slurm_job_id']))}")
     if launcher is not None:
         print(f"{'launcher:':<14}{described(launcher, recorded_pid(state, procs.LAUNCHER))}")
-    if alive and state.data.get("inference_urls"):  # checked by rlcore.run_json; never 8000
+    if alive and state.data.get("inference_urls"):  # checked by rlcore.runs.run_json; never 8000
         print(f"{'serving at:':<14}{', '.join(state.data['inference_urls'])}")
     steps = last_steps(run_dir)
     for name in run_processes(run_dir, state):
@@ -75,7 +76,7 @@ def time_words(run_dir, data: dict) -> str | None:
     import time
 
     from rlcore.forecast.progress import status_line
-    from rlcore.metrics import read_records
+    from rlcore.reporting.metrics import read_records
 
     records, _ = read_records(run_dir.metrics)
     return status_line(data, records, time.time())

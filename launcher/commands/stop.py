@@ -1,9 +1,9 @@
 """`rl stop [RUN]`: stop a running run cleanly (a SLURM job is cancelled).
 
 Only a launcher proved to be the run's own (its recorded identity and the run's lock,
-rlcore.procs) is signalled, and only a SLURM job the scheduler says is the run's (the comment
-`rl` submitted it with: the run's id and folder, launcher.slurm.prove_job) is cancelled; a job
-id is passed where it cannot be an option. Anything else run.json names is left alone and
+rlcore.processes.procs) is signalled, and only a SLURM job the scheduler says is the run's (the
+comment `rl` submitted it with: the run's id and folder, launcher.slurm.prove_job) is cancelled; a
+job id is passed where it cannot be an option. Anything else run.json names is left alone and
 said: exit 0 when nothing of the run runs ("nothing to stop"), 1 when something holds the run
 that cannot be proved to be its launcher or job, 2 for a folder that is not a run or a damaged
 run.json."""
@@ -15,12 +15,12 @@ import psutil
 from launcher.commands.base import command_parser
 from launcher.commands.runs import RUN_HELP, check_process, given_or_latest, read_state
 from launcher.slurm import ENDED_STATUSES
-from rlcore import procs
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_MARKER, read_run_id
-from rlcore.poll import wait_until
-from rlcore.rundir import RunDir, record_state
-from rlcore.runlock import lock_holders
+from rlcore.processes import procs
+from rlcore.processes.poll import wait_until
+from rlcore.runs.ownership import RUN_MARKER, read_run_id
+from rlcore.runs.rundir import RunDir, record_state
+from rlcore.runs.runlock import lock_holders
 
 NAME = "stop"
 HELP = "stop a running run cleanly"
@@ -94,7 +94,7 @@ def stop_job(run_dir: RunDir, data: dict) -> int:
     either way is left alone and said (exit 1)."""
     from launcher.slurm import cancel, prove_job, query_job
 
-    job_id = str(data["slurm_job_id"])  # a job id: rlcore.run_json checked it
+    job_id = str(data["slurm_job_id"])  # a job id: rlcore.runs.run_json checked it
     job = query_job(job_id)
     if job is None:
         print(f"rl: error: cannot tell the state of SLURM job {job_id} of {run_dir.root} "

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from launcher.commands.base import command_parser
 from rlcore.errors import ConfigError
-from rlcore.paths import path_arg
-from rlcore.runguard import writing_into
+from rlcore.files.paths import path_arg
+from rlcore.runs.runguard import writing_into
 from rlcore.secrets import redact_command
 
 NAME = "tasks"
@@ -59,7 +59,7 @@ def check_servers(tasks: list[dict], path: Path) -> None:
     hold it), every `$VAR` it uses set (environment or .env) and every command on PATH."""
     from rl_tasks.taskfile import TaskError, check_runnable
 
-    from rlcore.literal_secrets import refuse_literal_secrets
+    from rlcore.config.literal_secrets import refuse_literal_secrets
 
     for index, task in enumerate(tasks):
         where = f"{path}: task {index} ({task['id']!r}): mcp_config"
@@ -82,7 +82,9 @@ def run(args) -> int:
         raise ConfigError(str(err)) from None
     check_servers(tasks, args.file)
     print_local_commands(tasks)
-    with writing_into(folder.absolute(), "--out"):  # in a run: under its lock (rlcore.runguard)
+    with writing_into(
+        folder.absolute(), "--out"
+    ):  # in a run: under its lock (rlcore.runs.runguard)
         write_dataset(tasks, folder)
     servers = sorted({next(iter(t["mcp_config"])) for t in tasks})
     print(f"rl: {len(tasks)} task(s) checked (servers: {', '.join(servers)}), written to {folder}")
@@ -105,7 +107,7 @@ def write_dataset(tasks: list[dict], folder: Path) -> None:
     from datasets import Dataset, disable_progress_bars
     from rl_tasks import task_rows
 
-    from rlcore.files import atomic_folder
+    from rlcore.files.atomic import atomic_folder
 
     disable_progress_bars()
     try:

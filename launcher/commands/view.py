@@ -9,9 +9,9 @@ import socket
 from pathlib import Path
 
 from launcher.commands.base import command_parser
-from rlcore.config import RUNS_ROOT
+from rlcore.config.base import RUNS_ROOT
 from rlcore.errors import ConfigError
-from rlcore.paths import path_arg
+from rlcore.files.paths import path_arg
 
 NAME = "view"
 HELP = "browse runs in a local web page: curves, rollouts, evals, comparisons"

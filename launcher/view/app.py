@@ -30,7 +30,7 @@ from launcher.view.curves import Curves, add_columns, panels
 from launcher.view.data import RunData, one_line
 from launcher.view.guard import Guard
 from launcher.view.library import Library
-from rlcore.readback import Damaged, clean_text, json_safe
+from rlcore.files.readback import Damaged, clean_text, json_safe
 
 HERE = Path(__file__).parent
 MAX_COMPARED = 4
@@ -46,7 +46,8 @@ LIST_FRESH_S = 1.0
 
 class SafeJSON(JSONResponse):
     """A JSON answer of anything read back: NaN and infinities as "NaN", "Infinity" and
-    "-Infinity", lone surrogates repaired (rlcore.readback.json_safe), never an encoding error."""
+    "-Infinity", lone surrogates repaired (rlcore.files.readback.json_safe), never an encoding
+    error."""
 
     def render(self, content) -> bytes:
         text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False,
@@ -332,7 +333,7 @@ def add_compare_routes(app: FastAPI, site: Site) -> None:
 
 
 def one_line_path(path: Path) -> str:
-    from rlcore.readback import shown
+    from rlcore.files.readback import shown
 
     return shown(path)
 

@@ -1,18 +1,18 @@
 """A run's rollouts and evaluations as pages show them, bounded whatever the files hold.
 
 Rollouts: `samples/step_<n>.parquet`, one step at a time. The format, its version check and the
-bounded reading are rlcore.samples_store's (the one reader): this module opens the file through
-rlcore.readback, asks the reader for the row columns of a step (once per change of its file) and
-for the texts and token lists of the rows a page shows, and cuts each value in Arrow before it
-becomes Python (texts at MAX_TEXT_CHARS a message and MAX_PARSE_BYTES a stored value, token
-lists at MAX_TOKENS a rollout; `text_page` reads the rest of a stored value, TEXT_PAGE_BYTES at
-a time, and `token_start` pages through the tokens). A file of another format is a page saying
+bounded reading are rlcore.contracts.samples_store's (the one reader): this module opens the file
+through rlcore.files.readback, asks the reader for the row columns of a step (once per change of its
+file) and for the texts and token lists of the rows a page shows, and cuts each value in Arrow
+before it becomes Python (texts at MAX_TEXT_CHARS a message and MAX_PARSE_BYTES a stored value,
+token lists at MAX_TOKENS a rollout; `text_page` reads the rest of a stored value, TEXT_PAGE_BYTES
+at a time, and `token_start` pages through the tokens). A file of another format is a page saying
 so; a column the file lacks (or holds with a foreign type) is shown empty and named on the page.
 Evaluations: `step_<n>/{summary.json,results.jsonl}` under a run's `evals/` or an `evals` output
 folder, or `summary.json` and `results.jsonl` directly in an `evals` output folder (one
 evaluation, shown as step "-"). results.jsonl is indexed once per change (where each line
 starts, its env, whether it failed), and a page parses only its own lines.
-Every file is opened through rlcore.readback; what cannot be read is Unreadable (a page with
+Every file is opened through rlcore.files.readback; what cannot be read is Unreadable (a page with
 422), never a traceback."""
 
 import codecs
@@ -28,9 +28,10 @@ from typing import Any
 
 from launcher.view import safe
 from launcher.view.curves import is_number
-from rlcore import readback, samples_store
-from rlcore.readback import KIB, MIB, Bound, Damaged
-from rlcore.samples_store import SamplesError
+from rlcore.contracts import samples_store
+from rlcore.contracts.samples_store import SamplesError
+from rlcore.files import readback
+from rlcore.files.readback import KIB, MIB, Bound, Damaged
 
 SAMPLES = samples_store.SAMPLES_DIR
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -68,11 +69,12 @@ def sample_steps(run) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
-# -- reading a step's archive (through rlcore.samples_store) -------------------------------------
+# -- reading a step's archive (through rlcore.contracts.samples_store)
+# -------------------------------------
 @contextmanager
 def opened_step(run, step: int) -> Iterator[Any]:
     """The step's archive, opened by the one reader (samples_store.open_step: its format
-    checked) over a descriptor proved a regular file inside the run (rlcore.readback), within
+    checked) over a descriptor proved a regular file inside the run (rlcore.files.readback), within
     readback.ARCHIVE's size; Unreadable otherwise, and for any error the reading raises."""
     name = f"{SAMPLES}/step_{step}.parquet"
     try:
@@ -321,7 +323,7 @@ text (`text_page`)."""
 
 
 def loads(text: Any) -> Any:
-    """A stored JSON text as data (depth-bounded, rlcore.readback); the text itself when it is
+    """A stored JSON text as data (depth-bounded, rlcore.files.readback); the text itself when it is
     not JSON."""
     if not isinstance(text, str):
         return text

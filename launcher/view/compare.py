@@ -6,8 +6,8 @@ launcher.view.data)."""
 
 from typing import Any
 
-from rlcore import readback
-from rlcore.readback import Damaged
+from rlcore.files import readback
+from rlcore.files.readback import Damaged
 
 MISSING = "(not set)"
 

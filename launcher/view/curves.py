@@ -1,10 +1,10 @@
 """A run's `metrics.jsonl` as curves: read once per change of the file (its inode, size and
 modification time), only the new bytes when it grew, kept in memory as one series per
-(component, metric), and sent downsampled. Torn lines are skipped (rlcore.metrics). A step
+(component, metric), and sent downsampled. Torn lines are skipped (rlcore.reporting.metrics). A step
 that comes again (a restart or a resume) marks the curves there; the record read last wins.
 A file of more than SAMPLE_ABOVE lines is read in evenly spaced runs of lines (`sampled`) and
 its last lines whole: a curve gets at most MAX_POINTS points, so a 10,000-step run's first
-view costs what a 2,000-step run's does. Every read is bounded (rlcore.readback): more than
+view costs what a 2,000-step run's does. Every read is bounded (rlcore.files.readback): more than
 WHOLE_BYTES of new lines are read as NUM_WINDOWS windows of WINDOW_BYTES spread over them and
 their last readback.METRICS_TAIL whole, so a file of any size, or one long line without an
 end, costs a few tens of MiB at most, once per change."""
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
-from rlcore import readback
-from rlcore.metrics import is_training_step
-from rlcore.readback import KIB, MIB, Bound, Damaged
+from rlcore.files import readback
+from rlcore.files.readback import KIB, MIB, Bound, Damaged
+from rlcore.reporting.metrics import is_training_step
 
 # (panel title, unit, [(component, metric key, trace name)]): the names the processes write
-# (orchestrator/loop.py, trainer/train.py, rlcore.rundir.append_metrics' rss_mib).
+# (orchestrator/loop.py, trainer/train.py, rlcore.runs.rundir.append_metrics' rss_mib).
 PANELS = (
     ("reward", "", [("orchestrator", "reward", "training")]),
     ("loss", "", [("trainer", "loss", "loss")]),
@@ -329,8 +329,8 @@ def add_steps(curves: Curves, component: str, steps) -> None:
 
 def add_series(curves: Curves, key: tuple[str, str], steps, values, keep) -> None:
     """One metric's values where `keep` (finite ones), the last record per step winning. The
-    orchestrator's `reward` counts only from training records (rlcore.metrics.is_training_step:
-    every orchestrator record that has one)."""
+    orchestrator's `reward` counts only from training records
+    (rlcore.reporting.metrics.is_training_step: every orchestrator record that has one)."""
     import numpy as np
 
     keep = keep & np.isfinite(values)

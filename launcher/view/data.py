@@ -1,11 +1,12 @@
 """One run as `rl view` reads it, lazily and read-only: its status (run.json through
-rlcore.run_json; the launcher is proved by its recorded identity, rlcore.procs, but its lock is
-never probed: a viewer must not take a run's lock even for an instant, when a starting `rl` could
-find it held), summary, curves (launcher.view.curves), configs (redacted again, rlcore.secrets),
-checkpoints, log tails (redacted as commands' output is, `redact_text`) and what a live component
-waits for. Every file is reached through launcher.view.safe and read through rlcore.readback, once
-per change of the file (`FileCache`); what cannot be read is `Damaged` and shown as such, and a
-run none of whose summary can be read is listed as damaged, never breaking the list."""
+rlcore.runs.run_json; the launcher is proved by its recorded identity, rlcore.processes.procs, but
+its lock is never probed: a viewer must not take a run's lock even for an instant, when a starting
+`rl` could find it held), summary, curves (launcher.view.curves), configs (redacted again,
+rlcore.secrets), checkpoints, log tails (redacted as commands' output is, `redact_text`) and what a
+live component waits for. Every file is reached through launcher.view.safe and read through
+rlcore.files.readback, once per change of the file (`FileCache`); what cannot be read is `Damaged`
+and shown as such, and a run none of whose summary can be read is listed as damaged, never breaking
+the list."""
 
 import os
 import re
@@ -22,9 +23,11 @@ import psutil
 from launcher.commands.runs import RunState, identities, recorded_pid
 from launcher.view import safe
 from launcher.view.curves import Curves, ends, file_key, last_mean, refresh
-from rlcore import procs, readback, run_json, waits
-from rlcore.readback import MIB, Bound, Damaged, shown
-from rlcore.rundir import COMPONENTS, RunDir, steps_in
+from rlcore.files import readback
+from rlcore.files.readback import MIB, Bound, Damaged, shown
+from rlcore.processes import procs
+from rlcore.runs import run_json, waits
+from rlcore.runs.rundir import COMPONENTS, RunDir, steps_in
 from rlcore.secrets import redact, redact_text
 
 T = TypeVar("T")
@@ -100,7 +103,7 @@ class RunData:
     def real(self, *parts: str) -> Path | None:
         """Where an entry of the run really is (links followed), proved inside the run; None
         where there is none; Damaged where it leads out of the run. Whether it is a regular
-        file is for rlcore.readback to say."""
+        file is for rlcore.files.readback to say."""
         try:
             return safe.inside(self.root, *parts, kind="any")
         except safe.Missing:
@@ -125,7 +128,7 @@ class RunData:
 
     # -- status --------------------------------------------------------------------------------
     def state(self) -> RunState:
-        """run.json read back and checked (rlcore.run_json); a damaged one is `problem`."""
+        """run.json read back and checked (rlcore.runs.run_json); a damaged one is `problem`."""
         try:
             record = self.read(("run.json",), lambda path: run_json.read(path, self.root))
         except Damaged as err:
@@ -272,7 +275,7 @@ class RunData:
         against what it took (rlcore.forecast.progress, as `rl status` says it); '' without
         an estimate, and for a run not running here."""
         from rlcore.forecast.progress import status_line
-        from rlcore.metrics import read_last_records
+        from rlcore.reporting.metrics import read_last_records
 
         if status not in (*LIVE, "finished", "failed", "stopped"):
             return ""
@@ -285,7 +288,7 @@ class RunData:
 
     def serving(self, state: RunState, status: str) -> list[str]:
         """The inference servers of a live run, as run.json records them (the port rl chose,
-        never an assumed 8000; checked by rlcore.run_json); none once it has ended."""
+        never an assumed 8000; checked by rlcore.runs.run_json); none once it has ended."""
         urls = state.data.get("inference_urls")
         if status not in LIVE or not isinstance(urls, list):
             return []

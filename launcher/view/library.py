@@ -10,8 +10,8 @@ from pathlib import Path
 
 from launcher.view import safe
 from launcher.view.data import RunData
-from rlcore.ownership import RUN_MARKER
-from rlcore.runguard import LEGACY_CONFIGS
+from rlcore.runs.ownership import RUN_MARKER
+from rlcore.runs.runguard import LEGACY_CONFIGS
 
 RESCAN_S = 5.0
 """How long a listing of the runs is reused before the folders are looked at again."""
@@ -66,7 +66,7 @@ class Library:
 
 
 RUN_ENTRIES = (RUN_MARKER, "run.json", *(f"configs/{c}.toml" for c in LEGACY_CONFIGS))
-"""Any of these makes a folder a run to show (rlcore.runguard.looks_like_run's rule)."""
+"""Any of these makes a folder a run to show (rlcore.runs.runguard.looks_like_run's rule)."""
 MAX_FOLDERS = 10_000
 """Folders looked into for runs, in all (a folder of runs holds tens to thousands)."""
 

@@ -33,7 +33,7 @@ def check_relative(text: str) -> list[str]:
 def inside(root: Path, *parts: str, kind: str = "file") -> Path:
     """`root/parts` resolved (links followed), proved to lie inside `root`'s real location and
     to be a `kind` ("file": a regular file, "dir", or "any": whatever it is, for
-    rlcore.readback to judge); Refused when it escapes, Missing when it is not there."""
+    rlcore.files.readback to judge); Refused when it escapes, Missing when it is not there."""
     real_root = root.resolve()
     try:
         real = root.joinpath(*parts).resolve(strict=True)

@@ -4,7 +4,7 @@ library or protocol runs it. An adapter turns one `[[env]]` table into examples 
 
 To add an environment type: subclass `EnvAdapter` in a module of this package, register it in
 `ENV_TYPES` (`orchestrator/envs/__init__.py`) under the name `[[env]] type` selects, and its
-cheap install check in `INSTALL_CHECKS` (rlcore/environments.py), which `rl` runs before
+cheap install check in `INSTALL_CHECKS` (rlcore/host/environments.py), which `rl` runs before
 anything starts.
 """
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from orchestrator.envs.base import EnvAdapter, Rollout, Turn, seeded
 from orchestrator.evals.summary import jsonable
-from rlcore.environments import module_name
 from rlcore.errors import ConfigError
+from rlcore.host.environments import module_name
 from rlcore.secrets import redact, scrub
 
 logger = logging.getLogger("orchestrator")
@@ -160,7 +160,7 @@ def model_context(client: Any, base_url: str, model: str, sampling: dict) -> Any
     from verifiers.v1.clients import ModelContext, TrainClientConfig
     from verifiers.v1.types import SamplingConfig
 
-    from rlcore.models import resolve_model
+    from rlcore.host.models import resolve_model
 
     config = TrainClientConfig(
         base_url=base_url,

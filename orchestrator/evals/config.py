@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from orchestrator.config import ClientConfig, EvalEnvConfig
-from rlcore.config import RUNS_ROOT, BaseConfig, LogConfig, ModelConfig, PositiveInt, UserPath
+from rlcore.config.base import RUNS_ROOT, BaseConfig, LogConfig, ModelConfig, PositiveInt, UserPath
 
 
 class EvalSamplingConfig(BaseConfig):

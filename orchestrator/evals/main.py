@@ -6,11 +6,11 @@ import sys
 from collections.abc import Callable
 
 from orchestrator.evals.config import EvalsConfig
-from rlcore.children import stop_descendants_on_exit
-from rlcore.entry import entry_point, exit_with, parse_config
-from rlcore.environments import check_envs
+from rlcore.config.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.logs import setup_logging
+from rlcore.host.environments import check_envs
+from rlcore.processes.children import stop_descendants_on_exit
+from rlcore.reporting.logs import setup_logging
 
 USAGE = (
     "evals @ eval.toml [--KEY.PATH VALUE ...]  (--run RUN --step N: a run's policy; --watch RUN: "

@@ -16,12 +16,12 @@ from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, eval_labels, result_row, table, write_results
 from orchestrator.seeds import eval_seeds
-from rlcore import children
+from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
-from rlcore.machine import differences, probe, serving_dtypes
-from rlcore.runguard import EVALS, find_run, mark_own, open_run, replace_own
-from rlcore.runlock import LAUNCHER_ENV
-from rlcore.toml_io import write_config
+from rlcore.host.machine import differences, probe, serving_dtypes
+from rlcore.processes import children
+from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
+from rlcore.runs.runlock import LAUNCHER_ENV
 
 logger = logging.getLogger("orchestrator")
 
@@ -103,7 +103,7 @@ def env_labels(config: EvalsConfig) -> list[str]:
 def policy_folder(source: Path, step: int, out: Path, run_id: str) -> str:
     """The policy of the run in `source` at `step` as a full HF folder in `out/policy` (`rl
     export`: its weights or checkpoint, a LoRA adapter merged), marked as this evaluation's
-    own: only its own earlier export is ever replaced (rlcore.runguard)."""
+    own: only its own earlier export is ever replaced (rlcore.runs.runguard)."""
     folder = out / "policy"
     replace_own(folder, run_id)
     export_policy(source, step, folder)

@@ -1,8 +1,8 @@
 """The evaluation's own inference server: `inference` started as a command on the model to
-evaluate (its own port, reserved from before the start: rlcore.ports; its log in the output
-folder; rlcore.children: its own session, gone when the evaluation dies however it dies), ready
-when /health answers with the proof of the nonce it was given (rlcore.health: a stranger on its
-port is refused), always stopped at the end."""
+evaluate (its own port, reserved from before the start: rlcore.processes.ports; its log in the
+output folder; rlcore.processes.children: its own session, gone when the evaluation dies however it
+dies), ready when /health answers with the proof of the nonce it was given (rlcore.processes.health:
+a stranger on its port is refused), always stopped at the end."""
 
 import logging
 import sys
@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlcore import children, ports
+from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
-from rlcore.health import SERVER_NONCE_ENV, new_nonce, server_url
-from rlcore.literal_secrets import write_for_child
+from rlcore.processes import children, ports
+from rlcore.processes.health import SERVER_NONCE_ENV, new_nonce, server_url
 
 logger = logging.getLogger("orchestrator")
 STOP_GRACE_S = 30.0
@@ -49,9 +49,9 @@ def own_server(model: str, settings: dict[str, Any], out: Path, seq_len: int, ti
 
 
 def own_port(host: str, port: Any) -> Any:
-    """The server's port, reserved by this process until it exits (rlcore.ports): the one given
-    in `inference.server.port` if it is free (else a ConfigError naming it), or when unset 8000
-    if free, else the next free one. A value that is not a port is left to `inference` to
+    """The server's port, reserved by this process until it exits (rlcore.processes.ports): the one
+    given in `inference.server.port` if it is free (else a ConfigError naming it), or when unset
+    8000 if free, else the next free one. A value that is not a port is left to `inference` to
     refuse by its own schema."""
     if port is None or port == "None":
         return ports.choose(host)

@@ -7,7 +7,7 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
-from rlcore.files import atomic_write_text
+from rlcore.files.atomic import atomic_write_text
 
 
 def pass_at_k(num: int, passed: int, k: int) -> float:

@@ -22,13 +22,13 @@ from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import evaluate, export_policy, summarize
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import read_summary, table, write_results
-from rlcore.admin_token import read_token
+from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir, step_name, steps_in
-from rlcore.runguard import EVALS, find_run, mark_own, open_run, replace_own
-from rlcore.runlock import lock_holders
-from rlcore.toml_io import write_config
-from rlcore.wandb_run import WandbRun, continue_wandb
+from rlcore.reporting.wandb_run import WandbRun, continue_wandb
+from rlcore.runs.admin_token import read_token
+from rlcore.runs.rundir import RunDir, step_name, steps_in
+from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
+from rlcore.runs.runlock import lock_holders
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "evals"
@@ -153,8 +153,8 @@ def record(run: RunDir, step: int, summary: dict, wandb: "RunWandb", live: bool)
 
 
 class RunWandb:
-    """The run's W&B run, continued by id (rlcore.wandb_run.continue_wandb) on first use; none
-    when the run never had one."""
+    """The run's W&B run, continued by id (rlcore.reporting.wandb_run.continue_wandb) on first use;
+    none when the run never had one."""
 
     def __init__(self, run: RunDir):
         self.run_dir = run

@@ -8,7 +8,13 @@ machine's own measured speed; and, while it runs, the time left corrected from m
   measured `Speeds`; no I/O, no clock.
 - `calibrate.py`: the measurement: a few seconds of matmul, decode-like and copy throughput in
   the run's dtypes, in a child process (the launcher never imports torch), cached per machine
-  fingerprint (`rlcore.machine` plus library versions).
+  fingerprint (`rlcore.host.machine` plus library versions).
 - `progress.py`: the time left from measured step times, and what run.json records.
+- `memory.py`: the trainer's peak memory from the shape, which the pre-flight check and the
+  trainer's `auto` activation checkpointing read too.
+- `report.py`: the estimate block a command prints, built from a config.
 
-Imports: the standard library and rlcore only (torch only inside the calibration's child)."""
+The standard library only outside rlcore; torch only inside the calibration's child.
+
+Imports: rlcore.errors, rlcore.secrets, rlcore.files, rlcore.host, rlcore.processes,
+rlcore.config."""

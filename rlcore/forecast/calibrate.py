@@ -158,7 +158,7 @@ def fingerprint(machine: dict, dtypes: list[str]) -> str:
 
 
 def cache_file(key: str) -> Path:
-    from rlcore.models import cache_dir
+    from rlcore.host.models import cache_dir
 
     return cache_dir() / "calibration" / f"{key}.json"
 
@@ -190,7 +190,7 @@ def read_cache(key: str) -> Speeds | None:
 
 def run_child(dtypes: list[str], device: str = "cpu") -> dict:
     """The measurement in a child process; CalibrationError naming what failed."""
-    from rlcore import children
+    from rlcore.processes import children
 
     command = [sys.executable, "-m", "rlcore.forecast.calibrate", "--device", device, *dtypes]
     env = dict(os.environ)
@@ -229,7 +229,7 @@ def speeds(machine: dict, dtypes: list[str], device: str = "cpu") -> Speeds:
 
 def write_cache(key: str, found: Speeds) -> None:
     """Best effort: a cache that cannot be written only means measuring again next time."""
-    from rlcore.files import atomic_write_text
+    from rlcore.files.atomic import atomic_write_text
 
     try:
         path = cache_file(key)

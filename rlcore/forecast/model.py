@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.shape import ModelShape
-from rlcore.machine import DTYPE_BYTES
+from rlcore.host.machine import DTYPE_BYTES
 
 GIB = 2**30
 TRAIN_EFFICIENCY = 0.55
@@ -72,7 +72,7 @@ proportional set sizes: the pages the engine core shares with the server it fork
 once)."""
 TRAINER_RESIDENT = 0.95
 """The trainer's measured peak (proportional set size) against the pre-flight estimate's terms
-(rlcore/estimate.py, which keeps its margin: `auto` activation checkpointing reads it)."""
+(rlcore/forecast/memory.py, which keeps its margin: `auto` activation checkpointing reads it)."""
 ORCHESTRATOR_BASE = 0.25 * GIB
 """The orchestrator's process (verifiers, the tokenizer, the environments)."""
 LAUNCHER_BASE = 0.08 * GIB
@@ -131,7 +131,7 @@ class Job:
     """Supervised fine-tuning: no inference, no orchestrator; `rollouts` are the batch's
     samples and `answer_tokens` their length."""
     trainer_peak: float = 0.0
-    """The trainer's peak memory in bytes (rlcore.estimate), computed by the caller."""
+    """The trainer's peak memory in bytes (rlcore.forecast.memory), computed by the caller."""
     tokenizer_bytes: float = TOKENIZER_BYTES
     """A policy folder's files besides its weights (tokenizer, config)."""
     answer_fill: float = ANSWER_FILL

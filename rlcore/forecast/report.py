@@ -13,7 +13,7 @@ from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
 from rlcore.forecast.model import GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
 from rlcore.forecast.shape import ModelShape, shape_of
-from rlcore.machine import DTYPE_BYTES
+from rlcore.host.machine import DTYPE_BYTES
 
 
 def environment_turns(env_id: str, args: dict) -> int:
@@ -68,7 +68,7 @@ def side_files_bytes(name: str) -> float:
     """Bytes of a model folder's files besides its weights (tokenizer, configs), which every
     policy folder repeats; the model's default where there is no folder yet."""
     from rlcore.forecast.model import TOKENIZER_BYTES
-    from rlcore.models import model_folder
+    from rlcore.host.models import model_folder
 
     try:
         folder = model_folder(name)
@@ -197,8 +197,8 @@ def data_tokens(name: str, seq_len: int) -> int:
 
 def sft_job(config, machine, shape: ModelShape) -> Job:
     """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0)."""
-    from rlcore.estimate import trainer_peak
-    from rlcore.machine import compute_dtype
+    from rlcore.forecast.memory import trainer_peak
+    from rlcore.host.machine import compute_dtype
 
     on_gpu = bool(machine and machine.num_gpus)
     dtype, _ = compute_dtype(config.model.dtype, on_gpu, machine)
@@ -226,7 +226,7 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
 def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
     """The estimate for an SFT run and its block's lines; never raises."""
     try:
-        from rlcore.machine import probe
+        from rlcore.host.machine import probe
 
         machine = probe()
         shape, source = shape_of(config.model.name)

@@ -170,9 +170,13 @@ def gguf_shape(path: Path) -> ModelShape | None:
 def shape_of(name: str) -> tuple[ModelShape | None, str]:
     """(the shape of model `name`, where it was read) from its local folder, or for the bundled
     default from its GGUF header before the first conversion; (None, why) otherwise."""
-    from rlcore.config import DEFAULT_MODEL
     from rlcore.errors import ConfigError
-    from rlcore.models import ModelNotFoundError, bundled_gguf_path, model_folder
+    from rlcore.host.models import (
+        DEFAULT_MODEL,
+        ModelNotFoundError,
+        bundled_gguf_path,
+        model_folder,
+    )
 
     try:
         folder = model_folder(name)

@@ -44,8 +44,8 @@ def shared_server(tiny_model_dir, tmp_path_factory):
     At the end it must stop cleanly on SIGTERM, its engine with it, its token never logged."""
     import psutil
 
-    from rlcore.admin_token import ADMIN_TOKEN_ENV
-    from rlcore.rundir import RunDir
+    from rlcore.runs.admin_token import ADMIN_TOKEN_ENV
+    from rlcore.runs.rundir import RunDir
     from tests.inference_process import InferenceProcess
     from tests.integration.helpers import free_port
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from rlcore.machine import probe
-from rlcore.poll import wait_until
+from rlcore.host.machine import probe
+from rlcore.processes.poll import wait_until
 
 if TYPE_CHECKING:
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 # The admin token of the session's shared inference server (conftest.py), which the
@@ -101,8 +101,8 @@ def session_members(session_ids: set[int]) -> list[int]:
 def wait_for(
     predicate, timeout_s: float, what: str, interval_s: float = 0.5, proc=None, log=None
 ) -> None:
-    """Poll `predicate` (rlcore.poll); fail at once if `proc` (e.g. rl) exits first, showing
-    `log`."""
+    """Poll `predicate` (rlcore.processes.poll); fail at once if `proc` (e.g. rl) exits first,
+    showing `log`."""
 
     def done() -> bool:
         if predicate():
@@ -225,8 +225,8 @@ def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
     environment saw."""
     from tokenizers import Tokenizer
 
-    from rlcore import samples_store
-    from rlcore.toml_io import load_toml
+    from rlcore.config.toml_io import load_toml
+    from rlcore.contracts import samples_store
 
     orchestrator = load_toml(run.config_file("orchestrator"))
     tokenizer = Tokenizer.from_file(str(Path(orchestrator["model"]["name"]) / "tokenizer.json"))
@@ -248,7 +248,7 @@ def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
 
 
 def avx2_said() -> str:
-    """How rl's `Machine:` line names the ISA under rlcore.machine.AVX2_ENV: capped on a CPU
+    """How rl's `Machine:` line names the ISA under rlcore.host.machine.AVX2_ENV: capped on a CPU
     above AVX2, plain `AVX2` on an AVX2-only one (no cap lowers anything there)."""
     if probe().hardware_isa == "avx2":
         return ", AVX2, "

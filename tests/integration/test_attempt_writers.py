@@ -1,4 +1,4 @@
-"""Attempt stamps written by real other processes (rlcore.attempt): a dead writer no reader saw
+"""Attempt stamps written by real other processes (rlcore.runs.attempt): a dead writer no reader saw
 alive is stale, one a reader saw alive stays current after it exits."""
 
 import json
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, alive, stamp
-from rlcore.procs import started
+from rlcore.processes.procs import started
+from rlcore.runs.attempt import ATTEMPT_ENV, AttemptFilter, alive, stamp
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def exited_writer_stamp(attempt: str | None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != ATTEMPT_ENV}
     if attempt is not None:
         env[ATTEMPT_ENV] = attempt
-    code = "import json; from rlcore.attempt import stamp; print(json.dumps(stamp()))"
+    code = "import json; from rlcore.runs.attempt import stamp; print(json.dumps(stamp()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     return json.loads(out.stdout)
 

@@ -1,4 +1,4 @@
-"""rlcore.children with real processes: a child and what it starts go when its launcher is
+"""rlcore.processes.children with real processes: a child and what it starts go when its launcher is
 killed with SIGKILL; a stop reaches the whole process group and ends with SIGKILL after the
 grace period; children are started from the main thread only."""
 
@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from rlcore import children
+from rlcore.processes import children
 from tests.integration.helpers import MARK_ENV, REPO, gone_within, kill_marked, marked
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 LAUNCHER = """
 import sys, time
 from pathlib import Path
-from rlcore import children
+from rlcore.processes import children
 
 log = Path(sys.argv[1])
 child = children.start("sleeper", [sys.executable, "-c", sys.argv[2]], log)
@@ -44,7 +44,7 @@ SLEEPER = "import time; print('started', flush=True); time.sleep(60)"
 # environments do).
 SWEEPING = """
 import signal, subprocess, sys, time
-from rlcore import children
+from rlcore.processes import children
 children.stop_descendants_on_exit()
 if sys.argv[1] == "library":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

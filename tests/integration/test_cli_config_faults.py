@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import small_disk
 
 pytestmark = pytest.mark.integration
@@ -170,7 +170,7 @@ the folders these tests snapshot: what they prove is that a failed start writes 
 run and none of the user's files."""
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from rlcore.runlock import hold_run; "
+    "import sys, time; from pathlib import Path; from rlcore.runs.runlock import hold_run; "
     "hold_run(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
 )
 

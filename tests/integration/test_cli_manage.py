@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import waits
-from rlcore.rundir import RunDir
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 

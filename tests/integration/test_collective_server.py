@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.config import CollectiveTransferConfig
-from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
-from rlcore.rundir import RunDir
+from rlcore.config.base import CollectiveTransferConfig
+from rlcore.contracts.protocol import UPDATE_WEIGHTS_ROUTE
+from rlcore.runs.rundir import RunDir
 from tests.inference_process import InferenceProcess
 from tests.integration.helpers import (
     free_port,
@@ -125,7 +125,7 @@ def test_sender_gone_mid_update_is_an_error_not_a_hang(collective_server, tiny_m
     import torch.distributed as dist
 
     from orchestrator.collective import CollectiveReceiver
-    from rlcore import collective
+    from rlcore.contracts import collective
 
     server, run_dir = collective_server
     port = free_port()

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from rlcore.machine import probe
-from rlcore.protocol import UPDATE_WEIGHTS_ROUTE
-from rlcore.rundir import RunDir
+from rlcore.contracts.protocol import UPDATE_WEIGHTS_ROUTE
+from rlcore.host.machine import probe
+from rlcore.runs.rundir import RunDir
 from tests.inference_process import InferenceProcess
 from tests.integration.helpers import free_port
 from tests.integration.test_inference_server import (

@@ -29,8 +29,8 @@ from helpers import (
 )
 
 from launcher.exits import oom_kills
-from rlcore import samples_store
-from rlcore.rundir import RunDir
+from rlcore.contracts import samples_store
+from rlcore.runs.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 

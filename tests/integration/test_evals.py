@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.ownership import RUN_MARKER
+from rlcore.runs.ownership import RUN_MARKER
 from tests.inference_process import InferenceProcess
 from tests.integration.helpers import REPO, free_port, wait_for
 from tests.wandb_offline import offline_history

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import collective
+from rlcore.contracts import collective
 from rlcore.faults import CKPT_SAVE_DELAY_ENV  # the trainer pauses inside a save
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import (
     free_port,
     kill_sessions,

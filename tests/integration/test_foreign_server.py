@@ -1,9 +1,9 @@
-"""A stranger on the run's port is never taken for the run's inference server (rlcore.health:
-the server proves the attempt's nonce on /health). The stranger is a real program, a small HTTP
-server that answers 200 on every route (/health, and /v1/models listing the run's own model,
-so that only the proof tells it apart) and records each request it gets. `rl` exits 2 naming
-the port and the stranger's pid, no process of the run is left, and nothing but /health (with a
-challenge, never a token) reaches the stranger."""
+"""A stranger on the run's port is never taken for the run's inference server
+(rlcore.processes.health: the server proves the attempt's nonce on /health). The stranger is a real
+program, a small HTTP server that answers 200 on every route (/health, and /v1/models listing the
+run's own model, so that only the proof tells it apart) and records each request it gets. `rl` exits
+2 naming the port and the stranger's pid, no process of the run is left, and nothing but /health
+(with a challenge, never a token) reaches the stranger."""
 
 import json
 import os

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlcore.config import DEFAULT_MODEL
+from rlcore.config.base import DEFAULT_MODEL
 from tests.inference_process import InferenceProcess, post_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

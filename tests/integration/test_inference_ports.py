@@ -1,5 +1,5 @@
-"""Several runs on one machine (rlcore/ports.py): runs that leave the inference port unset each
-get a port of their own, even when they start at once, before any server has bound one; a run
+"""Several runs on one machine (rlcore/processes/ports.py): runs that leave the inference port unset
+each get a port of their own, even when they start at once, before any server has bound one; a run
 given a port another run has reserved is refused within seconds, before it starts anything,
 naming the port, the launcher that holds it and the flag; the reservation dies with its
 launcher (`kill -9`), and `inference` started alone respects it too."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import ports
+from rlcore.processes import ports
 from tests.integration.helpers import (
     MARK_ENV,
     REPO,

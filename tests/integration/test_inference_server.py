@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from rlcore import faults
-from rlcore.protocol import (
-    HEALTH_ROUTE,
+from rlcore.contracts.protocol import (
     MODELS_ROUTE,
     RELOAD_WEIGHTS_ROUTE,
     UPDATE_WEIGHTS_ROUTE,
 )
+from rlcore.processes.health import HEALTH_ROUTE
 from tests.inference_process import InferenceProcess, post_json
 
 pytestmark = pytest.mark.integration

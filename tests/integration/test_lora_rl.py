@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import free_port, kill_sessions, run_state, start_rl, tiny_rl_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.lora import ADAPTER_WEIGHTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""The AVX2 path on any x86 machine (rlcore.machine.AVX2_ENV caps oneDNN, ATen and MKL to
+"""The AVX2 path on any x86 machine (rlcore.host.machine.AVX2_ENV caps oneDNN, ATen and MKL to
 AVX2, and the inference server makes vLLM load its AVX2 kernels): what a process really runs
 there, the dtypes `auto` picks, the warning for an explicit bf16 and the refusal of bf16 linear
 layers oneDNN cannot build, before anything starts."""
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rlcore.machine import AVX2_ENV, probe
+from rlcore.host.machine import AVX2_ENV, probe
 from tests.integration.helpers import REPO, avx2_said, free_port
 
 pytestmark = [
@@ -36,7 +36,7 @@ AVX2_PROCESS = """
 import json, torch
 from inference.server import steer_vllm_kernels
 from inference.cpu_matmul import check_bf16
-from rlcore.machine import probe
+from rlcore.host.machine import probe
 steer_vllm_kernels(probe())
 import vllm._custom_ops
 maps = open("/proc/self/maps").read()

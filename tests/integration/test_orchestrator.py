@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlcore.admin_token import ADMIN_TOKEN_ENV
-from rlcore.disk_full import DISK_FULL_EXIT_CODE
-from rlcore.ownership import remove_run_files
-from rlcore.protocol import read_batch
-from rlcore.rundir import RunDir, steps_in
+from rlcore.contracts.protocol import read_batch
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV
+from rlcore.runs.ownership import remove_run_files
+from rlcore.runs.rundir import RunDir, steps_in
 from tests.integration.helpers import SHARED_SERVER_TOKEN
 from tests.integration.helpers import small_disk as mounted_disk
 

@@ -1,6 +1,6 @@
 """`kill -9` of a launcher at any phase leaves nothing of it alive 10 s later: `rl`, `rl sft`,
-`evals` starting its own inference server, and `rl eval` (rlcore.children: every child leads
-its own session and gets SIGTERM when its launcher dies; inference then stops its engine), and
+`evals` starting its own inference server, and `rl eval` (rlcore.processes.children: every child
+leads its own session and gets SIGTERM when its launcher dies; inference then stops its engine), and
 the grandchildren in sessions of their own: an environment's MCP servers (the orchestrator
 stops its descendants) and torchrun's ranks (torchrun stops them). Every process a command
 starts carries a mark in its environment (helpers.marked), so a survivor is found however it
@@ -197,7 +197,7 @@ def test_kill_9_of_rl_leaves_no_tool_server(tiny_model_dir, tmp_path):
 TORCHRUN_LAUNCHER = """
 import sys
 from pathlib import Path
-from rlcore import children
+from rlcore.processes import children
 children.start("trainer", sys.argv[2:], Path(sys.argv[1]))
 sys.stdin.read()  # until the test kills this launcher
 """

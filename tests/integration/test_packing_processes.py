@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 PACK = """
 import hashlib
-from rlcore.protocol import BatchTensors
+from rlcore.contracts.protocol import BatchTensors
 from trainer.data import split_for_ranks
 from tests.unit.trainer.test_trainer_data import grouped_batch, random_batch
 

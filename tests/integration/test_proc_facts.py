@@ -1,4 +1,4 @@
-"""rlcore.procs' process facts on real processes (the one reader of them: no module parses
+"""rlcore.processes.procs' process facts on real processes (the one reader of them: no module parses
 /proc by hand): a start time that tells a reused pid, the stopped state the watchdog spares,
 the machine's available memory and this process's library mappings."""
 
@@ -10,8 +10,8 @@ import sys
 import psutil
 import pytest
 
-from rlcore import heap, procs
-from rlcore.poll import wait_until
+from rlcore.processes import heap, procs
+from rlcore.processes.poll import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
-"""One rule for whether a process runs (rlcore.procs.running, pid_alive): a zombie, a child that
-has exited and is not reaped yet, has ended, for `rl stop`'s wait, the commands that report a
-run's launcher and the children a component stops on its way out alike. Real processes: a
+"""One rule for whether a process runs (rlcore.processes.procs.running, pid_alive): a zombie, a
+child that has exited and is not reaped yet, has ended, for `rl stop`'s wait, the commands that
+report a run's launcher and the children a component stops on its way out alike. Real processes: a
 `sleep` that runs, and a `true` left unreaped."""
 
 import subprocess
@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from launcher.commands.stop import ended
-from rlcore import procs
+from rlcore.processes import procs
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 
 from launcher.exits import oom_kills
 from rlcore import faults
-from rlcore.machine import AVX2_ENV, probe
-from rlcore.rundir import RunDir
+from rlcore.host.machine import AVX2_ENV, probe
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import (
     REPO,
     assert_archive_holds_every_step,
@@ -119,7 +119,7 @@ def test_trainer_killed_then_resume_finishes(tiny_model_dir, tmp_path, transport
 MACHINES = {
     "this-cpu": {},
     # An AVX2-only CPU (no bf16 kernels), where the quick start's first start once died in
-    # vLLM's engine: rlcore.machine.AVX2_ENV caps oneDNN, ATen and MKL to AVX2 on any x86 CPU.
+    # vLLM's engine: rlcore.host.machine.AVX2_ENV caps oneDNN, ATen and MKL to AVX2 on any x86 CPU.
     "avx2": AVX2_ENV,
 }
 

@@ -16,9 +16,9 @@ from launcher import slurm
 from launcher.commands import run_command
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
-from rlcore.entry import parse_config
-from rlcore.ownership import read_run_id
-from rlcore.rundir import RunDir
+from rlcore.config.entry import parse_config
+from rlcore.runs.ownership import read_run_id
+from rlcore.runs.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 
 from launcher import slurm
 from launcher.commands import run_command
-from rlcore.ownership import read_run_id
-from rlcore.rundir import RunDir
+from rlcore.runs.ownership import read_run_id
+from rlcore.runs.rundir import RunDir
 from tests.integration.slurm_nodes import MultiNodeCluster, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

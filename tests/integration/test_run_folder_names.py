@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

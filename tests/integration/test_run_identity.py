@@ -1,6 +1,6 @@
 """Identity before action: `rl stop`, `rl status` and `rl list` act on a pid from run.json only
-when it is proved to be the run's own process (rlcore.procs.verify): the recorded start time
-and command line, and for the launcher the run's lock. A stranger is a real `sleep` process
+when it is proved to be the run's own process (rlcore.processes.procs.verify): the recorded start
+time and command line, and for the launcher the run's lock. A stranger is a real `sleep` process
 that run.json names in the ways a stale, copied or hand-edited run.json can; after `rl stop` it
 must still be alive, and the output must say why nothing was signalled. A stand-in launcher (the
 real Supervisor starting `sleep` children) is the process that must verify, and be stopped."""
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from launcher.commands import run_command
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def marked_run(root: Path, state: dict) -> RunDir:
 
 
 def record_of(pid: int, **changes) -> dict:
-    from rlcore.procs import identity
+    from rlcore.processes.procs import identity
 
     record = identity(pid)
     assert record is not None
@@ -124,7 +124,7 @@ def test_stop_refuses_a_folder_without_the_run_marker(tmp_path, stranger, capsys
 HOLD = """
 import sys, time
 from pathlib import Path
-from rlcore.runlock import hold_run
+from rlcore.runs.runlock import hold_run
 hold_run(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(60)
@@ -180,8 +180,8 @@ from pathlib import Path
 from launcher.plan import Plan
 from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
-from rlcore.poll import Stop, ignore_stop_signals, install_stop_handlers, sleep
-from rlcore.runlock import hold_run
+from rlcore.processes.poll import Stop, ignore_stop_signals, install_stop_handlers, sleep
+from rlcore.runs.runlock import hold_run
 
 given = {"output_dir": sys.argv[1], "inference": {"server": {"port": 8000}}}  # as rl settles it
 plan = Plan(RLConfig.model_validate(given),

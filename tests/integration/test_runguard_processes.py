@@ -1,4 +1,4 @@
-"""The run-folder guard (rlcore.runguard) between real processes: a separate process holds a
+"""The run-folder guard (rlcore.runs.runguard) between real processes: a separate process holds a
 run as `rl` does (exclusively), and `inference`, `evals`, `rl plot` and `rl sft`, each started
 as a user starts it, exit 2 with one line naming the folder and the fix, and leave the run
 exactly as it was (no admin_token or configs overwritten, no eval.toml, no plot.png). `rl sft`
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.ownership import claim
-from rlcore.runlock import LAUNCHER_ENV
+from rlcore.runs.ownership import claim
+from rlcore.runs.runlock import LAUNCHER_ENV
 from tests.integration.helpers import REPO, free_port
 from tests.unit.launcher.test_path_promises import snapshot
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 HOLD = """
 import sys, time
 from pathlib import Path
-from rlcore.runlock import hold_run
+from rlcore.runs.runlock import hold_run
 hold_run(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(300)

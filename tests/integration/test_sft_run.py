@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.disk_full import DISK_FULL_EXIT_CODE
-from rlcore.rundir import RunDir
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import REPO, small_disk
 
 pytestmark = pytest.mark.integration

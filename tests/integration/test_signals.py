@@ -1,4 +1,4 @@
-"""Ctrl-C is never lost, at any moment of a launcher's life (rlcore.poll: the handler only
+"""Ctrl-C is never lost, at any moment of a launcher's life (rlcore.processes.poll: the handler only
 records the signal; every wait looks for it).
 
 The first SIGINT during `rl`'s start-up was once dropped ("Exception ignored in ... Stop: 2"):
@@ -41,7 +41,7 @@ import sys
 from launcher.plan import Plan
 from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
-from rlcore import poll
+from rlcore.processes import poll
 
 given = {"output_dir": sys.argv[1], "inference": {"server": {"port": 8000}}}  # as rl settles it
 plan = Plan(RLConfig.model_validate(given),

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import waits
-from rlcore.rundir import RunDir
+from rlcore.runs import waits
+from rlcore.runs.rundir import RunDir
 from tests.integration.cpu_cap import CpuCap
 from tests.integration.helpers import (
     free_port,
@@ -55,7 +55,7 @@ def records(run: RunDir) -> list[dict]:
 
 
 def recorded_waits(run: RunDir) -> set[tuple[str, str, str]]:
-    """(component, what, peer) of every wait open now (rlcore.waits)."""
+    """(component, what, peer) of every wait open now (rlcore.runs.waits)."""
     found = set()
     for name in ("trainer", "orchestrator", "inference"):
         for wait in waits.open_waits(waits.read(run.root, name)):

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcore.protocol import Batch, Sample, write_batch
-from rlcore.rundir import MANIFEST, RunDir
+from rlcore.contracts.protocol import Batch, Sample, write_batch
+from rlcore.runs.rundir import MANIFEST, RunDir
 
 # Slow: three trainer runs; the default run resumes in test_rl.py and test_faults.py.
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

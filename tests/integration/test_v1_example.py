@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rlcore import samples_store
-from rlcore.rundir import RunDir
+from rlcore.contracts import samples_store
+from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import REPO, free_port, kill_sessions, run_state, start_rl
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from rlcore.config import (
+from rlcore.config.base import (
     NONE_STRINGS,
     RUNS_ROOT,
     BaseConfig,

@@ -4,11 +4,11 @@ does before it touches the run folder."""
 
 import sys
 
-from rlcore.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
-from rlcore.entry import entry_point, exit_with, parse_config
+from rlcore.config.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
-from rlcore.heap import bound_kernel_caches
-from rlcore.logs import setup_logging
+from rlcore.files.disk_full import CKPT_ADVICE, exit_disk_full, is_disk_full
+from rlcore.processes.heap import bound_kernel_caches
+from rlcore.reporting.logs import setup_logging
 from trainer.dist import maybe_reexec_under_torchrun
 from trainer.sft.config import SFTConfig
 
@@ -17,7 +17,7 @@ CHECK_FLAG = "--check-data"
 
 
 def check_data(config: SFTConfig) -> None:
-    from rlcore.models import resolve_model
+    from rlcore.host.models import resolve_model
     from trainer.sft.train import load_examples
 
     try:
@@ -31,7 +31,7 @@ def say_estimate(config: SFTConfig) -> None:
     Never stops the run: one line when it cannot be made."""
     import os
 
-    from rlcore.runlock import LAUNCHER_ENV
+    from rlcore.runs.runlock import LAUNCHER_ENV
 
     if os.environ.get(LAUNCHER_ENV) or "RANK" in os.environ:  # torchrun: its parent said it
         return
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         check_data(config)
         return
     say_estimate(config)
-    bound_kernel_caches()  # before torch's first matmul (rlcore/heap.py)
+    bound_kernel_caches()  # before torch's first matmul (rlcore/processes/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, module="trainer.sft.main")
     except ConfigError as err:

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from rlcore import runguard
+from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
-from rlcore.models import resolve_model
-from rlcore.rundir import RunDir, is_checkpoint_step
-from rlcore.toml_io import write_config
+from rlcore.host.models import resolve_model
+from rlcore.runs import runguard
+from rlcore.runs.rundir import RunDir, is_checkpoint_step
 from trainer.ckpt import Checkpointer, load_checkpoint
 from trainer.determinism import prepare_environment, setup_determinism
 from trainer.dist import World, setup_world, teardown_world
@@ -261,7 +261,7 @@ def merged_copy(sft: SFT, adapter: dict, source: str) -> TrainerModel:
 def write_full(run_dir: RunDir, step: int, model: TrainerModel, state: dict | None, source: str):
     """weights/<step> as a full HF folder in the model's serving dtype (config.json says so),
     marked STABLE; `state` is the gathered state dict (None: the model's own)."""
-    from rlcore.files import atomic_folder
+    from rlcore.files.atomic import atomic_folder
     from trainer.weights import cast, drop_tied_copies, fix_architectures, write_model_folder
 
     dtype = model.serving_dtype

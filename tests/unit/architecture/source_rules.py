@@ -1,18 +1,18 @@
 """Rules read from the source with `ast`: where `/proc` is read, and where a loop waits on a
-clock (a deadline loop written by hand instead of rlcore.poll's)."""
+clock (a deadline loop written by hand instead of rlcore.processes.poll's)."""
 
 import ast
 import functools
 from pathlib import Path
 
 PROC_READERS = {
-    "rlcore/procs.py": "process facts (psutil, and what it cannot give)",
-    "rlcore/machine.py": "machine facts: /proc/cpuinfo, the NVIDIA driver's entries",
+    "rlcore/processes/procs.py": "process facts (psutil, and what it cannot give)",
+    "rlcore/host/machine.py": "machine facts: /proc/cpuinfo, the NVIDIA driver's entries",
 }
 """The modules that may name /proc, and why."""
-POLL_MODULE = "rlcore/poll.py"
+POLL_MODULE = "rlcore/processes/poll.py"
 """The one module whose loops may sleep on a clock."""
-CHILDREN_MODULE = "rlcore/children.py"
+CHILDREN_MODULE = "rlcore/processes/children.py"
 """The one module that starts processes."""
 STARTS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput"},

@@ -1,6 +1,6 @@
-"""One owner per mechanism: process facts from /proc are read in rlcore.procs alone (and the
-machine's facts in rlcore.machine), every deadline-poll loop is rlcore.poll's, and every process
-is started by rlcore.children. Read from
+"""One owner per mechanism: process facts from /proc are read in rlcore.processes.procs alone (and
+the machine's facts in rlcore.host.machine), every deadline-poll loop is rlcore.processes.poll's,
+and every process is started by rlcore.processes.children. Read from
 the source of the product and the bundled environments; benchmarks, which measure other
 programs, are left out. Each rule is also shown to catch a planted offender."""
 
@@ -51,7 +51,11 @@ os.execv("/bin/true", ["true"])
 def checked_modules() -> dict:
     packages = {name: root for name, root in tree_packages().items() if name != "benchmarks"}
     found = modules(REPO, packages)
-    assert {"rlcore/procs.py", "launcher/stall.py", "environments/rl_tasks/link.py"} <= set(found)
+    assert {
+        "rlcore/processes/procs.py",
+        "launcher/stall.py",
+        "environments/rl_tasks/link.py",
+    } <= set(found)
     return found
 
 
@@ -61,7 +65,9 @@ def test_only_the_process_and_machine_modules_name_proc():
         for path, file in checked_modules().items()
         if path not in PROC_READERS and (lines := proc_paths(file.read_text()))
     }
-    assert offenders == {}, f"read process facts through rlcore.procs (psutil): {offenders}"
+    assert offenders == {}, (
+        f"read process facts through rlcore.processes.procs (psutil): {offenders}"
+    )
 
 
 def test_no_deadline_loop_outside_the_poll_module():
@@ -70,7 +76,7 @@ def test_no_deadline_loop_outside_the_poll_module():
         for path, file in checked_modules().items()
         if path != POLL_MODULE and (lines := clock_loops(file.read_text()))
     }
-    assert offenders == {}, f"wait with rlcore.poll.wait_until(_async): {offenders}"
+    assert offenders == {}, f"wait with rlcore.processes.poll.wait_until(_async): {offenders}"
 
 
 def test_every_process_is_started_by_the_children_module():
@@ -79,7 +85,9 @@ def test_every_process_is_started_by_the_children_module():
         for path, file in checked_modules().items()
         if path != CHILDREN_MODULE and (lines := process_starts(file.read_text()))
     }
-    assert offenders == {}, f"start processes with rlcore.children (start, run): {offenders}"
+    assert offenders == {}, (
+        f"start processes with rlcore.processes.children (start, run): {offenders}"
+    )
 
 
 def test_the_rules_catch_planted_offenders():

@@ -1,16 +1,16 @@
 """A weight transport is its own files plus the registries: no other module of the product
 names a transport (`weight_transfer.type`) to branch on it; it calls the transport's methods
-(rlcore.config.TransportConfig, rlcore.weight_transfer) instead."""
+(rlcore.config.base.TransportConfig, rlcore.config.weight_transfer) instead."""
 
 import ast
 from pathlib import Path
 from typing import get_args
 
-from rlcore.config import WeightTransferConfig
+from rlcore.config.base import WeightTransferConfig
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = ("rlcore", "launcher", "trainer", "orchestrator", "inference")
-REGISTRIES = {"rlcore/config.py", "trainer/weights.py", "orchestrator/weights.py",
+REGISTRIES = {"rlcore/config/base.py", "trainer/weights.py", "orchestrator/weights.py",
               "inference/weights.py"}  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def test_no_module_probes_a_transport_for_fields_of_one_kind():
 
 
 def test_the_trainer_asks_the_transport_where_and_how_it_writes_policies(tmp_path):
-    from rlcore.config import CollectiveTransferConfig, FilesystemTransferConfig
+    from rlcore.config.base import CollectiveTransferConfig, FilesystemTransferConfig
 
     assert FilesystemTransferConfig(dir=tmp_path).weights_root() == tmp_path
     assert FilesystemTransferConfig().weights_root() is None

@@ -16,7 +16,7 @@ def test_generated_pages_match_the_code():
 def test_every_config_key_has_its_entry():
     """Each settable key of each process's config is a heading of its page."""
     from launcher.shared import COMPONENT_CONFIGS
-    from rlcore.schema import leaves
+    from rlcore.config.schema import leaves
 
     generated = pages()
     for name, model in COMPONENT_CONFIGS.items():

@@ -193,7 +193,7 @@ RL_WORDS = {"--config", "--dataset", "--model", "--gpus", "--provider", "--wandb
 def rl_flag_problems(argv: list[str]) -> list[str]:
     """The `--flags` of an `rl` training command that `rl` does not have."""
     from launcher.rl_config import RLConfig
-    from rlcore.cli import COMMAND_FLAGS, ArgParser
+    from rlcore.config.cli import COMMAND_FLAGS, ArgParser
 
     known = set(ArgParser(RLConfig, "rl").flag_names) | RL_WORDS
     known |= {"--" + flag.replace("_", "-") for flag in COMMAND_FLAGS}

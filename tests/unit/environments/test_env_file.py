@@ -1,8 +1,8 @@
-"""`.env`: one reader (rl_envs.env_file) for rlcore.secrets, W&B's key and rl_tasks; a bad line
+"""`.env`: one reader (rl_files.env_file) for rlcore.secrets, W&B's key and rl_tasks; a bad line
 is an error naming the file and line, never quoting a value."""
 
 import pytest
-from rl_envs.env_file import DotenvError, read_dotenv
+from rl_files.env_file import DotenvError, read_dotenv
 from rl_tasks.taskfile import TaskError, expand
 
 from rlcore.errors import ConfigError

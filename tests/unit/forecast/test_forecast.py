@@ -148,9 +148,9 @@ def test_a_damaged_gguf_is_no_shape(tmp_path, data):
 
 
 def test_the_bundled_model_shape_is_known_before_it_is_unpacked(tmp_path, monkeypatch):
-    from rlcore.config import DEFAULT_MODEL
+    from rlcore.config.base import DEFAULT_MODEL
     from rlcore.forecast.shape import shape_of
-    from rlcore.models import CACHE_ENV
+    from rlcore.host.models import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))  # a fresh clone: nothing converted yet
     shape, source = shape_of(DEFAULT_MODEL)
@@ -187,7 +187,7 @@ def test_the_fingerprint_changes_with_the_machine_caps_and_versions(monkeypatch)
 
 
 def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_path, monkeypatch):
-    from rlcore.models import CACHE_ENV
+    from rlcore.host.models import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     measured = {"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9},
@@ -206,7 +206,7 @@ def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_pat
 
 
 def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
-    from rlcore.models import CACHE_ENV
+    from rlcore.host.models import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(calibrate, "run_child", lambda dtypes, device: {"matmul_flops": "nonsense"})

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from inference.admin import add_admin_routes, issue_admin_token
-from rlcore.admin_token import ADMIN_TOKEN_ENV, authorized, read_token
-from rlcore.rundir import RunDir
-from rlcore.weight_transfer import WeightLoader
+from rlcore.config.weight_transfer import WeightLoader
+from rlcore.runs.admin_token import ADMIN_TOKEN_ENV, authorized, read_token
+from rlcore.runs.rundir import RunDir
 
 
 class RecordingLoader(WeightLoader):
@@ -96,8 +96,7 @@ def test_health_answers_the_challenge_with_the_proof_of_the_nonce_only():
     from fastapi.testclient import TestClient
 
     from inference.admin import add_health_proof
-    from rlcore.health import health_proof
-    from rlcore.protocol import HEALTH_CHALLENGE_HEADER, HEALTH_PROOF_HEADER
+    from rlcore.processes.health import HEALTH_CHALLENGE_HEADER, HEALTH_PROOF_HEADER, health_proof
 
     app = FastAPI()
     app.get("/health")(lambda: None)

@@ -14,7 +14,7 @@ from inference.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_adapter_dir, i
 from inference.vllm_args import owned_argv
 from inference.weight_dirs import WeightDirError
 from inference.weights import FilesystemLoader
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from launcher.prepare import build_plan as make_plan
 from launcher.rl_config import RLConfig
 from launcher.slurm_config import SlurmConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.entry import parse_config
+from rlcore.config.entry import parse_config
 from rlcore.errors import ConfigError
 from trainer.config import TrainerConfig
 

@@ -7,9 +7,9 @@ import pytest
 from inference.config import InferenceConfig
 from launcher.rl_config import RLConfig
 from orchestrator.config import OrchestratorConfig
-from rlcore.entry import parse_config
+from rlcore.config.entry import parse_config
+from rlcore.config.toml_io import dump_config
 from rlcore.errors import ConfigError
-from rlcore.toml_io import dump_config
 from trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -463,7 +463,7 @@ CPU_ONLY = {"trainer": [], "orchestrator": [], "inference": []}
 
 
 def cpu_machine(flags: str):
-    from rlcore.machine import read_machine
+    from rlcore.host.machine import read_machine
 
     return read_machine(f"flags\t: {flags}\n", {}, "x86_64")
 

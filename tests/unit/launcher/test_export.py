@@ -4,7 +4,7 @@ trainer's export in a process of its own: tests/integration/test_export_models.p
 import torch
 
 from launcher.commands import run_command
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.train import run
 
 IDS = torch.tensor([[1, 5, 9, 42, 7, 3, 11]])

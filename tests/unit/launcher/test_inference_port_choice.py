@@ -1,5 +1,5 @@
-"""`rl`'s inference ports (launcher/prepare.py settle_ports, rlcore/ports.py): unset, the first
-free one from 8000 up, said in the banner and the dry run and recorded in the configs the
+"""`rl`'s inference ports (launcher/prepare.py settle_ports, rlcore/processes/ports.py): unset, the
+first free one from 8000 up, said in the banner and the dry run and recorded in the configs the
 servers get, while `configs/rl.toml` keeps it unset (a resume or a job's node chooses again);
 given, kept exactly and refused when taken (dry run too), naming the flag. A SLURM job applies
 the rule on each inference node. Reservations use a name prefix of this test's own."""
@@ -15,10 +15,11 @@ from launcher.launch import write_configs
 from launcher.plan import as_given, describe
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
-from rlcore import ports, run_json
+from rlcore.config.toml_io import load_toml
 from rlcore.errors import ConfigError
-from rlcore.readback import Damaged
-from rlcore.toml_io import load_toml
+from rlcore.files.readback import Damaged
+from rlcore.processes import ports
+from rlcore.runs import run_json
 
 
 @pytest.fixture(autouse=True)
@@ -157,7 +158,7 @@ def test_a_multi_node_job_leaves_each_servers_port_to_its_node(monkeypatch, tmp_
 def test_evals_own_server_takes_the_same_rule_and_its_flag_parses(own_ports):
     from orchestrator.evals.config import EvalsConfig
     from orchestrator.evals.server import own_port
-    from rlcore.entry import parse_config
+    from rlcore.config.entry import parse_config
 
     argv = ["--inference.server.port", str(own_ports + 5), "--eval.env", '[{id = "rl-add-digits"}]']
     config, _ = parse_config(EvalsConfig, "evals", argv)

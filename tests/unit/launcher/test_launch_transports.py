@@ -1,5 +1,5 @@
 """The weight-transport seam as `rl` sees it: each transport's config class holds its launch
-checks, derived settings, disk estimate and vLLM arguments (rlcore.config.TransportConfig), and
+checks, derived settings, disk estimate and vLLM arguments (rlcore.config.base.TransportConfig), and
 the launcher, inference and the orchestrator only call those methods."""
 
 import pytest
@@ -9,9 +9,9 @@ from inference.vllm_args import owned_argv
 from launcher.plan import make_plan
 from launcher.preflight import estimate_run_bytes
 from launcher.rl_config import RLConfig
-from rlcore.config import CollectiveTransferConfig, FilesystemTransferConfig
+from rlcore.config.base import CollectiveTransferConfig, FilesystemTransferConfig
+from rlcore.config.weight_transfer import Deployment
 from rlcore.errors import ConfigError
-from rlcore.weight_transfer import Deployment
 
 COLLECTIVE = {"weight_transfer": {"type": "collective"}}
 

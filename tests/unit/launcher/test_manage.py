@@ -8,9 +8,9 @@ import pytest
 
 from launcher.commands import run_command
 from launcher.rl import API_KEY_FLAG, main, take_flag
-from rlcore import procs
-from rlcore.rundir import RunDir
-from rlcore.runlock import hold_run
+from rlcore.processes import procs
+from rlcore.runs.rundir import RunDir
+from rlcore.runs.runlock import hold_run
 from tests.unit.launcher.test_path_promises import release_locks
 
 
@@ -199,10 +199,10 @@ def test_the_wait_is_read_off_the_main_threads_stack():
         '  File "/work/repo/trainer/train.py", line 140 in next_batch\n'
     )
     assert innermost_project_frame(dump) == "trainer/data.py:31 in wait_for_batch"
-    through_poll = dump.replace(  # the wait goes through rlcore.poll: its caller is named
+    through_poll = dump.replace(  # the wait goes through rlcore.processes.poll: its caller is named
         '  File "/work/repo/trainer/data.py"',
-        '  File "/work/repo/rlcore/poll.py", line 91 in sleep\n'
-        '  File "/work/repo/rlcore/poll.py", line 110 in wait_until\n'
+        '  File "/work/repo/rlcore/processes/poll.py", line 91 in sleep\n'
+        '  File "/work/repo/rlcore/processes/poll.py", line 110 in wait_until\n'
         '  File "/work/repo/trainer/data.py"',
     )
     assert innermost_project_frame(through_poll) == "trainer/data.py:31 in wait_for_batch"

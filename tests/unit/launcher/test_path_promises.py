@@ -22,12 +22,12 @@ from launcher.preflight import check_output_dir, prepare_run_dir
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
 from launcher.workflow import load_workflow
-from rlcore import runlock
-from rlcore.config import RUNS_ROOT
+from rlcore.config.base import RUNS_ROOT
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_MARKER, read_run_id
-from rlcore.paths import resolve_path
-from rlcore.rundir import RunDir
+from rlcore.files.paths import resolve_path
+from rlcore.runs import runlock
+from rlcore.runs.ownership import RUN_MARKER, read_run_id
+from rlcore.runs.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[3]
 PARTS = ("..", ".", "nothere", "outputs", "sibling", "empty", "new", "notes.txt",
@@ -248,7 +248,7 @@ def test_rl_export_writes_only_the_folder_it_was_given(tmp_path, monkeypatch, ca
 @given(form=FORMS)
 @link_examples
 def test_path_flags_resolve_and_refuse_empty_and_folders(tmp_path, monkeypatch, form):
-    from rlcore.paths import path_arg
+    from rlcore.files.paths import path_arg
 
     cwd = make_tree(monkeypatch, tmp_path)
     form = spelled(form, cwd)

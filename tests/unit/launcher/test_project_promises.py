@@ -18,7 +18,7 @@ from launcher.commands import run_command
 from launcher.lockfile import LOCK_FILE
 from launcher.rl import main
 from launcher.workflow import load_workflow
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[3]
 SERVER = REPO / "examples" / "mcp_tasks" / "server.py"

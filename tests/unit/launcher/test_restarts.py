@@ -4,8 +4,8 @@ ends a run, where a restart resumes, the pause before it and the no-progress rul
 import pytest
 
 from launcher import restarts
-from rlcore import poll
-from rlcore.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.processes import poll
 
 
 class Run:

@@ -13,8 +13,8 @@ import pytest
 
 from launcher import slurm
 from launcher.commands import run_command
-from rlcore import procs
-from rlcore.rundir import RunDir
+from rlcore.processes import procs
+from rlcore.runs.rundir import RunDir
 
 
 def submitted_run(root, job_id, status: str = "submitted") -> RunDir:
@@ -122,7 +122,7 @@ def test_a_stale_launcher_pid_naming_a_stranger_lets_delete_go_as_stop_finds_not
 
 
 def test_delete_refuses_a_run_its_proved_launcher_runs(tmp_path, capsys):
-    from rlcore.runlock import hold_run
+    from rlcore.runs.runlock import hold_run
     from tests.unit.launcher.test_path_promises import release_locks
 
     run = RunDir(tmp_path / "r")
@@ -224,8 +224,8 @@ def test_a_damaged_run_json_is_one_line_and_unreadable_in_the_listing(tmp_path, 
 def test_status_reads_only_the_tail_of_a_huge_metrics_file(tmp_path, capsys):
     """The last steps come from the last few MiB; a 1 GiB file without a line break is
     never read whole (nor by `rl plot`, which reads at most its bound)."""
-    from rlcore.metrics import read_last_records, read_records
-    from rlcore.readback import METRICS_TAIL
+    from rlcore.files.readback import METRICS_TAIL
+    from rlcore.reporting.metrics import read_last_records, read_records
 
     run = damaged_run(tmp_path / "r", "metrics.jsonl", "sparse-no-newline")
     with run.metrics.open("ab") as f:
@@ -238,7 +238,7 @@ def test_status_reads_only_the_tail_of_a_huge_metrics_file(tmp_path, capsys):
 
 
 def test_metrics_records_of_the_wrong_shape_are_skipped(tmp_path):
-    from rlcore.metrics import read_records, record_step_line
+    from rlcore.reporting.metrics import read_records, record_step_line
 
     path = tmp_path / "metrics.jsonl"
     lines = ['{"component": "trainer", "step": [1]}', '{"component": 3, "step": 1}', "[1]",
@@ -264,7 +264,7 @@ def test_logs_prints_the_tail_of_a_huge_log_and_says_so(tmp_path, capsys):
 # -- long names and huge values in messages ------------------------------------------------------
 def test_a_name_longer_than_linux_allows_is_one_line(tmp_path, capsys):
     """A 300-character --output-dir was an OSError traceback (ENAMETOOLONG)."""
-    from rlcore.entry import parse_config as parse
+    from rlcore.config.entry import parse_config as parse
     from rlcore.errors import ConfigError
 
     long = str(tmp_path / ("a" * 300))
@@ -323,7 +323,7 @@ def test_a_dry_run_refuses_an_environment_that_is_not_installed(tmp_path, monkey
 
 def test_rl_sft_shows_its_log_in_bounded_reads_and_all_of_it_at_the_end(tmp_path, capsys):
     from launcher.sft_run import Output
-    from rlcore import children
+    from rlcore.processes import children
 
     log = tmp_path / "sft.log"
     log.write_text("earlier attempt\n")
@@ -353,7 +353,7 @@ def test_a_log_line_quoting_a_secret_flag_or_assignment_is_written_redacted():
     import io
     import logging
 
-    from rlcore.logs import RedactingFormatter
+    from rlcore.reporting.logs import RedactingFormatter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -371,8 +371,8 @@ def test_a_log_line_quoting_a_secret_flag_or_assignment_is_written_redacted():
 def test_plot_reads_every_record_chunk_by_chunk_within_its_bound(tmp_path):
     """`rl plot` read the last 256 MiB whole (a 2 GiB sparse metrics.jsonl: over 500 MB held);
     now chunk by chunk, keeping only the records."""
-    from rlcore.metrics import read_all_records
-    from rlcore.readback import Bound
+    from rlcore.files.readback import Bound
+    from rlcore.reporting.metrics import read_all_records
 
     path = tmp_path / "metrics.jsonl"
     lines = [

@@ -20,11 +20,11 @@ from launcher.prepare import build_plan
 from launcher.rl import main as rl_main
 from launcher.rl_config import RLConfig
 from launcher.workflow import load_workflow, workflow_layer
+from rlcore.config.literal_secrets import externalize, literal_secrets
+from rlcore.config.toml_io import dump_config, load_toml
 from rlcore.errors import ConfigError
-from rlcore.literal_secrets import externalize, literal_secrets
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from rlcore.secrets import redact, resolve
-from rlcore.toml_io import dump_config, load_toml
 
 REPO = Path(__file__).resolve().parents[3]
 SERVER = REPO / "examples" / "mcp_tasks" / "server.py"
@@ -214,7 +214,7 @@ def test_rl_dry_run_prints_no_secret(project, capsys):
 
 
 def test_rl_writes_no_secret_and_its_processes_get_them_back(project, capsys):
-    from rlcore.entry import parse_config
+    from rlcore.config.entry import parse_config
 
     layer = workflow_layer(Path("w.yaml"), "data/tasks/x")
     config, _ = parse_config(RLConfig, "rl", RL_ARGV[4:], ("trainer", "orchestrator", "inference"),

@@ -6,7 +6,7 @@ import pytest
 from launcher import slurm
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
-from rlcore.entry import parse_config
+from rlcore.config.entry import parse_config
 from rlcore.errors import ConfigError
 
 CPU_JOB = ["--slurm.nodes", "3", "--slurm.trainer-nodes", "2", "--slurm.gpus-per-node", "0"]

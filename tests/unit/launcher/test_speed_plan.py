@@ -10,9 +10,9 @@ import pytest
 from launcher.plan import Plan, derive_dtypes
 from launcher.rl_config import RLConfig
 from launcher.speed import derive_speed
-from rlcore.entry import parse_config
+from rlcore.config.entry import parse_config
 from rlcore.errors import ConfigError
-from rlcore.machine import Machine
+from rlcore.host.machine import Machine
 
 CPU = Machine(
     arch="x86_64", vendor="AuthenticAMD", model="AMD EPYC", isa="avx512_bf16",

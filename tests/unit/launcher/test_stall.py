@@ -11,8 +11,8 @@ import pytest
 
 from launcher import stall
 from launcher.stall import Clock, View, Wait, WaitTimes, find_stall
-from rlcore import waits
-from rlcore.attempt import ATTEMPT_ENV
+from rlcore.runs import waits
+from rlcore.runs.attempt import ATTEMPT_ENV
 
 
 def test_the_limit_follows_the_longest_gap_between_records():

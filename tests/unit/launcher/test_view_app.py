@@ -141,8 +141,8 @@ def test_a_torn_archive_and_a_torn_metrics_line_are_named(runs):
 
 
 def test_the_rollouts_page_shows_what_the_writer_wrote_token_mask_included(runs):
-    """The fixture's files come from the one writer (rlcore.samples_store): a column it renames
-    or drops fails here, as the page would lose it."""
+    """The fixture's files come from the one writer (rlcore.contracts.samples_store): a column it
+    renames or drops fails here, as the page would lose it."""
     root, a, _ = runs
     web = client(root)
     answer = web.get(f"/api/run/{a}/rollouts?step=1").json()

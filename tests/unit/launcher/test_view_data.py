@@ -316,7 +316,7 @@ def test_a_resumed_run_is_compared_with_the_config_its_checkpoint_kept(tmp_path)
     """Each part's checkpoint keeps the config it ran with (RunDir.keep_config); a run resumed
     from that step shows what changed against it, read from the files (not from the code)."""
     from launcher.view.compare import resume_note
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
     root = make_run(tmp_path / "run", steps=4)
     for part in ("trainer", "orchestrator"):

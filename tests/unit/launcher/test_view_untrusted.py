@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from launcher.view import archive
 from launcher.view.app import make_app
 from launcher.view.library import Library, run_id
-from rlcore import samples_store
+from rlcore.contracts import samples_store
 from tests.view_runs import (
     forge_step,
     make_run,
@@ -341,7 +341,7 @@ def test_an_unchanged_file_is_never_read_again_per_poll(tmp_path, monkeypatch):
     polled = ("/api/runs", f"/api/run/{rid(run)}/curves", f"/api/run/{rid(run)}/logs")
     for url in polled:
         web.get(url)
-    from rlcore import readback
+    from rlcore.files import readback
 
     reads = []
     real = readback.open_file

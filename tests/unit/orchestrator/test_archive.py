@@ -24,7 +24,7 @@ from orchestrator.config import OrchestratorConfig, SamplesConfig
 from orchestrator.dynamic import sample_batch
 from orchestrator.envs import Rollout, Turn
 from orchestrator.loop import build_batch
-from rlcore import samples_store
+from rlcore.contracts import samples_store
 
 
 @pytest.fixture(scope="module")

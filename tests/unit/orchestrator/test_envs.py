@@ -8,10 +8,10 @@ import pytest
 from orchestrator.envs.classic import VerifiersEnv
 from orchestrator.evals.main import main as evals_main
 from orchestrator.main import main
-from rlcore.environments import check_classic as check_installed
-from rlcore.environments import module_name
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_MARKER
+from rlcore.host.environments import check_classic as check_installed
+from rlcore.host.environments import module_name
+from rlcore.runs.ownership import RUN_MARKER
 
 BUNDLED = ["rl-add-digits", "rl-repeat-word", "rl-guess-number"]
 
@@ -111,7 +111,7 @@ def test_guess_env_answers_each_guess(envs):
 def test_env_type_selects_the_adapter():
     from orchestrator.config import EnvConfig, OrchestratorConfig
     from orchestrator.envs import ENV_TYPES, load_env
-    from rlcore.environments import INSTALL_CHECKS, check_envs
+    from rlcore.host.environments import INSTALL_CHECKS, check_envs
 
     assert set(INSTALL_CHECKS) == set(ENV_TYPES)  # every type can be checked before it loads
 

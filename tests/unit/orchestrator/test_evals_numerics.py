@@ -6,7 +6,7 @@ import logging
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import note_other_numerics
-from rlcore.machine import probe
+from rlcore.host.machine import probe
 
 
 def evals_config(run, **inference):

@@ -44,7 +44,7 @@ class Owner:
     trainer of an SFT run or of a trainer alone (MetricsLogger)."""
 
     def __init__(self, kind: str, run):
-        from rlcore.config import WandbConfig
+        from rlcore.config.base import WandbConfig
 
         wandb = {"project": "p", "entity": "e"}
         if kind == "orchestrator":
@@ -70,7 +70,7 @@ def test_watch_records_reach_the_runs_one_wandb_run(tmp_path, fake_wandb, owner)
     """While the run lives, the owner of its W&B run relays the watch's records; once it has
     ended, the watch continues that same W&B run itself."""
     from orchestrator.evals.watch import RunWandb
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
@@ -97,7 +97,7 @@ def test_watch_records_reach_the_runs_one_wandb_run(tmp_path, fake_wandb, owner)
 
 def test_watch_of_a_run_without_wandb_starts_none(tmp_path, fake_wandb):
     from orchestrator.evals.watch import RunWandb
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
     watched = RunWandb(RunDir(tmp_path))
     watched.log(1, {"add/pass@1": 0.5})

@@ -16,8 +16,8 @@ from orchestrator.pooled_client import PooledClient
 from orchestrator.rollouts import batch_digests
 from orchestrator.seeds import SEED_BITS, rollout_seeds, turn_seed
 from orchestrator.servers import ServerPool
-from rlcore.protocol import Batch, Sample, read_batch
-from rlcore.rundir import RunDir
+from rlcore.contracts.protocol import Batch, Sample, read_batch
+from rlcore.runs.rundir import RunDir
 
 
 def test_rollout_seeds_are_a_pure_function_of_their_parts():

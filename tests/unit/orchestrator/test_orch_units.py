@@ -15,9 +15,9 @@ from orchestrator.rollouts import Stats, rollout_samples
 from orchestrator.sampler import ExampleSampler, SamplerState
 from orchestrator.servers import ServerPool
 from orchestrator.weights import build_receiver
-from rlcore.attempt import ATTEMPT_ENV
-from rlcore.config import FilesystemTransferConfig
-from rlcore.rundir import RunDir
+from rlcore.config.base import FilesystemTransferConfig
+from rlcore.runs.attempt import ATTEMPT_ENV
+from rlcore.runs.rundir import RunDir
 
 
 # -- advantages ----------------------------------------------------------------------------------
@@ -154,8 +154,8 @@ def test_weights_of_an_abandoned_attempt_are_not_used(tmp_path, monkeypatch):
 
 # -- W&B keys come from .env and never override the environment -----------------------------------
 def test_dotenv_sets_missing_keys_only(tmp_path, monkeypatch):
-    from rlcore.metrics import step_line
-    from rlcore.wandb_run import load_dotenv
+    from rlcore.reporting.metrics import step_line
+    from rlcore.reporting.wandb_run import load_dotenv
 
     (tmp_path / ".env").write_text("# keys\nexport WANDB_API_KEY='abc'\nWANDB_ENTITY=me\n")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -188,7 +188,7 @@ def test_a_batch_without_tokens_ends_the_run():
 def test_a_rollout_without_a_model_turn_is_a_counted_error_with_its_reason():
     from orchestrator.config import OrchestratorConfig
     from orchestrator.loop import EMPTY_ROLLOUT, build_batch, first_error, mark_empty
-    from rlcore.metrics import record_step_line
+    from rlcore.reporting.metrics import record_step_line
 
     silent = Rollout(example_id=0, prompt=[], completion=[], reward=0.0)  # no turn, no error
     ok = rollout([Turn([1], [2], [-1.0])], reward=1.0)

@@ -15,9 +15,9 @@ from orchestrator.loop import Orchestrator
 from orchestrator.policy import Policy
 from orchestrator.sampler import ExampleSampler
 from orchestrator.servers import ServerPool
-from rlcore import samples_store
-from rlcore.protocol import read_batch
-from rlcore.rundir import RunDir, steps_in
+from rlcore.contracts import samples_store
+from rlcore.contracts.protocol import read_batch
+from rlcore.runs.rundir import RunDir, steps_in
 
 
 class CountingEnv:

@@ -183,8 +183,8 @@ def test_tokenize_moves_off_a_server_that_cannot_be_reached():
 
 def test_a_collective_swap_gives_each_server_its_first_rank(tmp_path):
     from orchestrator.collective import CollectiveReceiver
-    from rlcore import collective
-    from rlcore.rundir import RunDir
+    from rlcore.contracts import collective
+    from rlcore.runs.rundir import RunDir
 
     run_dir = RunDir(tmp_path)
     run_dir.transfer.mkdir(parents=True)
@@ -227,11 +227,12 @@ def test_a_policy_served_by_plain_servers_stops_swapping():
     )
 
 
-# -- what the orchestrator records it waits on (rlcore.waits), for rl's stall watch ------------
+# -- what the orchestrator records it waits on (rlcore.runs.waits), for rl's stall watch
+# ------------
 @pytest.fixture
 def board(tmp_path, monkeypatch):
     """The orchestrator's recorded waits, as rl reads them: [(what, peer, server)] now."""
-    from rlcore import waits
+    from rlcore.runs import waits
 
     monkeypatch.setattr(waits, "_board", None)
     waits.setup(tmp_path, "orchestrator")

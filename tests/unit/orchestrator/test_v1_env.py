@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from inference.generate_compat import TextModeByDefault, with_text_mode
 from orchestrator.envs import load_env
 from orchestrator.envs.v1 import V1Env, branch_turns, env_config, is_v1_module
-from rlcore.environments import check_v1 as check_installed
 from rlcore.errors import ConfigError
+from rlcore.host.environments import check_v1 as check_installed
 
 
 def test_ids_resolve_to_packages_or_built_in_tasksets():

@@ -1,4 +1,4 @@
-"""Attempts told apart by identity, never by clocks (rlcore.attempt): the signal files of an
+"""Attempts told apart by identity, never by clocks (rlcore.runs.attempt): the signal files of an
 earlier attempt are stale however recent, this attempt's are current however old, on both
 weight transports. Stamps of real other processes: tests/integration/test_attempt_writers.py."""
 
@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.collective import CollectiveReceiver
 from orchestrator.weights import FilesystemReceiver
-from rlcore import collective
-from rlcore.attempt import ATTEMPT_ENV, AttemptFilter, stamp
-from rlcore.rundir import RunDir
+from rlcore.contracts import collective
+from rlcore.runs.attempt import ATTEMPT_ENV, AttemptFilter, stamp
+from rlcore.runs.rundir import RunDir
 
 
 def stamp_of(monkeypatch, attempt: str | None) -> dict:

@@ -8,10 +8,10 @@ import torch
 
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
-from rlcore import collective
-from rlcore.config import CollectiveTransferConfig
+from rlcore.config.base import CollectiveTransferConfig
+from rlcore.contracts import collective
 from rlcore.errors import ConfigError
-from rlcore.health import free_port
+from rlcore.processes.health import free_port
 from trainer.config import TrainerConfig
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.entry import BROKEN_PIPE_EXIT_CODE, entry_point
+from rlcore.config.entry import BROKEN_PIPE_EXIT_CODE, entry_point
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import files
-from rlcore.disk_full import DiskFullError
-from rlcore.rundir import STABLE, RunDir
+from rlcore.files import atomic as files
+from rlcore.files.disk_full import DiskFullError
+from rlcore.runs.rundir import STABLE, RunDir
 
 
 def test_stable_is_written_after_every_file_of_the_folder_is_on_disk(tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_a_torn_append_is_cut_back_off(tmp_path):
 def test_a_path_of_a_user_who_does_not_exist_names_the_user():
     """`~nosuchuser/x` was blamed on the home directory ("Could not determine home directory")."""
     from rlcore.errors import ConfigError
-    from rlcore.paths import user_path
+    from rlcore.files.paths import user_path
 
     expected = r"'~nosuchuser-rl/x' is not a usable path \(it names user 'nosuchuser-rl', who"
     with pytest.raises(ConfigError, match=expected):

@@ -1,5 +1,5 @@
 """A full disk is one message naming the file and the space left, and its own exit code, never
-a traceback (rlcore/disk_full.py). /dev/full is a real device that answers every write with
+a traceback (rlcore/files/disk_full.py). /dev/full is a real device that answers every write with
 ENOSPC; a full file system of our own is in tests/integration/test_sft_run.py."""
 
 import errno
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.disk_full import (
+from rlcore.config.entry import entry_point
+from rlcore.files.atomic import append_line
+from rlcore.files.disk_full import (
     DISK_FULL_EXIT_CODE,
     DiskFullError,
     disk_full_text,
@@ -16,8 +18,6 @@ from rlcore.disk_full import (
     is_disk_full,
     naming,
 )
-from rlcore.entry import entry_point
-from rlcore.files import append_line
 
 FULL = Path("/dev/full")
 pytestmark = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full here")

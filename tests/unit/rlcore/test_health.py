@@ -2,7 +2,7 @@
 
 import socket
 
-from rlcore.health import port_problem, probe_health, server_url
+from rlcore.processes.health import port_problem, probe_health, server_url
 
 
 def test_server_url_reaches_wildcard_binds_on_loopback():
@@ -62,8 +62,11 @@ class ProvingServer:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        from rlcore.health import health_proof
-        from rlcore.protocol import HEALTH_CHALLENGE_HEADER, HEALTH_PROOF_HEADER
+        from rlcore.processes.health import (
+            HEALTH_CHALLENGE_HEADER,
+            HEALTH_PROOF_HEADER,
+            health_proof,
+        )
 
         class Health(BaseHTTPRequestHandler):
             def do_GET(self):
@@ -91,7 +94,7 @@ def test_health_with_a_nonce_accepts_only_the_server_that_proves_it():
 
     import pytest
 
-    from rlcore.health import ForeignServer, new_nonce
+    from rlcore.processes.health import ForeignServer, new_nonce
 
     nonce = new_nonce()
     ours, stranger, other_run = ProvingServer(nonce), ProvingServer(None), ProvingServer("x")
@@ -112,7 +115,7 @@ def test_health_with_a_nonce_accepts_only_the_server_that_proves_it():
 def test_the_port_holder_is_named_and_nothing_is_named_on_a_free_port():
     import os
 
-    from rlcore.health import port_holder
+    from rlcore.processes.health import port_holder
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

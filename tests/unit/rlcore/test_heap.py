@@ -1,5 +1,5 @@
-"""rlcore.heap: freed heap memory goes back to the system when asked (the trainer after its
-passes and steps, the inference engine after each weight update), and so do the resident pages
+"""rlcore.processes.heap: freed heap memory goes back to the system when asked (the trainer after
+its passes and steps, the inference engine after each weight update), and so do the resident pages
 of shared libraries (each process once it has started)."""
 
 import ctypes
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcore import heap
+from rlcore.processes import heap
 
 no_trim = pytest.mark.skipif(heap.MALLOC_TRIM is None, reason="no malloc_trim (not glibc)")
 

@@ -1,10 +1,10 @@
-"""The machine probe (rlcore/machine.py): ISA levels from /proc/cpuinfo's flags, the caps of
+"""The machine probe (rlcore/host/machine.py): ISA levels from /proc/cpuinfo's flags, the caps of
 oneDNN's and ATen's environment variables, and the dtypes `auto` chooses from them. The
 expected levels come from the vendors' feature lists, not from the probe."""
 
 import pytest
 
-from rlcore.machine import (
+from rlcore.host.machine import (
     AVX2_ENV,
     DTYPE_BYTES,
     bf16_matmul_refusal,
@@ -141,13 +141,13 @@ def test_the_probe_agrees_with_torch_in_this_process():
     ],
 )
 def test_serving_dtypes(flags, served, matmul, on_gpu, trainer, want):
-    from rlcore.machine import serving_dtypes
+    from rlcore.host.machine import serving_dtypes
 
     assert serving_dtypes(served, matmul, on_gpu, machine(flags), trainer) == want
 
 
 def test_gpus_are_read_from_the_drivers_entries(tmp_path, monkeypatch):
-    from rlcore.machine import gpus
+    from rlcore.host.machine import gpus
 
     for bus in ("0000:01:00.0", "0000:02:00.0"):
         (tmp_path / bus).mkdir()

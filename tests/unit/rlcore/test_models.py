@@ -1,4 +1,4 @@
-"""rlcore.models: name resolution, cached atomic builds; and the tests' tiny model."""
+"""rlcore.host.models: name resolution, cached atomic builds; and the tests' tiny model."""
 
 import json
 import os
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import models
-from rlcore.config import DEFAULT_MODEL
+from rlcore.config.base import DEFAULT_MODEL
+from rlcore.host import models
 from tests.tiny_model import build_tiny_model
 
 
@@ -107,7 +107,7 @@ def test_the_cache_is_never_the_current_folder(monkeypatch, tmp_path, home):
     current folder: a repository got one. It is the user's home from the password database."""
     import pwd
 
-    from rlcore.models import CACHE_ENV, cache_dir
+    from rlcore.host.models import CACHE_ENV, cache_dir
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(CACHE_ENV, raising=False)

@@ -11,11 +11,11 @@ import pytest
 
 from launcher.commands import run_command
 from launcher.preflight import clean_run
-from rlcore import procs
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_MARKER, claim, read_run_id, remove_run_files, verified_run
-from rlcore.rundir import RunDir
-from rlcore.runlock import hold_run
+from rlcore.processes import procs
+from rlcore.runs.ownership import RUN_MARKER, claim, read_run_id, remove_run_files, verified_run
+from rlcore.runs.rundir import RunDir
+from rlcore.runs.runlock import hold_run
 from tests.unit.launcher.test_path_promises import release_locks
 from trainer.weights import place_weights
 

@@ -1,12 +1,12 @@
-"""rlcore/paths.py: the nearest existing folder above a path, the one place that answers where a
-new file or folder would be made (free space, permissions, a file in the way)."""
+"""rlcore/files/paths.py: the nearest existing folder above a path, the one place that answers where
+a new file or folder would be made (free space, permissions, a file in the way)."""
 
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlcore.paths import nearest_existing
+from rlcore.files.paths import nearest_existing
 
 
 def test_an_existing_path_is_its_own_answer(tmp_path):

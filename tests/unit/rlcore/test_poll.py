@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rlcore import poll
+from rlcore.processes import poll
 
 
 @pytest.fixture

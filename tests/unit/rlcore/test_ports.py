@@ -1,8 +1,8 @@
-"""The inference ports a launcher takes and reserves (rlcore/ports.py): 8000 when free, else the
-next free one; a port reserved by another launcher counts as taken even before anything listens
-on it; an explicit port is refused with its holder and the flag. Reservations are real abstract
-sockets under a name of this test's own (the machine's real runs are never touched); which TCP
-ports are taken is faked where a property is tested over generated sets of them."""
+"""The inference ports a launcher takes and reserves (rlcore/processes/ports.py): 8000 when free,
+else the next free one; a port reserved by another launcher counts as taken even before anything
+listens on it; an explicit port is refused with its holder and the flag. Reservations are real
+abstract sockets under a name of this test's own (the machine's real runs are never touched); which
+TCP ports are taken is faked where a property is tested over generated sets of them."""
 
 import os
 import socket
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore import ports
 from rlcore.errors import ConfigError
+from rlcore.processes import ports
 
 
 @pytest.fixture(autouse=True)

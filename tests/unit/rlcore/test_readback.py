@@ -1,5 +1,5 @@
-"""The bounded reader of run folders (rlcore.readback) and run.json's checked record
-(rlcore.run_json): anything a folder holds is read within its bound or named as damaged, in one
+"""The bounded reader of run folders (rlcore.files.readback) and run.json's checked record
+(rlcore.runs.run_json): anything a folder holds is read within its bound or named as damaged, in one
 line, never a hang, a traceback or unbounded memory."""
 
 import json
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore import readback, run_json
-from rlcore.readback import Bound, Damaged
+from rlcore.files import readback
+from rlcore.files.readback import Bound, Damaged
+from rlcore.runs import run_json
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path):
@@ -159,7 +160,7 @@ def test_a_field_anything_acts_on_is_checked(key, value, why):
 
 
 def test_pid_alive_takes_any_value_read_back():
-    from rlcore.procs import pid_alive
+    from rlcore.processes.procs import pid_alive
 
     assert pid_alive(os.getpid())
     for value in (2**63, -5, 0, "1", None, [1], True, 2**22 + 1):

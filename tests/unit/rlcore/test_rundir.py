@@ -4,7 +4,7 @@ directory, dropping stale outputs, the checkpoint rule and markers."""
 import pytest
 
 from rlcore.errors import ConfigError
-from rlcore.rundir import MANIFEST, RunDir, is_checkpoint_step, steps_in
+from rlcore.runs.rundir import MANIFEST, RunDir, is_checkpoint_step, steps_in
 
 
 def make_steps(folder, steps):
@@ -75,7 +75,7 @@ def test_each_process_drops_only_what_it_produces(tmp_path):
 
 
 def test_atomic_write_sets_mode_before_the_file_appears(tmp_path):
-    from rlcore.rundir import atomic_write_text
+    from rlcore.runs.rundir import atomic_write_text
 
     target = tmp_path / "a" / "token"
     atomic_write_text(target, "secret\n", mode=0o600)
@@ -84,7 +84,7 @@ def test_atomic_write_sets_mode_before_the_file_appears(tmp_path):
 
 
 def test_metrics_records_are_read_incrementally_and_torn_lines_wait(tmp_path):
-    from rlcore.metrics import is_training_step, read_records, record_step_line
+    from rlcore.reporting.metrics import is_training_step, read_records, record_step_line
 
     run = RunDir(tmp_path)
     run.append_metrics("trainer", 1, {"loss": 0.5})
@@ -102,7 +102,7 @@ def test_metrics_records_are_read_incrementally_and_torn_lines_wait(tmp_path):
 
 
 def test_reward_curve_summarizes_training_steps(tmp_path):
-    from rlcore.metrics import read_records, reward_curve
+    from rlcore.reporting.metrics import read_records, reward_curve
 
     run = RunDir(tmp_path)
     for step, reward in enumerate([0.0, 0.0, 0.5, 1.0, 1.0, 1.0]):
@@ -117,7 +117,12 @@ def test_an_in_run_eval_record_is_no_training_step(tmp_path):
     """The orchestrator logs an in-run eval as its own record (`eval/<env>/reward`, no
     `reward`): the progress line and the reward curve skip it; counted as a step, the
     supervisor's step line would fail on it."""
-    from rlcore.metrics import is_training_step, read_records, record_step_line, reward_curve
+    from rlcore.reporting.metrics import (
+        is_training_step,
+        read_records,
+        record_step_line,
+        reward_curve,
+    )
 
     run = RunDir(tmp_path)
     run.append_metrics("orchestrator", 0, {"reward": 0.5, "num_tokens": 10, "num_samples": 2})

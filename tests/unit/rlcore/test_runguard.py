@@ -1,5 +1,5 @@
-"""The run-folder promises as one matrix (rlcore.runguard): every entry point that writes into a
-run or an output folder, against a run another process holds, a run of another kind, a folder
+"""The run-folder promises as one matrix (rlcore.runs.runguard): every entry point that writes into
+a run or an output folder, against a run another process holds, a run of another kind, a folder
 that is not a run (a user's file in it) and a path that escapes through a link or `..`. Each is
 refused before anything is written: a ConfigError (a command: exit 2, one line) naming the
 folder, the reason and the fix, and the whole tree, byte for byte and link for link, is what it
@@ -21,8 +21,8 @@ import torch
 
 from launcher.commands import run_command
 from rlcore.errors import ConfigError
-from rlcore.ownership import RUN_MARKER, claim
-from rlcore.runlock import locked
+from rlcore.runs.ownership import RUN_MARKER, claim
+from rlcore.runs.runlock import locked
 from tests.unit.launcher.test_path_promises import release_locks, snapshot
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,7 +100,7 @@ def sft_config(target: str):
 
 def rl_sft(target: str) -> None:
     from launcher.sft_run import prepare
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
     config = sft_config(target)
     prepare(RunDir(config.output_dir), config, clean=False)
@@ -122,7 +122,7 @@ def trainer_alone(target: str) -> None:
 def orchestrator_alone(target: str) -> None:
     from orchestrator.config import OrchestratorConfig
     from orchestrator.loop import setup_resume
-    from rlcore.rundir import RunDir
+    from rlcore.runs.rundir import RunDir
 
     config = OrchestratorConfig.model_validate({"output_dir": target})
     setup_resume(config, RunDir(config.output_dir))
@@ -420,7 +420,7 @@ def test_rl_sft_refuses_to_resume_an_rl_runs_checkpoint(tree):
 
 
 def test_a_run_marked_before_runs_recorded_their_kind_is_known_by_its_files(tree):
-    from rlcore.runguard import run_kind
+    from rlcore.runs.runguard import run_kind
 
     for config, kind in (("configs/sft.toml", "sft"), ("eval.toml", "eval"),
                          ("configs/trainer.toml", "rl")):  # fmt: skip

@@ -1,5 +1,5 @@
-"""The rollout archive's file format (rlcore.samples_store): what is written reads back the
-same, a reader never sees a torn or foreign file as a step, and projection reads only what it
+"""The rollout archive's file format (rlcore.contracts.samples_store): what is written reads back
+the same, a reader never sees a torn or foreign file as a step, and projection reads only what it
 is asked for."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlcore import samples_store
-from rlcore.samples_store import SCHEMA_FIELDS, SamplesError
+from rlcore.contracts import samples_store
+from rlcore.contracts.samples_store import SCHEMA_FIELDS, SamplesError
 from tests.view_runs import renamed
 
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

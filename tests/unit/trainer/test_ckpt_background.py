@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlcore import faults
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer import ckpt
 from trainer.data import fake_batch
 from trainer.train import run, setup_trainer, train_step

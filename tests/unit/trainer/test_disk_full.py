@@ -6,7 +6,7 @@ import errno
 import pytest
 import torch
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer import ckpt
 from trainer.data import fake_batch
 from trainer.train import setup_trainer, train_step
@@ -46,7 +46,7 @@ def test_enospc_mid_save_keeps_previous_checkpoint(
 
 
 def test_disk_full_is_recognised_through_wrappers():
-    from rlcore.disk_full import is_disk_full
+    from rlcore.files.disk_full import is_disk_full
 
     try:
         try:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from families import HEAD_FAMILIES  # noqa: E402
 from test_trainer_data import packed_row  # noqa: E402
 
-from rlcore.protocol import Sample  # noqa: E402
+from rlcore.contracts.protocol import Sample  # noqa: E402
 from trainer.config import LoraConfig, TrainerModelConfig  # noqa: E402
 from trainer.logprob_head import HEAD_TRANSFORMS  # noqa: E402
 from trainer.model import load_model  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.data import fake_batch
 from trainer.dist import setup_world, teardown_world
 from trainer.train import TrainingError, run, setup_trainer, train_step

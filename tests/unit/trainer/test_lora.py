@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.config import LoraConfig, TrainerConfig
 from trainer.data import fake_batch
 from trainer.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoraLinear, apply_lora, merge_lora

@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_trainer_data import packed_row
 
-from rlcore.protocol import Sample
+from rlcore.contracts.protocol import Sample
 from trainer.config import (
     DualClipLossConfig,
     GspoLossConfig,

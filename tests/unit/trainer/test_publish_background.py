@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from inference.weight_dirs import WeightDirError, allowed_root, check_inside
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer import weights
 from trainer.train import run, setup_trainer
 

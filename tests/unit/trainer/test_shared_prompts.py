@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from families import FAMILIES  # noqa: E402
 from test_trainer_data import loss_tokens, packed_row  # noqa: E402
 
-from rlcore.protocol import Batch, BatchTensors, Sample  # noqa: E402
+from rlcore.contracts.protocol import Batch, BatchTensors, Sample  # noqa: E402
 from trainer.attention import shared_prompt_blocker  # noqa: E402
 from trainer.config import TrainerModelConfig  # noqa: E402
 from trainer.data import Sizes, pack_samples  # noqa: E402

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from rlcore.errors import ConfigError
-from rlcore.machine import probe
-from rlcore.speed import COMPILE_FIGURES
+from rlcore.host.machine import probe
 from trainer.model import decoder_layers
 from trainer.speed import CACHE_ENV, CompileClock, use_compile_cache
+from trainer.speed_policy import COMPILE_FIGURES
 from trainer.train import setup_trainer
 
 

@@ -8,7 +8,7 @@ import torch
 
 from inference.weight_dirs import check_weight_dir, tensor_shapes
 from rlcore.errors import ConfigError
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.ckpt import prune_checkpoints
 from trainer.data import fake_batch
 from trainer.train import run, setup_trainer, train_step

@@ -1,5 +1,5 @@
-"""The batch format (rlcore.protocol: written by the orchestrator, loaded into tensors by the
-trainer), batch waiting, packing into micro-batches, and the learning-rate schedule."""
+"""The batch format (rlcore.contracts.protocol: written by the orchestrator, loaded into tensors by
+the trainer), batch waiting, packing into micro-batches, and the learning-rate schedule."""
 
 import json
 import random
@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from orchestrator.rollouts import assign_groups
-from rlcore.protocol import (
+from rlcore.contracts.protocol import (
     BATCH_META,
     BATCH_TENSORS_FILE,
     Batch,

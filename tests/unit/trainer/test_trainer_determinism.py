@@ -6,7 +6,7 @@ import hashlib
 import pytest
 import torch
 
-from rlcore.rundir import RunDir
+from rlcore.runs.rundir import RunDir
 from trainer.train import run
 
 

@@ -1,0 +1,73 @@
+"""The trainer's peak memory, estimated from a model's shape (config.json and safetensors
+headers: no torch import, no weights read). The launcher's pre-flight check
+(launcher/memory.py) and the trainer's `auto` activation checkpointing (trainer/speed_policy.py)
+read the same estimate.
+
+Terms, for P parameters and T tokens per forward pass (`data.micro_batch_tokens`):
+fp32 master weights 4P, gradients 4P, AdamW moments 8P, a compute-dtype copy of the weights
+(autocast's cast cache) 2P in bf16, activations T x layers x ACTIVATION_BYTES_PER_HIDDEN x
+hidden (one layer's worth plus a hidden state per layer with activation checkpointing), and
+the loss head LOSS_HEAD_COPIES x T x vocab x 4. The constants were fitted to peaks measured on
+CPU with the default model (benchmarks/trainer_throughput.py prints estimate and measurement
+side by side); FSDP2 divides the first four terms by the number of trainer GPUs."""
+
+from pathlib import Path
+
+from rlcore.forecast.shape import ModelShape, folder_shape, safetensors_params  # noqa: F401
+
+ACTIVATION_BYTES_PER_HIDDEN = 85
+"""Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
+LOSS_HEAD_COPIES = 4
+"""fp32 logits-sized tensors alive at once in the loss head (logits, log-softmax, grads)."""
+PROCESS_OVERHEAD = 0.3 * 2**30
+"""torch, transformers and the Python process itself."""
+GIB = 2**30
+
+
+def model_shape(folder: Path) -> ModelShape | None:
+    """The shape of the HF model in `folder`; None when its files do not say
+    (rlcore.forecast.shape reads it, as the run's estimate does)."""
+    return folder_shape(folder)
+
+
+def trainer_peak(
+    shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1,
+    trainable: int | None = None, head_chunk: int | None = None, checkpoint_freq: int = 1,
+) -> dict[str, float]:  # fmt: skip
+    """The estimate's terms in bytes (see the module docstring); `trainable`: the parameters
+    that train when fewer than all do (LoRA adapters), for gradients and optimizer state;
+    `head_chunk`: the chunked logprob head's chunk (`model.logprob_chunk_tokens`), which bounds
+    the loss head's logits to that many tokens; `checkpoint_freq`: with checkpointing, only
+    every n-th layer recomputes, the others keep their activations."""
+    p = shape.params
+    t = shape.params if trainable is None else trainable
+    layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
+    if checkpointing:
+        recomputed = -(-shape.layers // checkpoint_freq)
+        kept = (shape.layers - recomputed) * layer_bytes
+        activations = tokens * shape.hidden * compute_bytes * recomputed + layer_bytes + kept
+    else:
+        activations = layer_bytes * shape.layers
+    return {
+        "weights": 4 * p / shards,
+        "gradients": 4 * t / shards,
+        "optimizer": 8 * t / shards,
+        "compute copy": (compute_bytes * p if compute_bytes < 4 else 0) / shards,
+        "activations": activations,
+        "loss head": LOSS_HEAD_COPIES * min(tokens, head_chunk or tokens) * shape.vocab * 4,
+        "process": PROCESS_OVERHEAD,
+    }
+
+
+def describe(parts: dict[str, float]) -> str:
+    total = sum(parts.values())
+    terms = ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts.items() if value)
+    return f"about {total / GIB:.1f} GiB ({terms})"
+
+
+def available_ram() -> int | None:
+    """This machine's available memory in bytes (rlcore.processes.procs); None where it cannot
+    be read."""
+    from rlcore.processes import procs
+
+    return procs.available_memory()
