@@ -42,10 +42,18 @@ def prompts() -> list[str]:
 async def one(http, url: str, prompt: str, seed: int, delay_s: float = 0.0) -> tuple:
     await asyncio.sleep(delay_s)
     body = {
-        "model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 16,
-        "temperature": 1.0, "top_p": 1.0, "logprobs": True, "seed": seed,
-        "return_token_ids": True, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
-    }  # fmt: skip
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "logprobs": True,
+        "seed": seed,
+        "return_token_ids": True,
+        "top_k": 0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
     answer = await http.post(url + "/v1/chat/completions", json=body)
     answer.raise_for_status()
     choice = answer.json()["choices"][0]
@@ -64,9 +72,9 @@ async def send(url: str, order: list[int], group: int, jitter_s: float) -> tuple
     async with httpx.AsyncClient(timeout=600) as http:
         for start in range(0, len(order), group):
             part = order[start : start + group]
-            answers = await asyncio.gather(*(
-                one(http, url, texts[i], 1000 + i, delays.uniform(0, jitter_s)) for i in part
-            ))  # fmt: skip
+            answers = await asyncio.gather(
+                *(one(http, url, texts[i], 1000 + i, delays.uniform(0, jitter_s)) for i in part)
+            )
             out |= dict(zip(part, answers, strict=True))
     return out, time.monotonic() - started
 
@@ -105,8 +113,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="batch_inv_") as tmp:
             port = free_port()
             run = Path(tmp) / "run"  # a new folder: the log lives beside it
-            argv = ["@", str(REPO / "configs/quickstart/infer.toml"), "--output-dir", str(run),
-                    "--weight-transfer.type", "filesystem", "--server.port", str(port)]  # fmt: skip
+            argv = [
+                "@",
+                str(REPO / "configs/quickstart/infer.toml"),
+                "--output-dir",
+                str(run),
+                "--weight-transfer.type",
+                "filesystem",
+                "--server.port",
+                str(port),
+            ]
             argv += ["--deterministic"] if mode == "deterministic" else []
             print(f"{mode}:", flush=True)
             with InferenceProcess(argv, log_path=Path(tmp) / "inference.log") as server:

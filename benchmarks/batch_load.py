@@ -93,11 +93,23 @@ def main() -> None:
                     times.append(seconds)
                 median, best = statistics.median(times), min(times)
                 label = f"{shape} share_prompts={share}"
-                rows.append((f"{label}: load + pack s/step", f"{median:.4f} (best {best:.4f})",
-                             f"{num_rows} micro-batches"))  # fmt: skip
-                results.append({"shape": shape, "share_prompts": share, "median_s": median,
-                                "best_s": best, "num_micro_batches": num_rows,
-                                "write_s": write_s})  # fmt: skip
+                rows.append(
+                    (
+                        f"{label}: load + pack s/step",
+                        f"{median:.4f} (best {best:.4f})",
+                        f"{num_rows} micro-batches",
+                    )
+                )
+                results.append(
+                    {
+                        "shape": shape,
+                        "share_prompts": share,
+                        "median_s": median,
+                        "best_s": best,
+                        "num_micro_batches": num_rows,
+                        "write_s": write_s,
+                    }
+                )
             rows.append((f"{shape}: orchestrator write s", f"{write_s:.4f}", "once"))
     print_table("Trainer data time per step (load + pack)", rows)
     save("batch_load", {"micro_batch_tokens": args.micro_batch_tokens, "results": results})

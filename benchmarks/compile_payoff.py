@@ -56,14 +56,22 @@ def make_trainer(args: argparse.Namespace, out: Path, compile_: bool):
 
     config = TrainerConfig.model_validate(
         {
-            "model": {"name": args.model, "dtype": args.dtype, "compile": compile_,
-                      "activation_checkpointing": False},
-            "seq_len": args.seq_len, "max_steps": 1000, "output_dir": str(out),
-            "data": {"fake": {"batch_size": args.batch_size},
-                     "micro_batch_tokens": args.micro_batch_tokens},
+            "model": {
+                "name": args.model,
+                "dtype": args.dtype,
+                "compile": compile_,
+                "activation_checkpointing": False,
+            },
+            "seq_len": args.seq_len,
+            "max_steps": 1000,
+            "output_dir": str(out),
+            "data": {
+                "fake": {"batch_size": args.batch_size},
+                "micro_batch_tokens": args.micro_batch_tokens,
+            },
             "ckpt": {"enabled": False},
         }
-    )  # fmt: skip
+    )
     world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
     return setup_trainer(config, world)
 
@@ -89,20 +97,28 @@ def side_by_side(args: argparse.Namespace) -> dict:
         rows = []
         for step in range(1, args.steps + 1):
             rows.append({"eager_s": timed(eager, step), "compiled_s": timed(compiled, step)})
-            print(f"  step {step}: eager {rows[-1]['eager_s']:.3f} s, compiled "
-                  f"{rows[-1]['compiled_s']:.3f} s", flush=True)  # fmt: skip
+            print(
+                f"  step {step}: eager {rows[-1]['eager_s']:.3f} s, compiled "
+                f"{rows[-1]['compiled_s']:.3f} s",
+                flush=True,
+            )
         dtype = str(compiled.model.compute_dtype).removeprefix("torch.")
     eager_s = statistics.median(r["eager_s"] for r in rows)
     compiled_s = statistics.median(r["compiled_s"] for r in rows)
     compile_s = first_compiled - compiled_s
     gain = eager_s - compiled_s
     return {
-        "dtype": dtype, "first_eager_s": first_eager, "first_compiled_s": first_compiled,
-        "eager_median_s": eager_s, "compiled_median_s": compiled_s,
+        "dtype": dtype,
+        "first_eager_s": first_eager,
+        "first_compiled_s": first_compiled,
+        "eager_median_s": eager_s,
+        "compiled_median_s": compiled_s,
         "eager_min_s": min(r["eager_s"] for r in rows),
-        "compiled_min_s": min(r["compiled_s"] for r in rows), "compile_s": compile_s,
-        "payoff_step": math.ceil(compile_s / gain) if gain > 0 else None, "rows": rows,
-    }  # fmt: skip
+        "compiled_min_s": min(r["compiled_s"] for r in rows),
+        "compile_s": compile_s,
+        "payoff_step": math.ceil(compile_s / gain) if gain > 0 else None,
+        "rows": rows,
+    }
 
 
 def compiled_only(args: argparse.Namespace) -> dict:
@@ -118,17 +134,26 @@ def cache_runs(args: argparse.Namespace) -> list[dict]:
     runs = []
     with tempfile.TemporaryDirectory(prefix="rl-inductor-") as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        argv = [f"--model={args.model}", f"--dtype={args.dtype}", f"--threads={args.threads}",
-                f"--batch-size={args.batch_size}", f"--seq-len={args.seq_len}",
-                f"--micro-batch-tokens={args.micro_batch_tokens}", "--child"]  # fmt: skip
+        argv = [
+            f"--model={args.model}",
+            f"--dtype={args.dtype}",
+            f"--threads={args.threads}",
+            f"--batch-size={args.batch_size}",
+            f"--seq-len={args.seq_len}",
+            f"--micro-batch-tokens={args.micro_batch_tokens}",
+            "--child",
+        ]
         for i in range(args.cache_runs):
             command = [sys.executable, "-m", "benchmarks.compile_payoff", *argv]
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
             compile_s = runs[-1]["first_s"] - runs[-1]["next_s"]
-            print(f"  process {i + 1} ({'cold' if i == 0 else 'warm'} cache): first compiled "
-                  f"step {runs[-1]['first_s']:.1f} s, then {runs[-1]['next_s']:.2f} s: compile "
-                  f"about {compile_s:.1f} s", flush=True)  # fmt: skip
+            print(
+                f"  process {i + 1} ({'cold' if i == 0 else 'warm'} cache): first compiled "
+                f"step {runs[-1]['first_s']:.1f} s, then {runs[-1]['next_s']:.2f} s: compile "
+                f"about {compile_s:.1f} s",
+                flush=True,
+            )
     return runs
 
 

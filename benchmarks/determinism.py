@@ -54,8 +54,11 @@ def run_once(work: Path, name: str, seed: int, deterministic: bool, args, extra)
     result["last5_reward"] = statistics.fmean(rewards[-5:])
     if not args.keep_runs:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 1.7 GB each
-    print(f"{name}: {wall_s:.0f} s, last-5 reward {result['last5_reward']:.3f}, "
-          f"state {result['state_hash'][:12]}", flush=True)  # fmt: skip
+    print(
+        f"{name}: {wall_s:.0f} s, last-5 reward {result['last5_reward']:.3f}, "
+        f"state {result['state_hash'][:12]}",
+        flush=True,
+    )
     return result
 
 
@@ -126,17 +129,23 @@ def main() -> None:
 def report(args, det: list[dict], other: list[dict], default: list[dict], steps_note: str):
     same, num_steps, diffs = equal_steps(det)
     hashes = {r["state_hash"] for r in det}
-    print(f"\n== {len(det)} runs of the quick start ({steps_note}), --deterministic --seed "
-          f"{args.seed} ==")  # fmt: skip
-    print(f"steps with bitwise-equal reward, batch digests, loss and mismatch_kl in every run: "
-          f"{same}/{num_steps}")  # fmt: skip
+    print(
+        f"\n== {len(det)} runs of the quick start ({steps_note}), --deterministic --seed "
+        f"{args.seed} =="
+    )
+    print(
+        f"steps with bitwise-equal reward, batch digests, loss and mismatch_kl in every run: "
+        f"{same}/{num_steps}"
+    )
     print(*diffs, sep="\n") if diffs else None
     print(f"final model+optimizer state: {len(hashes)} distinct hash(es) {sorted(hashes)}")
     if other:
         o_same, _, _ = equal_steps([det[0], other[0]])
         same_state = "the same" if other[0]["state_hash"] in hashes else "different"
-        print(f"seed {args.other_seed}: equal to seed {args.seed} at {o_same}/{num_steps} steps, "
-              f"state hash {same_state}")  # fmt: skip
+        print(
+            f"seed {args.other_seed}: equal to seed {args.seed} at {o_same}/{num_steps} steps, "
+            f"state hash {same_state}"
+        )
     det_wall = statistics.median(r["wall_s"] for r in det)
     print(f"wall time deterministic: median {det_wall:.0f} s ({[round(r['wall_s']) for r in det]})")
     results = {"steps": steps_note, "deterministic": det, "other_seed": other, "default": default}
@@ -145,12 +154,16 @@ def report(args, det: list[dict], other: list[dict], default: list[dict], steps_
         last5 = [r["last5_reward"] for r in default]
         d_same, _, _ = equal_steps(default) if len(default) > 1 else (0, 0, [])
         walls = [round(r["wall_s"]) for r in default]
-        print(f"wall time default: median {def_wall:.0f} s ({walls}); deterministic / default "
-              f"= {det_wall / def_wall:.2f}")  # fmt: skip
+        print(
+            f"wall time default: median {def_wall:.0f} s ({walls}); deterministic / default "
+            f"= {det_wall / def_wall:.2f}"
+        )
         spread = max(last5) - min(last5)
-        print(f"default mode last-5 reward over {len(default)} runs: "
-              f"{[round(x, 3) for x in last5]} (spread {spread:.3f}); bitwise-equal steps "
-              f"{d_same}/{num_steps}")  # fmt: skip
+        print(
+            f"default mode last-5 reward over {len(default)} runs: "
+            f"{[round(x, 3) for x in last5]} (spread {spread:.3f}); bitwise-equal steps "
+            f"{d_same}/{num_steps}"
+        )
         results["ratio"] = det_wall / def_wall
     print(f"deterministic last-5 reward: {[round(r['last5_reward'], 3) for r in det]}")
     save(args.save_as, results)

@@ -28,24 +28,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 
 QUICKSTART = [
-    "--trainer", "@", "configs/quickstart/train.toml",
-    "--orchestrator", "@", "configs/quickstart/orch.toml",
-    "--inference", "@", "configs/quickstart/infer.toml",
-]  # fmt: skip
+    "--trainer",
+    "@",
+    "configs/quickstart/train.toml",
+    "--orchestrator",
+    "@",
+    "configs/quickstart/orch.toml",
+    "--inference",
+    "@",
+    "configs/quickstart/infer.toml",
+]
 GUESS_NUMBER = '[[env]]\nid = "rl-guess-number"\n'
 SFT_EXAMPLE = "examples/sft_then_rl"
 JOBS = {
     "quickstart": (QUICKSTART, 8),
-    "answers-64": ([*QUICKSTART, "--orchestrator.sampling.max-tokens", "64",
-                    "--inference.cpu.kvcache-space-gib", "0.375"], 4),
-    "answers-256": ([*QUICKSTART, "--orchestrator.sampling.max-tokens", "256",
-                     "--inference.cpu.kvcache-space-gib", "1"], 4),
-    "rollouts-128": ([*QUICKSTART, "--orchestrator.batch-size", "128",
-                      "--inference.cpu.kvcache-space-gib", "0.375"], 4),
+    "answers-64": (
+        [
+            *QUICKSTART,
+            "--orchestrator.sampling.max-tokens",
+            "64",
+            "--inference.cpu.kvcache-space-gib",
+            "0.375",
+        ],
+        4,
+    ),
+    "answers-256": (
+        [
+            *QUICKSTART,
+            "--orchestrator.sampling.max-tokens",
+            "256",
+            "--inference.cpu.kvcache-space-gib",
+            "1",
+        ],
+        4,
+    ),
+    "rollouts-128": (
+        [
+            *QUICKSTART,
+            "--orchestrator.batch-size",
+            "128",
+            "--inference.cpu.kvcache-space-gib",
+            "0.375",
+        ],
+        4,
+    ),
     "lora": (["@", "configs/lora/rl.toml"], 4),
     "multi-turn": ([*QUICKSTART, "--orchestrator", "@", "{work}/guess_number.toml"], 4),
     "rl-sft": (["sft", "@", f"{SFT_EXAMPLE}/sft.toml"], 6),
-}  # fmt: skip
+}
 """name: (rl arguments, steps): short, so that the set runs in well under an hour on a busy
 2-CPU machine; the quick start's 8 steps give the time left after a quarter a measured pace."""
 LEFT = re.compile(r"^\[[#-]+\] (\d+)/(\d+) .*\| left ~(.+)$")
@@ -64,8 +94,9 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
     command = rl_argv(*argv, "--max-steps", str(steps), "--output-dir", str(out), "--clean")
     log = (work / f"{name}.log").open("w")
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     lefts: list[tuple[int, float, float]] = []  # (steps done, seconds since start, left)
 
     def read() -> None:
@@ -82,16 +113,25 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
     reader.join(timeout=10)
     total = time.monotonic() - started
     state = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-    result = {"exit_code": code, "wall_s": round(total, 1), "steps": steps,
-              "estimate": state.get("estimate"), "measured": state.get("measured"),
-              "load": os.getloadavg()}  # fmt: skip
+    result = {
+        "exit_code": code,
+        "wall_s": round(total, 1),
+        "steps": steps,
+        "estimate": state.get("estimate"),
+        "measured": state.get("measured"),
+        "load": os.getloadavg(),
+    }
     quarter = math.ceil(steps / 4)
     after = next((x for x in lefts if x[0] >= quarter), None)
     if after is not None:
         done, at, left = after
-        result["eta_quarter"] = {"steps_done": done, "at_s": round(at, 1), "left_s": left,
-                                 "predicted_end_s": round(at + left, 1),
-                                 "error": round((at + left) / total - 1, 3)}  # fmt: skip
+        result["eta_quarter"] = {
+            "steps_done": done,
+            "at_s": round(at, 1),
+            "left_s": left,
+            "predicted_end_s": round(at + left, 1),
+            "error": round((at + left) / total - 1, 3),
+        }
     return result
 
 
@@ -115,9 +155,11 @@ def table(results: dict) -> str:
     """Markdown rows: job, wall est/meas, memory per process est/meas, disk est/meas, ratios,
     ETA after a quarter."""
     gib = 2**30
-    rows = ["| job | wall est / meas | trainer GiB | inference GiB | orchestrator GiB | "
-            "disk GiB | ratios (meas / est) | ETA after 1/4 |",
-            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| job | wall est / meas | trainer GiB | inference GiB | orchestrator GiB | "
+        "disk GiB | ratios (meas / est) | ETA after 1/4 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, result in results.items():
         estimate, measured = result.get("estimate") or {}, result.get("measured") or {}
         mem_e, mem_m = estimate.get("memory_bytes") or {}, measured.get("peak_memory_bytes") or {}
@@ -162,8 +204,7 @@ def main() -> None:
         steps = max(4, round(steps * args.steps_scale))
         print(f"{name}: {steps} steps ...", flush=True)
         results[name] = run_job(name, argv, steps, work, env)
-        print(f"{name}: {ratios(results[name])} eta {results[name].get('eta_quarter')}",
-              flush=True)  # fmt: skip
+        print(f"{name}: {ratios(results[name])} eta {results[name].get('eta_quarter')}", flush=True)
     print("\n" + table(results))
     save("estimates-avx2" if args.avx2 else "estimates", {"jobs": results})
 

@@ -39,12 +39,16 @@ def job_row(out: Path, job: str) -> dict:
     compile_s = (compiled["warmup_s"] - compiled["step_s"]) - (eager["warmup_s"] - eager["step_s"])
     gain = eager["step_s"] - compiled["step_s"]
     return {
-        "job": job, "default": default, "compiled": compiled, "hand": hand,
+        "job": job,
+        "default": default,
+        "compiled": compiled,
+        "hand": hand,
         "speedup": default["tokens_s"] / hand["tokens_s"],
         "memory_share": default["peak_memory_gib"] / hand["peak_memory_gib"],
-        "compile_s": compile_s, "eager_step_s": eager["step_s"],
+        "compile_s": compile_s,
+        "eager_step_s": eager["step_s"],
         "payoff_step": math.ceil(max(compile_s, 0.0) / gain) if gain > 0 else None,
-    }  # fmt: skip
+    }
 
 
 def cell(figures: dict) -> str:
@@ -59,8 +63,10 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         prime = f"{PRIME_RL_16K:,.0f} tok/s" if row["job"] == PRIME_RL_JOB else "-"
         default = cell(row["default"]) + (" (compiled)" if row["default"]["compiled"] else "")
-        lines.append(f"| {row['job']} | {default} | {cell(row['compiled'])} | "
-                     f"{cell(row['hand'])} | {prime} |")  # fmt: skip
+        lines.append(
+            f"| {row['job']} | {default} | {cell(row['compiled'])} | "
+            f"{cell(row['hand'])} | {prime} |"
+        )
     return "\n".join(lines)
 
 
@@ -69,14 +75,29 @@ def checks(rows: list[dict]) -> list[tuple[str, bool]]:
     found = []
     for row in rows:
         job = row["job"]
-        found.append((f"{job}: default {row['speedup']:.2f}x the hand-written loop's tokens/s "
-                      f"(>= {MIN_SPEEDUP}x)", row["speedup"] >= MIN_SPEEDUP))  # fmt: skip
-        found.append((f"{job}: default peak memory {row['memory_share']:.2f} of the hand-written "
-                      f"loop's (<= 1/3)", row["memory_share"] <= MAX_MEMORY_SHARE))  # fmt: skip
+        found.append(
+            (
+                f"{job}: default {row['speedup']:.2f}x the hand-written loop's tokens/s "
+                f"(>= {MIN_SPEEDUP}x)",
+                row["speedup"] >= MIN_SPEEDUP,
+            )
+        )
+        found.append(
+            (
+                f"{job}: default peak memory {row['memory_share']:.2f} of the hand-written "
+                f"loop's (<= 1/3)",
+                row["memory_share"] <= MAX_MEMORY_SHARE,
+            )
+        )
         if job == PRIME_RL_JOB:
             ratio = row["default"]["tokens_s"] / PRIME_RL_16K
-            found.append((f"{job}: default {ratio:.2f}x prime-rl's {PRIME_RL_16K:,.0f} tok/s "
-                          f"(>= {MIN_OVER_PRIME_RL}x)", ratio >= MIN_OVER_PRIME_RL))  # fmt: skip
+            found.append(
+                (
+                    f"{job}: default {ratio:.2f}x prime-rl's {PRIME_RL_16K:,.0f} tok/s "
+                    f"(>= {MIN_OVER_PRIME_RL}x)",
+                    ratio >= MIN_OVER_PRIME_RL,
+                )
+            )
     return found
 
 
@@ -94,16 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the suite's output folder")
     parser.add_argument("--jobs", default="packed-8x2k,single-16k", help="comma-separated")
     parser.add_argument(
-        "--other-compile", action="store_true",
+        "--other-compile",
+        action="store_true",
         help="OUT is one run's JSON: print the flag that sets compile the other way",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.other_compile:
         print("--no-compile" if ours(args.out)["compiled"] else "--compile")
         return 0
-    missing = [str(args.out / f"{kind}-{job}.json") for job in args.jobs.split(",")
-               for kind in ("ours", "ours-other", "hand")
-               if not (args.out / f"{kind}-{job}.json").exists()]  # fmt: skip
+    missing = [
+        str(args.out / f"{kind}-{job}.json")
+        for job in args.jobs.split(",")
+        for kind in ("ours", "ours-other", "hand")
+        if not (args.out / f"{kind}-{job}.json").exists()
+    ]
     if missing:
         print(f"gpu_table: missing {', '.join(missing)} (a suite step failed?)", file=sys.stderr)
         return 2

@@ -79,8 +79,17 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, **
 
     params = inspect.signature(varlen_attn).parameters
     causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    out = varlen_attn(flat(query), flat(key, groups), flat(value, groups), cu, cu, longest,
-                      longest, scale=scaling, **causal)  # fmt: skip
+    out = varlen_attn(
+        flat(query),
+        flat(key, groups),
+        flat(value, groups),
+        cu,
+        cu,
+        longest,
+        longest,
+        scale=scaling,
+        **causal,
+    )
     return out.reshape(batch, length, heads, dim), None
 
 
@@ -145,15 +154,22 @@ def run(args: argparse.Namespace) -> dict:
     model, attention = load(args.model, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     vocab = model.config.get_text_config().vocab_size
-    times = [train_step(model, optimizer, fake_rows(batch, length, vocab, step, device), device)
-             for step in range(args.steps + 1)]  # fmt: skip
+    times = [
+        train_step(model, optimizer, fake_rows(batch, length, vocab, step, device), device)
+        for step in range(args.steps + 1)
+    ]
     step_s = statistics.median(times[1:])
     return {
-        "preset": args.preset, "device": torch.cuda.get_device_name() if device.type == "cuda"
-        else "cpu", "attention": attention, "tokens_per_step": batch * length,
-        "step_s": step_s, "tokens_s": batch * length / step_s, "warmup_s": times[0],
-        "peak_memory_gib": peak_memory_gib(device), "steps": times[1:],
-    }  # fmt: skip
+        "preset": args.preset,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "attention": attention,
+        "tokens_per_step": batch * length,
+        "step_s": step_s,
+        "tokens_s": batch * length / step_s,
+        "warmup_s": times[0],
+        "peak_memory_gib": peak_memory_gib(device),
+        "steps": times[1:],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

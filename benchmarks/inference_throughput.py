@@ -60,9 +60,12 @@ def main() -> None:
         print(f"startup: {time.monotonic() - start:.1f} s (process start to /health)")
         status, body = post_json(
             server.url + "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "What is 2+3?"}], "max_tokens": 40,
-             "temperature": 0},
-        )  # fmt: skip
+            {
+                "messages": [{"role": "user", "content": "What is 2+3?"}],
+                "max_tokens": 40,
+                "temperature": 0,
+            },
+        )
         print(f"'What is 2+3?' -> {body['choices'][0]['message']['content']!r}")
         complete(server.url, 8, 0)  # warm-up
         single = throughput(server.url, 1, known.tokens)

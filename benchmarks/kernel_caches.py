@@ -51,9 +51,14 @@ def measure(steps: int, round_to: int, bounded: bool) -> dict:
 
         env |= KERNEL_CACHES
     code = f"SHAPES = {SHAPES!r}\n" + CHILD
-    out = subprocess.run([sys.executable, "-c", code, str(steps), str(round_to)], env=env,
-                         cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(steps), str(round_to)],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -71,8 +76,10 @@ def main() -> None:
     for bounded in (False, True):
         result = measure(args.steps, args.round_to, bounded)
         label = "bounded (trainer's)" if bounded else "torch's defaults"
-        print(f"{label:>20}: +{result['growth_mib']:.0f} MiB after {args.steps} passes, "
-              f"{result['seconds']:.1f} s")  # fmt: skip
+        print(
+            f"{label:>20}: +{result['growth_mib']:.0f} MiB after {args.steps} passes, "
+            f"{result['seconds']:.1f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -15,10 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import REPO, print_table, rl_argv, save, time_command  # noqa: E402
 
 QUICKSTART = [
-    "--trainer", "@", "configs/quickstart/train.toml",
-    "--orchestrator", "@", "configs/quickstart/orch.toml",
-    "--inference", "@", "configs/quickstart/infer.toml",
-]  # fmt: skip
+    "--trainer",
+    "@",
+    "configs/quickstart/train.toml",
+    "--orchestrator",
+    "@",
+    "configs/quickstart/orch.toml",
+    "--inference",
+    "@",
+    "configs/quickstart/infer.toml",
+]
 MODEL_LOAD = re.compile(
     r"(?:Model loading took|Loading weights took) ([\d.]+) ?(?:GiB and ([\d.]+) seconds|seconds)"
 )

@@ -42,8 +42,13 @@ def batch_s(url: str, model: str, num_requests: int = 32, max_tokens: int = 16) 
     """Seconds for `num_requests` concurrent completions of exactly `max_tokens` tokens."""
     from concurrent.futures import ThreadPoolExecutor
 
-    body = {"model": model, "prompt": "Count: 1, 2, 3,", "max_tokens": max_tokens,
-            "min_tokens": max_tokens, "temperature": 1.0}  # fmt: skip
+    body = {
+        "model": model,
+        "prompt": "Count: 1, 2, 3,",
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "temperature": 1.0,
+    }
     started = time.perf_counter()
     with ThreadPoolExecutor(num_requests) as pool:
         list(pool.map(lambda _: post(f"{url}/v1/completions", body), range(num_requests)))
@@ -81,8 +86,18 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
     source, world, model = trainer[:3]
     run = RunDir(root)
     run.claim()  # before the server's log appears in it
-    flags = ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),
-             "--model.dtype", args.dtype, "--cpu.kvcache-space-gib", "1"]  # fmt: skip
+    flags = [
+        "--model.name",
+        source,
+        "--server.port",
+        str(args.port),
+        "--output-dir",
+        str(root),
+        "--model.dtype",
+        args.dtype,
+        "--cpu.kvcache-space-gib",
+        "1",
+    ]
     if lora:
         flags += ["--lora.max-rank", str(max(8, args.rank))]
     server = InferenceProcess(flags, root / "inference.log").start()
@@ -104,9 +119,13 @@ def bench_handoff(args, root: Path, trainer, lora: bool) -> dict:
             batches["adapter"] = batch_s(server.url, answer["model"])
     finally:
         server.stop()
-    return {"bytes": folder_bytes(run.weight_dir(1)), "save_s": statistics.median(saves),
-            "load_s": statistics.median(loads), "first_request_s": statistics.median(firsts),
-            "batch_s": batches}  # fmt: skip
+    return {
+        "bytes": folder_bytes(run.weight_dir(1)),
+        "save_s": statistics.median(saves),
+        "load_s": statistics.median(loads),
+        "first_request_s": statistics.median(firsts),
+        "batch_s": batches,
+    }
 
 
 def bench_checkpoint(root: Path, trainer) -> dict:
@@ -140,19 +159,43 @@ def main() -> None:
     mib = 2**20
     rows = [
         ("published per step: full weights", f"{full['bytes'] / mib:.1f} MiB", args.dtype),
-        (f"published per step: rank-{args.rank} adapter", f"{lora['bytes'] / mib:.1f} MiB", f"{lora['bytes'] / full['bytes']:.1%} of full"),
+        (
+            f"published per step: rank-{args.rank} adapter",
+            f"{lora['bytes'] / mib:.1f} MiB",
+            f"{lora['bytes'] / full['bytes']:.1%} of full",
+        ),
         ("trainer save (publish): full", f"{full['save_s']:.2f} s", ""),
-        ("trainer save (publish): adapter", f"{lora['save_s']:.2f} s", f"{full['save_s'] / lora['save_s']:.1f}x faster"),
+        (
+            "trainer save (publish): adapter",
+            f"{lora['save_s']:.2f} s",
+            f"{full['save_s'] / lora['save_s']:.1f}x faster",
+        ),
         ("inference load: full (reload in place)", f"{full['load_s']:.2f} s", ""),
-        ("inference load: adapter (add LoRA, drop old)", f"{lora['load_s']:.2f} s", f"{full['load_s'] / lora['load_s']:.1f}x faster"),
+        (
+            "inference load: adapter (add LoRA, drop old)",
+            f"{lora['load_s']:.2f} s",
+            f"{full['load_s'] / lora['load_s']:.1f}x faster",
+        ),
         ("first 4-token request after load: full", f"{full['first_request_s']:.2f} s", ""),
         ("first 4-token request after load: adapter", f"{lora['first_request_s']:.2f} s", ""),
         ("32 x 16 tokens: plain server", f"{full['batch_s']['base']:.2f} s", "generation"),
         ("32 x 16 tokens: LoRA server, base model", f"{lora['batch_s']['base']:.2f} s", ""),
-        ("32 x 16 tokens: LoRA server, adapter", f"{lora['batch_s']['adapter']:.2f} s", f"{lora['batch_s']['adapter'] / full['batch_s']['base']:.1f}x the plain server"),
-        ("checkpoint: full (model + AdamW)", f"{full['ckpt']['bytes'] / mib:.0f} MiB", f"save {full['ckpt']['save_s']:.2f} s"),
-        ("checkpoint: adapter (+ AdamW)", f"{lora['ckpt']['bytes'] / mib:.0f} MiB", f"save {lora['ckpt']['save_s']:.2f} s"),
-    ]  # fmt: skip
+        (
+            "32 x 16 tokens: LoRA server, adapter",
+            f"{lora['batch_s']['adapter']:.2f} s",
+            f"{lora['batch_s']['adapter'] / full['batch_s']['base']:.1f}x the plain server",
+        ),
+        (
+            "checkpoint: full (model + AdamW)",
+            f"{full['ckpt']['bytes'] / mib:.0f} MiB",
+            f"save {full['ckpt']['save_s']:.2f} s",
+        ),
+        (
+            "checkpoint: adapter (+ AdamW)",
+            f"{lora['ckpt']['bytes'] / mib:.0f} MiB",
+            f"save {lora['ckpt']['save_s']:.2f} s",
+        ),
+    ]
     print_table(f"LoRA against full weights (default model, CPU, {args.dtype})", rows)
     save("lora_handoff", {"full": full, "lora": lora, "dtype": args.dtype, "rank": args.rank})
     shutil.rmtree(root, ignore_errors=True)

@@ -72,9 +72,15 @@ def main() -> None:
         name, flags = variant_flags(variant)
         out = REPO / args.out / f"{args.example}_{name}_seed{args.seed}"
         argv = rl_argv(
-            *EXAMPLES[args.example], *flags, "--seed", args.seed, "--output-dir", str(out),
-            "--clean", *extra,
-        )  # fmt: skip
+            *EXAMPLES[args.example],
+            *flags,
+            "--seed",
+            args.seed,
+            "--output-dir",
+            str(out),
+            "--clean",
+            *extra,
+        )
         started = time.perf_counter()
         code = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL).returncode
         r = summarize(RunDir(out)) | {"exit_code": code, "wall_s": time.perf_counter() - started}

@@ -67,12 +67,24 @@ def measure(config: dict, tokens: int, dtype_name: str, repeats: int) -> dict:
     for name, n_in, n_out, count in linear_shapes(config):
         seconds = time_products(tokens, n_in, n_out, dtype, repeats)
         flops = 3 * 2 * tokens * n_in * n_out
-        rows.append({"name": name, "in": n_in, "out": n_out, "count": count,
-                     "gflops": flops / seconds / 1e9})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "in": n_in,
+                "out": n_out,
+                "count": count,
+                "gflops": flops / seconds / 1e9,
+            }
+        )
         total_flops += flops * count
         total_s += seconds * count
-    return {"dtype": dtype_name, "tokens": tokens, "shapes": rows,
-            "limit_tflops": total_flops / total_s / 1e12, "pass_s": total_s}  # fmt: skip
+    return {
+        "dtype": dtype_name,
+        "tokens": tokens,
+        "shapes": rows,
+        "limit_tflops": total_flops / total_s / 1e12,
+        "pass_s": total_s,
+    }
 
 
 def main() -> None:
@@ -99,8 +111,10 @@ def main() -> None:
         for row in result["shapes"]:
             shape = f"{row['in']} x {row['out']} (x{row['count']})"
             print(f"  {row['name']:<10} {shape:>20} {row['gflops']:8.1f} GFLOP/s")
-        print(f"  limit for a whole pass: {result['limit_tflops'] * 1e3:.1f} GFLOP/s "
-              f"({result['pass_s']:.3f} s of matmuls per {args.tokens} tokens)")  # fmt: skip
+        print(
+            f"  limit for a whole pass: {result['limit_tflops'] * 1e3:.1f} GFLOP/s "
+            f"({result['pass_s']:.3f} s of matmuls per {args.tokens} tokens)"
+        )
     save("matmul_limit", {"model": folder.name, "threads": args.threads, "results": results})
 
 

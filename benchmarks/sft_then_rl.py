@@ -23,10 +23,16 @@ EXAMPLE = "examples/sft_then_rl"
 REUSE = False
 """--reuse: steps that finished in an earlier call are not run again."""
 RL_CONFIGS = [
-    "--trainer", "@", "configs/quickstart/train.toml",
-    "--orchestrator", "@", f"{EXAMPLE}/orch.toml",
-    "--inference", "@", "configs/quickstart/infer.toml",
-]  # fmt: skip
+    "--trainer",
+    "@",
+    "configs/quickstart/train.toml",
+    "--orchestrator",
+    "@",
+    f"{EXAMPLE}/orch.toml",
+    "--inference",
+    "@",
+    "configs/quickstart/infer.toml",
+]
 
 
 def step(name: str, argv: list[str], work: Path) -> float:
@@ -51,15 +57,28 @@ def step(name: str, argv: list[str], work: Path) -> float:
 
 def evaluate(name: str, work: Path, *args: str) -> dict:
     out = work / f"eval-{name}"
-    step(f"eval-{name}", rl_argv("eval", "@", f"{EXAMPLE}/eval.toml", "--output-dir", str(out),
-                                 *args), work)  # fmt: skip
+    step(
+        f"eval-{name}",
+        rl_argv("eval", "@", f"{EXAMPLE}/eval.toml", "--output-dir", str(out), *args),
+        work,
+    )
     return json.loads((out / "summary.json").read_text())["rl-add-digits"]
 
 
 def rl_run(name: str, work: Path, steps: int, *args: str) -> tuple[float, Path]:
     out = work / name
-    argv = rl_argv(*RL_CONFIGS, "--output-dir", str(out), "--max-steps", str(steps),
-                   "--deterministic", "--seed", "0", "--clean", *args)  # fmt: skip
+    argv = rl_argv(
+        *RL_CONFIGS,
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        str(steps),
+        "--deterministic",
+        "--seed",
+        "0",
+        "--clean",
+        *args,
+    )
     started = time.time()
     wall_s = step(name, argv, work)
     if time.time() - started > 1:  # run now, not taken from an earlier call
@@ -88,8 +107,9 @@ def main() -> None:
     parser.add_argument("--work", default="outputs/sft-then-rl-bench", help="runs and logs here")
     parser.add_argument("--rl-steps", type=int, default=25)
     parser.add_argument("--target", type=float, default=0.6, help="training reward to reach")
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep the steps an earlier call finished in --work")  # fmt: skip
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the steps an earlier call finished in --work"
+    )
     args = parser.parse_args()
     global REUSE
     REUSE = args.reuse

@@ -21,12 +21,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 QUICK_START = {
-    "max_steps": 100, "seq_len": 256,
-    "model": {"name": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "bfloat16",
-              "serving_dtype": "float32"},
-    "optim": {"lr": 3e-5, "max_norm": 1.0}, "ckpt": {"enabled": False},
+    "max_steps": 100,
+    "seq_len": 256,
+    "model": {
+        "name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "dtype": "bfloat16",
+        "serving_dtype": "float32",
+    },
+    "optim": {"lr": 3e-5, "max_norm": 1.0},
+    "ckpt": {"enabled": False},
     "data": {"fake": {"batch_size": 32, "seq_len": 64}},
-}  # fmt: skip
+}
 
 
 def status_gib(key: str) -> float:
@@ -92,10 +97,13 @@ def main() -> None:
         after = resource.getrusage(resource.RUSAGE_SELF)
         cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         peaks = ", ".join(f"{name} {gib:.2f}" for name, gib in phases.items())
-        print(f"step {step}: {time.perf_counter() - start:.1f} s wall, {cpu:.1f} s CPU "
-              f"({after.ru_stime - before.ru_stime:.1f} s system, "
-              f"{after.ru_minflt - before.ru_minflt:,} page faults); peak GiB: {peaks}; "
-              f"after {status_gib('VmRSS'):.2f}", flush=True)  # fmt: skip
+        print(
+            f"step {step}: {time.perf_counter() - start:.1f} s wall, {cpu:.1f} s CPU "
+            f"({after.ru_stime - before.ru_stime:.1f} s system, "
+            f"{after.ru_minflt - before.ru_minflt:,} page faults); peak GiB: {peaks}; "
+            f"after {status_gib('VmRSS'):.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -34,10 +34,18 @@ from rlcore.config.base import DEFAULT_MODEL  # noqa: E402
 H100_BF16_TFLOPS = 989.0
 # Qwen3-0.6B's shape (its config.json), built with random weights.
 QWEN3_06B = dict(
-    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-    rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
-)  # fmt: skip
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-6,
+)
 PRESETS = {  # the two setups of the GPU throughput table: (batch size, tokens per sample)
     "single-16k": (1, 16384),
     "packed-8x2k": (8, 2048),
@@ -52,32 +60,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample")
     parser.add_argument(
-        "--micro-batch-tokens", type=int, default=None,
+        "--micro-batch-tokens",
+        type=int,
+        default=None,
         help="tokens per forward pass (data.micro_batch_tokens); default: the whole batch",
-    )  # fmt: skip
+    )
     parser.add_argument("--attn", default="auto", help="model.attn_implementation")
     parser.add_argument(
-        "--checkpointing", action=argparse.BooleanOptionalAction, default="auto",
+        "--checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default="auto",
         help="model.activation_checkpointing true / false (default: auto)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default="auto",
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default="auto",
         help="model.compile true / false (default: auto)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--run-steps", type=int, default=1000,
+        "--run-steps",
+        type=int,
+        default=1000,
         help="max_steps of the run the auto choices see (the benchmark runs --steps + 1)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--logprob-chunk-tokens", type=lambda v: None if v == "none" else int(v), default=2048,
+        "--logprob-chunk-tokens",
+        type=lambda v: None if v == "none" else int(v),
+        default=2048,
         help="model.logprob_chunk_tokens ('none': full logits)",
-    )  # fmt: skip
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     parser.add_argument("--ckpt-interval", type=int, default=2, help="checkpoint every n steps")
     parser.add_argument(
-        "--foreground", action="store_true",
+        "--foreground",
+        action="store_true",
         help="publish and checkpoint in the foreground (weight_transfer/ckpt.background = false)",
-    )  # fmt: skip
+    )
     parser.add_argument("--weights-dir", default=None, help="weight_transfer.dir (/dev/shm)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="for MFU (GPU: 989)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
@@ -114,8 +133,11 @@ def trainer_config(args: argparse.Namespace, dtype: str, out: Path):
     return TrainerConfig.model_validate(
         {
             "model": {
-                "name": args.model, "dtype": dtype, "attn_implementation": args.attn,
-                "activation_checkpointing": args.checkpointing, "compile": args.compile,
+                "name": args.model,
+                "dtype": dtype,
+                "attn_implementation": args.attn,
+                "activation_checkpointing": args.checkpointing,
+                "compile": args.compile,
                 "logprob_chunk_tokens": args.logprob_chunk_tokens,
             },
             "seq_len": args.seq_len,
@@ -128,7 +150,7 @@ def trainer_config(args: argparse.Namespace, dtype: str, out: Path):
             "ckpt": {"interval": args.ckpt_interval, "keep": 1, "background": not args.foreground},
             "weight_transfer": {"background": not args.foreground, "dir": args.weights_dir},
         }
-    )  # fmt: skip
+    )
 
 
 def bench(args: argparse.Namespace, dtype: str) -> dict:
@@ -155,9 +177,14 @@ def bench(args: argparse.Namespace, dtype: str) -> dict:
             -1
         ]["peak_memory_gib"] * 2**30
     teardown_world(world)
-    return {"rows": rows[1:], "warmup_s": rows[0]["total_s"], "peak": float(peak),
-            "model": trainer.model, "speed": trainer.model.speed,
-            "ckpt_write_s": ckpt_write_s}  # fmt: skip
+    return {
+        "rows": rows[1:],
+        "warmup_s": rows[0]["total_s"],
+        "peak": float(peak),
+        "model": trainer.model,
+        "speed": trainer.model.speed,
+        "ckpt_write_s": ckpt_write_s,
+    }
 
 
 def print_row(step: int, row: dict, tokens: int) -> None:
@@ -195,8 +222,13 @@ def timed_step(trainer, batch, step: int, ckpt_interval: int) -> dict:
         ckpt_s = time.perf_counter() - t
     metrics |= trainer.sender.metrics()
     total_s = time.perf_counter() - start
-    return metrics | {"train_s": train_s, "publish_s": publish_s, "ckpt_s": ckpt_s,
-                      "staging_s": staging_s, "total_s": total_s}  # fmt: skip
+    return metrics | {
+        "train_s": train_s,
+        "publish_s": publish_s,
+        "ckpt_s": ckpt_s,
+        "staging_s": staging_s,
+        "total_s": total_s,
+    }
 
 
 def flops_per_token(model, sample_len: int) -> float:
@@ -224,9 +256,13 @@ def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
     tokens = args.micro_batch_tokens or args.batch_size * args.seq_len
     compute_bytes = 4 if dtype == "float32" else 2
     parts = trainer_peak(
-        shape, tokens, compute_bytes, speed.checkpointing, head_chunk=args.logprob_chunk_tokens,
+        shape,
+        tokens,
+        compute_bytes,
+        speed.checkpointing,
+        head_chunk=args.logprob_chunk_tokens,
         checkpoint_freq=speed.checkpointing_freq,
-    )  # fmt: skip
+    )
     if not torch.cuda.is_available():  # the background writes' copies are host memory
         parts["background copies"] = background_copies(
             shape, None, not args.foreground, not args.foreground
@@ -263,9 +299,15 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
         f"{'':>9}  first step {result['warmup_s']:.1f} s; speed: {result['speed'].describe()}",
         flush=True,
     )
-    return {"step_s": step_s, "tokens_s": tokens_s, "mfu_pct": mfu_pct,
-            "peak_memory_gib": result["peak"] / 2**30, "warmup_s": result["warmup_s"],
-            "speed": result["speed"].record(), "steps": rows}  # fmt: skip
+    return {
+        "step_s": step_s,
+        "tokens_s": tokens_s,
+        "mfu_pct": mfu_pct,
+        "peak_memory_gib": result["peak"] / 2**30,
+        "warmup_s": result["warmup_s"],
+        "speed": result["speed"].record(),
+        "steps": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -284,8 +326,10 @@ def main(argv: list[str] | None = None) -> None:
         f"model {args.model}, {args.batch_size} x {args.seq_len} tokens, {device}, "
         f"{mbt} tokens per forward pass, activation checkpointing {args.checkpointing}"
     )
-    figures = {dtype: report(args, dtype, bench(args, dtype), peak_tflops)
-               for dtype in args.dtypes.split(",")}  # fmt: skip
+    figures = {
+        dtype: report(args, dtype, bench(args, dtype), peak_tflops)
+        for dtype in args.dtypes.split(",")
+    }
     data = {"device": device, "args": vars(args), "figures": figures}
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")

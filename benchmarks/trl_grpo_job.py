@@ -52,18 +52,33 @@ def main() -> None:
     rows = [json.loads(line) for line in open(args.data)]
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     config = GRPOConfig(
-        output_dir=args.out, learning_rate=args.lr, max_steps=args.steps, seed=args.seed,
-        per_device_train_batch_size=args.prompts * args.group, num_generations=args.group,
-        max_completion_length=args.max_tokens, temperature=1.0, beta=0.0, loss_type="dapo",
-        lr_scheduler_type="constant", max_grad_norm=1.0, logging_steps=1, save_strategy="no",
-        report_to="none", bf16=False, use_cpu=True,
-    )  # fmt: skip
+        output_dir=args.out,
+        learning_rate=args.lr,
+        max_steps=args.steps,
+        seed=args.seed,
+        per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group,
+        max_completion_length=args.max_tokens,
+        temperature=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        lr_scheduler_type="constant",
+        max_grad_norm=1.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+    )
     times = StepTimes()
     trainer = GRPOTrainer(
-        model=args.model, args=config, train_dataset=Dataset.from_list(rows),
-        reward_funcs=reward_function(tokenizer, args.max_tokens), processing_class=tokenizer,
+        model=args.model,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        reward_funcs=reward_function(tokenizer, args.max_tokens),
+        processing_class=tokenizer,
         callbacks=[times],
-    )  # fmt: skip
+    )
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     with open(args.result, "w") as out:

@@ -47,19 +47,26 @@ def archive_table(step: int, tokens: int, seed: int = 0):
         json.dumps([{"role": "user", "content": f"task {g} of step {step}"}]) for g in groups
     ]
     columns = {
-        "step": [step] * ROLLOUTS, "policy_step": [max(0, step - 1)] * ROLLOUTS,
-        "env": ["rl-add-digits"] * ROLLOUTS, "group": groups,
+        "step": [step] * ROLLOUTS,
+        "policy_step": [max(0, step - 1)] * ROLLOUTS,
+        "env": ["rl-add-digits"] * ROLLOUTS,
+        "group": groups,
         "member": [i % GROUP for i in range(ROLLOUTS)],
-        "example_id": [step * 100 + g for g in groups], "prompt": prompts,
+        "example_id": [step * 100 + g for g in groups],
+        "prompt": prompts,
         "completion": [json.dumps([{"role": "assistant", "content": "".join(t)}]) for t in texts],
         "reward": rng.random(ROLLOUTS).tolist(),
         "reward_parts": [json.dumps({"correct": 1.0})] * ROLLOUTS,
-        "advantage": rng.standard_normal(ROLLOUTS).tolist(), "kept": [True] * ROLLOUTS,
-        "num_prompt_tokens": [30] * ROLLOUTS, "num_completion_tokens": [tokens] * ROLLOUTS,
-        "is_truncated": [False] * ROLLOUTS, "error": [None] * ROLLOUTS, "token_text": texts,
+        "advantage": rng.standard_normal(ROLLOUTS).tolist(),
+        "kept": [True] * ROLLOUTS,
+        "num_prompt_tokens": [30] * ROLLOUTS,
+        "num_completion_tokens": [tokens] * ROLLOUTS,
+        "is_truncated": [False] * ROLLOUTS,
+        "error": [None] * ROLLOUTS,
+        "token_text": texts,
         "token_logprob": [(-rng.random(tokens) * 3).astype("float32").tolist() for _ in texts],
         "token_mask": [[True] * tokens for _ in texts],
-    }  # fmt: skip
+    }
     return pa.table(columns, schema=samples_store.schema())
 
 
@@ -166,15 +173,25 @@ def main() -> None:
             "run page (+ its curves JSON)": [f"/run/{a}", *curves],
             "rollouts (last step)": [f"/run/{a}/rollouts"],
             f"rollouts (step {middle}, tokens shaded)": [
-                f"/run/{a}/rollouts?step={middle}&tokens=1"],
+                f"/run/{a}/rollouts?step={middle}&tokens=1"
+            ],
             "evals (+ a step's samples)": [f"/run/{a}/evals"],
             "compare (+ both runs' curves JSON)": [
-                f"/compare?runs={a},{b}", *curves, f"/api/run/{b}/curves"],
-        }  # fmt: skip
+                f"/compare?runs={a},{b}",
+                *curves,
+                f"/api/run/{b}/curves",
+            ],
+        }
         loads = first_loads(root, pages)
-    rows = [(name, f"{first:.3f} s", f"limit {LIMIT_S:.1f} s; again {again:.3f} s, "
-             f"{size_b / 1024:.0f} KiB {'OK' if first <= LIMIT_S else 'OVER'}")
-            for name, (first, again, size_b) in loads.items()]  # fmt: skip
+    rows = [
+        (
+            name,
+            f"{first:.3f} s",
+            f"limit {LIMIT_S:.1f} s; again {again:.3f} s, "
+            f"{size_b / 1024:.0f} KiB {'OK' if first <= LIMIT_S else 'OVER'}",
+        )
+        for name, (first, again, size_b) in loads.items()
+    ]
     print_table(f"rl view, first load on a cold server ({args.steps} steps, {size:.2f} GB)", rows)
     firsts = [first for first, _, _ in loads.values()]
     print(f"\nslowest first load {max(firsts):.3f} s (median {statistics.median(firsts):.3f} s)")

@@ -49,9 +49,13 @@ def palette_png(source: Path, out: Path) -> int:
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0)
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-           + chunk(b"PLTE", channels.astype(np.uint8).tobytes())
-           + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))  # fmt: skip
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"PLTE", channels.astype(np.uint8).tobytes())
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
     out.write_bytes(png)
     return len(png)
 
@@ -60,8 +64,11 @@ def shoot(session, url: str, ready: str, out: Path, scratch: Path) -> None:
     from tests.integration.browser import wait_until
 
     session.get(url)
-    wait_until(session, lambda s: s.execute_script(f"return !!document.querySelector('{ready}')"),
-               what=ready)  # fmt: skip
+    wait_until(
+        session,
+        lambda s: s.execute_script(f"return !!document.querySelector('{ready}')"),
+        what=ready,
+    )
     time.sleep(1.5)  # charts finish drawing
     raw = scratch / out.name
     session.save_screenshot(str(raw))
@@ -90,24 +97,30 @@ def main() -> None:
     shown = [*runs, *([args.evals.resolve()] if args.evals else [])]
     args.out.mkdir(parents=True, exist_ok=True)
     session = start_chromium(WIDTH, HEIGHT)
-    session.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
+    session.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+    )
     with ViewServer(*map(str, shown)) as server, tempfile.TemporaryDirectory() as scratch:
         try:
             rid = run_id(runs[0])
             eid = run_id(shown[-1]) if args.evals else rid
             step = "" if args.step is None else f"?step={args.step}&tokens=true"
-            pages = [("runs", "/", "#runs"), ("run", f"/run/{rid}", "#panel-0 .main-svg"),
-                     ("rollouts", f"/run/{rid}/rollouts{step}", "section.group, #no-samples"),
-                     ("evals", f"/run/{eid}/evals", "article.sample, #no-evals")]  # fmt: skip
+            pages = [
+                ("runs", "/", "#runs"),
+                ("run", f"/run/{rid}", "#panel-0 .main-svg"),
+                ("rollouts", f"/run/{rid}/rollouts{step}", "section.group, #no-samples"),
+                ("evals", f"/run/{eid}/evals", "article.sample, #no-evals"),
+            ]
             if len(runs) == 2:
                 compare = f"/compare?runs={rid},{run_id(runs[1])}"
                 pages.append(("compare", compare, "#panel-0 .main-svg"))
             else:
                 print("no --compare run: view-compare.png skipped")
             for name, path, ready in pages:
-                shoot(session, server.base + path, ready, args.out / f"view-{name}.png",
-                      Path(scratch))  # fmt: skip
+                shoot(
+                    session, server.base + path, ready, args.out / f"view-{name}.png", Path(scratch)
+                )
         finally:
             session.quit()
 

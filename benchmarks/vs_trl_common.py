@@ -133,8 +133,11 @@ def disk_written_bytes() -> int:
     """Bytes written to this machine's disks so far (/proc/diskstats; whole disks, not
     partitions, RAM or loop devices): counts a run's writes even after its processes exit,
     where per-process counters stop at their last sample."""
-    disks = {p.name for p in Path("/sys/block").iterdir()
-             if not p.name.startswith(("loop", "ram", "zram"))}  # fmt: skip
+    disks = {
+        p.name
+        for p in Path("/sys/block").iterdir()
+        if not p.name.startswith(("loop", "ram", "zram"))
+    }
     total = 0
     for line in Path("/proc/diskstats").read_text().splitlines():
         fields = line.split()
@@ -185,13 +188,21 @@ class Job:
         start itself)."""
         flags = [] if self.steps == STEPS else ["--max-steps", str(self.steps)]
         if self.rollouts != PROMPTS * GROUP:
-            flags += ["--orchestrator.batch-size", str(self.rollouts),
-                      "--orchestrator.client.max-concurrent", str(self.rollouts)]  # fmt: skip
+            flags += [
+                "--orchestrator.batch-size",
+                str(self.rollouts),
+                "--orchestrator.client.max-concurrent",
+                str(self.rollouts),
+            ]
         if self.max_tokens != MAX_TOKENS:
             flags += ["--orchestrator.sampling.max-tokens", str(self.max_tokens)]
         if self.seq_len != 256:
-            flags += ["--seq-len", str(self.seq_len),
-                      "--inference.model.max-model-len", str(self.seq_len)]  # fmt: skip
+            flags += [
+                "--seq-len",
+                str(self.seq_len),
+                "--inference.model.max-model-len",
+                str(self.seq_len),
+            ]
         # The quick start's KV cache (0.125 GiB) holds its 32 rollouts of a prompt (under 64
         # tokens) and 16 answer tokens; a larger job gets 1.5x what its rollouts can hold.
         turns = 2 if self.env != "rl-add-digits" else 1
@@ -222,11 +233,30 @@ def write_dataset(path: Path, seed: int) -> None:
 def run_trl(seed: int, work: Path, trl_version: str | None, job: Job = Job()) -> dict:
     data, result = work / "trl_data.jsonl", work / "trl_result.json"
     write_dataset(data, seed)
-    argv = [str(trl_python(trl_version)), str(TRL_SCRIPT), "--model", str(default_model_dir()),
-            "--data", str(data), "--out", str(work / "trl_out"), "--result", str(result),
-            "--seed", str(seed), "--steps", str(job.steps), "--prompts", str(job.prompts),
-            "--group", str(job.group), "--max-tokens", str(job.max_tokens),
-            "--lr", str(LR)]  # fmt: skip
+    argv = [
+        str(trl_python(trl_version)),
+        str(TRL_SCRIPT),
+        "--model",
+        str(default_model_dir()),
+        "--data",
+        str(data),
+        "--out",
+        str(work / "trl_out"),
+        "--result",
+        str(result),
+        "--seed",
+        str(seed),
+        "--steps",
+        str(job.steps),
+        "--prompts",
+        str(job.prompts),
+        "--group",
+        str(job.group),
+        "--max-tokens",
+        str(job.max_tokens),
+        "--lr",
+        str(LR),
+    ]
     figures = timed(argv, work / "trl.log")
     return figures | (json.loads(result.read_text()) if result.exists() else {})
 
@@ -246,8 +276,16 @@ def run_ours(seed: int, work: Path, extra: list[str], job: Job = Job()) -> dict:
     return figures | {"rewards": rewards, "step_s": steps[4:] or steps, "profile": profile}
 
 
-TRAINER_PARTS = ("data_wait_s", "forward_s", "backward_s", "optimizer_s", "publish_s",
-                 "transfer_send_s", "ckpt_s", "step_time_s")  # fmt: skip
+TRAINER_PARTS = (
+    "data_wait_s",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "publish_s",
+    "transfer_send_s",
+    "ckpt_s",
+    "step_time_s",
+)
 ORCHESTRATOR_PARTS = ("time/generate_s", "time/wait_weights_s", "time/step_s")
 
 
@@ -274,8 +312,10 @@ def breakdown(out: Path, records: list[dict], figures: dict) -> dict[str, dict[s
     }
     step = {
         f"{name} {key}": statistics.median(r.get(key, 0.0) for r in rows)
-        for name, (rows, keys) in steady.items() if rows for key in keys
-    }  # fmt: skip
+        for name, (rows, keys) in steady.items()
+        if rows
+        for key in keys
+    }
     flops = [linear_flops(r) for r in trainer[5:] if r.get("forward_s")]
     rates = {"trainer linear GFLOP/s": statistics.median(flops) / 1e9} if flops else {}
     return {"startup_s": startup, "steady_step_s": step, "rates": rates}

@@ -52,8 +52,13 @@ def sweep(args, extra: list[str]) -> None:
             seed = int(args.seeds.split(",")[0])
             trl = {} if args.skip_trl else summary(run_trl(seed, work, args.trl_version, theirs))
             ours = {} if args.skip_ours else summary(run_ours(seed, work, extra, job))
-        results[name] = {"job": job.name, "steps": job.steps, "ours": ours, "trl": trl,
-                         "note": note}  # fmt: skip
+        results[name] = {
+            "job": job.name,
+            "steps": job.steps,
+            "ours": ours,
+            "trl": trl,
+            "note": note,
+        }
         print(f"\n=== {job.name}, {job.steps} steps" + (f" ({note})" if note else ""))
         print_row(seed, ours, trl)
         save("vs_trl_sweep", results)  # after every point: a long sweep keeps what it has
@@ -61,14 +66,20 @@ def sweep(args, extra: list[str]) -> None:
 
 
 def print_table(results: dict) -> None:
-    print(f"\n{'point':<52} {'wall ours/TRL':>14} {'step ours/TRL':>14} {'mem ours/TRL':>13} "
-          f"{'reward ours, TRL':>17} {'GFLOP/s':>8}")  # fmt: skip
+    print(
+        f"\n{'point':<52} {'wall ours/TRL':>14} {'step ours/TRL':>14} {'mem ours/TRL':>13} "
+        f"{'reward ours, TRL':>17} {'GFLOP/s':>8}"
+    )
     for point in results.values():
         ours, trl = point["ours"], point["trl"]
-        ratio = {k: ours.get(k, float("nan")) / trl[k] if trl.get(k) else float("nan")
-                 for k in ("wall_s", "steady_step_s", "peak_gib")}  # fmt: skip
+        ratio = {
+            k: ours.get(k, float("nan")) / trl[k] if trl.get(k) else float("nan")
+            for k in ("wall_s", "steady_step_s", "peak_gib")
+        }
         rate = ours.get("profile", {}).get("rates", {}).get("trainer linear GFLOP/s", float("nan"))
         nan = float("nan")
         rewards = f"{ours.get('last5_reward', nan):.2f}, {trl.get('last5_reward', nan):.2f}"
-        print(f"{point['job']:<52} {ratio['wall_s']:>14.2f} {ratio['steady_step_s']:>14.2f} "
-              f"{ratio['peak_gib']:>13.2f} {rewards:>17} {rate:>8.1f}")  # fmt: skip
+        print(
+            f"{point['job']:<52} {ratio['wall_s']:>14.2f} {ratio['steady_step_s']:>14.2f} "
+            f"{ratio['peak_gib']:>13.2f} {rewards:>17} {rate:>8.1f}"
+        )

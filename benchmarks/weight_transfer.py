@@ -39,10 +39,21 @@ def start_server(args, source: str, root: Path, *extra: str):
     from tests.inference_process import InferenceProcess
 
     server = InferenceProcess(
-        ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),
-         "--model.dtype", args.dtype, "--cpu.kvcache-space-gib", "1", *extra],
+        [
+            "--model.name",
+            source,
+            "--server.port",
+            str(args.port),
+            "--output-dir",
+            str(root),
+            "--model.dtype",
+            args.dtype,
+            "--cpu.kvcache-space-gib",
+            "1",
+            *extra,
+        ],
         root / "inference.log",
-    ).start()  # fmt: skip
+    ).start()
     server.wait_ready(900)
     return server
 
@@ -119,8 +130,15 @@ def main() -> None:
         ("filesystem / collective", f"{fs_s / coll_s:.1f}x", ""),
     ]
     print_table(f"Step done -> new policy serves (default model, {args.dtype}, CPU)", rows)
-    save("weight_transfer", {"dtype": args.dtype, "filesystem_s": files,
-                             "collective_first_s": first, "collective_s": coll})  # fmt: skip
+    save(
+        "weight_transfer",
+        {
+            "dtype": args.dtype,
+            "filesystem_s": files,
+            "collective_first_s": first,
+            "collective_s": coll,
+        },
+    )
     shutil.rmtree(root, ignore_errors=True)
 
 

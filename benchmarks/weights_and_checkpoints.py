@@ -65,10 +65,20 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
     run = RunDir(root)
     run.claim()  # before the server's log appears in it
     server = InferenceProcess(
-        ["--model.name", source, "--server.port", str(args.port), "--output-dir", str(root),
-         "--model.dtype", args.dtype, "--cpu.kvcache-space-gib", "1"],
+        [
+            "--model.name",
+            source,
+            "--server.port",
+            str(args.port),
+            "--output-dir",
+            str(root),
+            "--model.dtype",
+            args.dtype,
+            "--cpu.kvcache-space-gib",
+            "1",
+        ],
         root / "inference.log",
-    ).start()  # fmt: skip
+    ).start()
     saves, loads, copies = [], [], []
     try:
         server.wait_ready(900)
@@ -83,8 +93,12 @@ def bench_handoff(args, root: Path, source, world, model) -> dict:
     finally:
         server.stop()
     nbytes = folder_bytes(run.weight_dir(1))
-    return {"bytes": nbytes, "save_s": statistics.median(saves),
-            "load_s": statistics.median(loads), "copy_s": statistics.median(copies)}  # fmt: skip
+    return {
+        "bytes": nbytes,
+        "save_s": statistics.median(saves),
+        "load_s": statistics.median(loads),
+        "copy_s": statistics.median(copies),
+    }
 
 
 def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> dict:
@@ -101,8 +115,12 @@ def bench_checkpoint(args, root: Path, world, model, optimizer, scheduler) -> di
         load_checkpoint(run, step, model, optimizer, scheduler, world)
         loads.append(time.perf_counter() - started)
         copies.append(plain_copy_s(run.part_dir(step, PART), root / f"ckpt_copy_{step}"))
-    return {"bytes": folder_bytes(run.part_dir(1, PART)), "save_s": statistics.median(saves),
-            "load_s": statistics.median(loads), "copy_s": statistics.median(copies)}  # fmt: skip
+    return {
+        "bytes": folder_bytes(run.part_dir(1, PART)),
+        "save_s": statistics.median(saves),
+        "load_s": statistics.median(loads),
+        "copy_s": statistics.median(copies),
+    }
 
 
 def main() -> None:
@@ -124,10 +142,22 @@ def main() -> None:
         ("plain copy of the same bytes", f"{hand['copy_s']:.2f} s", "physical limit"),
         ("hand-off / copy", f"{(hand['save_s'] + hand['load_s']) / hand['copy_s']:.1f}x", ""),
         ("checkpoint size", f"{ckpt['bytes'] / gib:.3f} GiB", "model + AdamW state"),
-        ("checkpoint save", f"{ckpt['save_s']:.2f} s", f"{ckpt['bytes'] / gib / ckpt['save_s']:.2f} GiB/s"),
-        ("checkpoint load", f"{ckpt['load_s']:.2f} s", f"{ckpt['bytes'] / gib / ckpt['load_s']:.2f} GiB/s"),
-        ("plain copy of checkpoint", f"{ckpt['copy_s']:.2f} s", f"{ckpt['bytes'] / gib / ckpt['copy_s']:.2f} GiB/s"),
-    ]  # fmt: skip
+        (
+            "checkpoint save",
+            f"{ckpt['save_s']:.2f} s",
+            f"{ckpt['bytes'] / gib / ckpt['save_s']:.2f} GiB/s",
+        ),
+        (
+            "checkpoint load",
+            f"{ckpt['load_s']:.2f} s",
+            f"{ckpt['bytes'] / gib / ckpt['load_s']:.2f} GiB/s",
+        ),
+        (
+            "plain copy of checkpoint",
+            f"{ckpt['copy_s']:.2f} s",
+            f"{ckpt['bytes'] / gib / ckpt['copy_s']:.2f} GiB/s",
+        ),
+    ]
     print_table("Weight hand-off and checkpoints (default model, CPU)", rows)
     save("weights_and_checkpoints", {"handoff": hand, "checkpoint": ckpt, "dtype": args.dtype})
     shutil.rmtree(root, ignore_errors=True)

@@ -57,8 +57,10 @@ def add_admin_routes(app, loader, token: str) -> None:
             logger.info(f"refused {what}: {err}")
             return JSONResponse({"detail": str(err)}, status_code=err.status)
         phases = ", ".join(f"{k} {v}" for k, v in result.get("phases_s", {}).items())
-        logger.info(f"now serving {result['weights']} (swapped in {result['load_s']} s"
-                    f"{': ' + phases if phases else ''})")  # fmt: skip
+        logger.info(
+            f"now serving {result['weights']} (swapped in {result['load_s']} s"
+            f"{': ' + phases if phases else ''})"
+        )
         return JSONResponse(result)
 
     router = APIRouter()

@@ -26,9 +26,14 @@ FIELDS = ("step", "group", "rank_offset", "update_info")
 
 class CollectiveLoader(WeightLoader):
     def __init__(
-        self, engine, base: str, run_dir: RunDir, timeout_s: float, pause_mode: str,
+        self,
+        engine,
+        base: str,
+        run_dir: RunDir,
+        timeout_s: float,
+        pause_mode: str,
         adapters=None,
-    ):  # fmt: skip
+    ):
         self.engine = engine
         self.base = base
         self.pause_mode = pause_mode
@@ -47,21 +52,27 @@ class CollectiveLoader(WeightLoader):
             )
         async with self.lock:
             if self.unsafe is not None:
-                raise WeightDirError(503, f"{self.unsafe}; no update is received again: "
-                                     "restart inference")  # fmt: skip
+                raise WeightDirError(
+                    503, f"{self.unsafe}; no update is received again: restart inference"
+                )
             start = time.monotonic()
             try:
-                await self.wait_for("pausing generation", self.engine.pause_generation(
-                    mode=self.pause_mode, clear_cache=True
-                ), self.pause_timeout_s)  # fmt: skip
+                await self.wait_for(
+                    "pausing generation",
+                    self.engine.pause_generation(mode=self.pause_mode, clear_cache=True),
+                    self.pause_timeout_s,
+                )
                 phases = {"pause": time.monotonic() - start}
                 phases |= await self.receive(request)
             finally:
                 await self.engine.resume_generation()
             self.current = f"step_{request['step']}"
-            return {"status": "ok", "weights": self.current,
-                    "load_s": round(time.monotonic() - start, 3),
-                    "phases_s": {k: round(v, 3) for k, v in phases.items()}}  # fmt: skip
+            return {
+                "status": "ok",
+                "weights": self.current,
+                "load_s": round(time.monotonic() - start, 3),
+                "phases_s": {k: round(v, 3) for k, v in phases.items()},
+            }
 
     async def receive(self, request: dict[str, Any]) -> dict[str, float]:
         """Join the trainer's group if new, then take the update; seconds per phase."""
@@ -69,8 +80,11 @@ class CollectiveLoader(WeightLoader):
         transfer = self.engine.vllm_config.weight_transfer_config
         ours = transfer.backend if transfer is not None else None
         if group["backend"] != ours:
-            raise WeightDirError(422, f"the trainer sends over {group['backend']} but this server "
-                f"receives over {ours}: set the same weight_transfer.backend on both")  # fmt: skip
+            raise WeightDirError(
+                422,
+                f"the trainer sends over {group['backend']} but this server "
+                f"receives over {ours}: set the same weight_transfer.backend on both",
+            )
         try:
             clock = [time.monotonic()]
             with waits.waiting(f"policy step {request['step']}", "trainer"):
@@ -81,11 +95,13 @@ class CollectiveLoader(WeightLoader):
                 update = {"update_info": request["update_info"]}
                 await self.wait_for(
                     f"receiving policy step {request['step']} from the trainer",
-                    self.engine.collective_rpc("update_weights", kwargs=update), timeout_s,
-                )  # fmt: skip
+                    self.engine.collective_rpc("update_weights", kwargs=update),
+                    timeout_s,
+                )
             clock.append(time.monotonic())
-            await self.wait_for("finishing the update", self.engine.finish_weight_update(),
-                                timeout_s)  # fmt: skip
+            await self.wait_for(
+                "finishing the update", self.engine.finish_weight_update(), timeout_s
+            )
             clock.append(time.monotonic())
         except WeightDirError as err:
             self.unsafe = str(err)
@@ -106,21 +122,23 @@ class CollectiveLoader(WeightLoader):
         except ConnectionError as err:
             raise WeightDirError(502, str(err)) from None
         info = worker_init_info(group, rank_offset)
-        logger.info(f"joining the trainer's {group['backend']} group {group['id']} at "
-                    f"{group['host']}:{group['port']} from rank {rank_offset}")  # fmt: skip
+        logger.info(
+            f"joining the trainer's {group['backend']} group {group['id']} at "
+            f"{group['host']}:{group['port']} from rank {rank_offset}"
+        )
         await self.wait_for(
             f"joining the trainer's group at {group['host']}:{group['port']}",
-            self.engine.collective_rpc("init_weight_transfer_engine",
-                                       kwargs={"init_info": info}),
+            self.engine.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": info}),
             timeout_s,
-        )  # fmt: skip
+        )
         self.group_id = group["id"]
 
     async def reload_base(self) -> dict[str, Any]:
         raise WeightDirError(
-            422, "the collective transport cannot go back to the base weights: the trainer "
-            "holds the only copy of each policy"
-        )  # fmt: skip
+            422,
+            "the collective transport cannot go back to the base weights: the trainer "
+            "holds the only copy of each policy",
+        )
 
     async def wait_for(self, what: str, awaitable, timeout_s: float) -> Any:
         try:

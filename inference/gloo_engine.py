@@ -67,9 +67,13 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         worker_rank = parallel.data_parallel_index * parallel.world_size + parallel.rank
         self.bucket_bytes = init_info.bucket_bytes
         self.store, self.group = gloo_group(
-            init_info.master_address, init_info.master_port, worker_rank + init_info.rank_offset,
-            init_info.world_size, init_info.group_id, init_info.timeout_s,
-        )  # fmt: skip
+            init_info.master_address,
+            init_info.master_port,
+            worker_rank + init_info.rank_offset,
+            init_info.world_size,
+            init_info.group_id,
+            init_info.timeout_s,
+        )
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload

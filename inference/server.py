@@ -59,8 +59,10 @@ def run(config: InferenceConfig) -> None:
         exit_with(str(err), PROG)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     device = "cpu" if on_cpu else f"gpu (CUDA_VISIBLE_DEVICES={visible})"
-    logger.info(f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
-        f"http://{config.server.host}:{config.server.port}")  # fmt: skip
+    logger.info(
+        f"starting vLLM: model {config.model.name} ({model_path}) on {device}, "
+        f"http://{config.server.host}:{config.server.port}"
+    )
     start_startup_watchdog(config.server.startup_timeout_s)
     code = 0
     try:
@@ -200,8 +202,9 @@ def resolve_dtypes(config: InferenceConfig, on_cpu: bool) -> None:
             raise ConfigError(refusal)
     if warning := slow_bf16_warning("model.dtype", model.dtype, machine):
         logger.warning(warning)
-    logger.info(f"dtypes: served {model.dtype}, linear layers in {cpu.matmul_dtype} "
-                f"({machine.describe()})")  # fmt: skip
+    logger.info(
+        f"dtypes: served {model.dtype}, linear layers in {cpu.matmul_dtype} ({machine.describe()})"
+    )
 
 
 def write_resolved_config(config: InferenceConfig) -> None:

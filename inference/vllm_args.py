@@ -28,28 +28,40 @@ def vllm_parser() -> argparse.ArgumentParser:
 def owned_argv(config: InferenceConfig, model_path: str, on_cpu: bool) -> list[str]:
     """Arguments derived from this project's config keys (the user's vllm_args come after)."""
     argv = [
-        "--model", model_path,
-        "--served-model-name", config.model.name,
-        "--dtype", config.model.dtype,
-        "--host", config.server.host,
-        "--port", str(config.server.port),
-        "--tensor-parallel-size", str(config.parallel.tp),
-        "--seed", str(config.seed),
+        "--model",
+        model_path,
+        "--served-model-name",
+        config.model.name,
+        "--dtype",
+        config.model.dtype,
+        "--host",
+        config.server.host,
+        "--port",
+        str(config.server.port),
+        "--tensor-parallel-size",
+        str(config.parallel.tp),
+        "--seed",
+        str(config.seed),
         "--disable-uvicorn-access-log",
-        "--uvicorn-log-level", config.log.level,
+        "--uvicorn-log-level",
+        config.log.level,
         # Logprobs after temperature scaling: what the trainer recomputes from logits / T, so
         # the importance ratio is 1 on-policy at any temperature (vllm_args may override it).
-        "--logprobs-mode", "processed_logprobs",
+        "--logprobs-mode",
+        "processed_logprobs",
         # Sampling defaults come from each request only, never from the model folder's
         # generation_config.json (hub models set top_k, top_p...): the trainer could not
         # reproduce them.
-        "--generation-config", "vllm",
+        "--generation-config",
+        "vllm",
         # Token-in/token-out /inference/v1/generate, which verifiers v1 tasksets sample from
         # (their client reads each logprob's token as `token_id:<id>`).
-        "--enable-scale-out", "--return-tokens-as-token-ids",
+        "--enable-scale-out",
+        "--return-tokens-as-token-ids",
         # reload_weights_retied: in-place reloads that keep tied weights right (CPU prepacks)
-        "--worker-extension-cls", WORKER_EXTENSION,
-    ]  # fmt: skip
+        "--worker-extension-cls",
+        WORKER_EXTENSION,
+    ]
     if config.model.trust_remote_code:
         argv.append("--trust-remote-code")
     if config.model.max_model_len is not None:

@@ -48,9 +48,14 @@ class FilesystemLoader(WeightLoader):
     (pause mode "wait") and the workers' reload RPC, each within `timeout_s`."""
 
     def __init__(
-        self, engine, base: str, run_dir: RunDir, timeout_s: float, pause_mode: str,
+        self,
+        engine,
+        base: str,
+        run_dir: RunDir,
+        timeout_s: float,
+        pause_mode: str,
         adapters: AdapterSwapper | None = None,
-    ):  # fmt: skip
+    ):
         self.engine = engine
         self.adapters = adapters
         self.run_dir = run_dir
@@ -108,9 +113,11 @@ class FilesystemLoader(WeightLoader):
             start = time.monotonic()
             previous = self.state.current
             try:
-                await self.wait_for("pausing generation", self.engine.pause_generation(
-                    mode=self.pause_mode, clear_cache=True
-                ), harmless=True)  # fmt: skip
+                await self.wait_for(
+                    "pausing generation",
+                    self.engine.pause_generation(mode=self.pause_mode, clear_cache=True),
+                    harmless=True,
+                )
                 await self.reload(target, previous)
             finally:
                 await self.engine.resume_generation()

@@ -49,22 +49,36 @@ def rl_job(plan, shape: ModelShape) -> Job:
     )
     kv = 0.0 if inference_gpus else inference.cpu.kvcache_space_gib * GIB
     return Job(
-        max_steps=trainer.max_steps, rollouts=orch.batch_size,
-        rollouts_per_example=orch.rollouts_per_example, prompt_tokens=PROMPT_TOKENS,
+        max_steps=trainer.max_steps,
+        rollouts=orch.batch_size,
+        rollouts_per_example=orch.rollouts_per_example,
+        prompt_tokens=PROMPT_TOKENS,
         answer_tokens=min(orch.sampling.max_tokens, orch.seq_len),
-        turns=(1 + turns) / 2, max_turns=turns, seq_len=orch.seq_len,
-        async_level=trainer.async_level, train_dtype=trainer.model.dtype, decode_dtype=decode,
-        served_bytes=DTYPE_BYTES.get(served, 4), trainable=lora_trainable(trainer.lora, shape),
+        turns=(1 + turns) / 2,
+        max_turns=turns,
+        seq_len=orch.seq_len,
+        async_level=trainer.async_level,
+        train_dtype=trainer.model.dtype,
+        decode_dtype=decode,
+        served_bytes=DTYPE_BYTES.get(served, 4),
+        trainable=lora_trainable(trainer.lora, shape),
         micro_batch_tokens=trainer.tokens_per_pass(on_cpu=not gpus),
-        max_concurrent=orch.client.max_concurrent, on_gpu=bool(gpus), trainer_gpus=len(gpus),
-        inference_gpus=len(inference_gpus), gpu_memory_bytes=float(gpu_memory(gpus) or 0),
-        kv_cache_bytes=kv, inference_replicas=inference.replicas, checkpoints_kept=kept,
+        max_concurrent=orch.client.max_concurrent,
+        on_gpu=bool(gpus),
+        trainer_gpus=len(gpus),
+        inference_gpus=len(inference_gpus),
+        gpu_memory_bytes=float(gpu_memory(gpus) or 0),
+        kv_cache_bytes=kv,
+        inference_replicas=inference.replicas,
+        checkpoints_kept=kept,
         checkpoints_saved=saved,
         policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level) - 1
-        if trainer.weight_transfer.copies_in_background() else 0,
-        archive=orch.samples.keep, trainer_peak=resident(peak),
+        if trainer.weight_transfer.copies_in_background()
+        else 0,
+        archive=orch.samples.keep,
+        trainer_peak=resident(peak),
         tokenizer_bytes=side_files_bytes(config.trainer.model.name),
-    )  # fmt: skip
+    )
 
 
 def forecast(plan) -> tuple[Forecast | None, list[str]]:

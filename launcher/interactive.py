@@ -23,8 +23,10 @@ class Found:
     def missing(self) -> list[str]:
         out = []
         if self.config is None:
-            out.append("a workflow config: `rl init TARGET` (a docker image, an MCP URL or a "
-                       "server command) writes configs/<env>.yaml")  # fmt: skip
+            out.append(
+                "a workflow config: `rl init TARGET` (a docker image, an MCP URL or a "
+                "server command) writes configs/<env>.yaml"
+            )
         if self.dataset is None:
             out.append("a tasks dataset: `rl hf tasks.json --name ORG/NAME`")
         return out
@@ -56,9 +58,11 @@ def bare_rl() -> int | list[str]:
         missing = found.missing()
         for item in missing:
             print(f"rl: missing {item}", file=sys.stderr)
-        print("rl: error: no terminal to ask before starting; run "
-              f"`rl --config {found.config or 'CONFIG.yaml'}` (see `rl --help`)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "rl: error: no terminal to ask before starting; run "
+            f"`rl --config {found.config or 'CONFIG.yaml'}` (see `rl --help`)",
+            file=sys.stderr,
+        )
         return USER_ERROR_EXIT_CODE
     return ask_and_start(found)
 
@@ -76,8 +80,10 @@ def ask_and_start(found: Found) -> int | list[str]:
 def questions(found: Found) -> int | list[str]:
     instead = f"run `rl --config {found.config or 'CONFIG.yaml'}` instead"
     if found.config is None:
-        question = ("No workflow config. Generate one with `rl init`: docker image, MCP URL or "
-                    "server command (empty: stop)? ")  # fmt: skip
+        question = (
+            "No workflow config. Generate one with `rl init`: docker image, MCP URL or "
+            "server command (empty: stop)? "
+        )
         target = ask(question, "run `rl init TARGET`").strip()
         if not target or run_command("init", [target]) != 0:
             return USER_ERROR_EXIT_CODE

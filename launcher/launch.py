@@ -39,14 +39,17 @@ def write_configs(plan: Plan) -> None:
     for component in COMPONENTS:
         write_config(data[component], run.config_file(component))
     for name in plan.inference_names[1:]:
-        replica, _ = externalize(replica_config(plan.config, name).model_dump(mode="json"),
-                                 "inference")  # fmt: skip
+        replica, _ = externalize(
+            replica_config(plan.config, name).model_dump(mode="json"), "inference"
+        )
         write_config(replica, run.config_file(name))
     if plan.secret_env:
         names = ", ".join(sorted(plan.secret_env))
-        print(f"rl: literal secrets in the config reach the processes in their environment "
-              f"only ({names}); the configs in {run.configs} name these variables",
-              flush=True)  # fmt: skip
+        print(
+            f"rl: literal secrets in the config reach the processes in their environment "
+            f"only ({names}); the configs in {run.configs} name these variables",
+            flush=True,
+        )
 
 
 def launch(plan: Plan, clean: bool) -> int:

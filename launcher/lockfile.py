@@ -65,8 +65,11 @@ def _no_alias_loader() -> tuple[type, type]:
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 mark = self.peek_event().start_mark
-                raise AliasError(problem="YAML aliases (*name) are not accepted: write the value "
-                                 "out where it is used", problem_mark=mark)  # fmt: skip
+                raise AliasError(
+                    problem="YAML aliases (*name) are not accepted: write the value "
+                    "out where it is used",
+                    problem_mark=mark,
+                )
             return super().compose_node(parent, index)
 
     return NoAliasLoader, AliasError
@@ -83,8 +86,9 @@ def check_writable(path: Path, what: str, folder: bool = False) -> None:
     if not parent.is_dir():
         raise ConfigError(f"cannot write {what} {path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write {what} {path}: {parent} is not writable (permission "
-                          "denied)")  # fmt: skip
+        raise ConfigError(
+            f"cannot write {what} {path}: {parent} is not writable (permission denied)"
+        )
 
 
 def write_yaml(path: Path, data: dict[str, Any], header: str = "") -> None:

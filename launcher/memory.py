@@ -66,18 +66,24 @@ def estimate_parts(
     adapters = None if lora is None else 2 * lora.rank * shape.hidden * len(lora.target_modules)
     trainable = None if adapters is None else adapters * shape.layers
     parts = trainer_peak(
-        shape, trainer.tokens_per_pass(on_cpu=not gpus),
-        DTYPE_BYTES.get(trainer.model.dtype, 2), checkpointing, max(len(gpus), 1),
-        trainable=trainable, head_chunk=trainer.model.logprob_chunk_tokens,
+        shape,
+        trainer.tokens_per_pass(on_cpu=not gpus),
+        DTYPE_BYTES.get(trainer.model.dtype, 2),
+        checkpointing,
+        max(len(gpus), 1),
+        trainable=trainable,
+        head_chunk=trainer.model.logprob_chunk_tokens,
         checkpoint_freq=freq,
-    )  # fmt: skip
+    )
     if gpus:
         parts.pop("process")  # host memory, not the GPU's
     else:
         parts["background copies"] = background_copies(
-            shape, trainable, trainer.ckpt.background,
+            shape,
+            trainable,
+            trainer.ckpt.background,
             trainer.weight_transfer.copies_in_background(),
-        )  # fmt: skip
+        )
     return parts
 
 
@@ -117,9 +123,12 @@ def check_memory(config, gpu_map: dict[str, list[int]]) -> tuple[str, str | None
     trainer = config.trainer
     tokens = trainer.tokens_per_pass(on_cpu=not gpu_map.get("trainer"))
     parts = estimate_parts(
-        config, gpu_map, shape, trainer.model.activation_checkpointing is True,
+        config,
+        gpu_map,
+        shape,
+        trainer.model.activation_checkpointing is True,
         trainer.model.activation_checkpointing_freq,
-    )  # fmt: skip
+    )
     have, where = trainer_memory(config, gpu_map, shape)
     need = sum(parts.values())
     line = f"trainer peak memory: {describe(parts)}"

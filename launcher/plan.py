@@ -239,16 +239,19 @@ def derive_dtypes(
             raise ConfigError(refusal)
     warnings = [
         slow_bf16_warning("trainer.model.dtype", trainer.dtype, machine)
-        if not gpu_map["trainer"] else None,
+        if not gpu_map["trainer"]
+        else None,
         slow_bf16_warning("inference.model.dtype", inference.dtype, machine) if on_cpu else None,
-    ]  # fmt: skip
+    ]
     return notes, [w for w in warnings if w]
 
 
 def derive_transport(
-    config: RLConfig, gpu_map: dict[str, list[int]], trainer_host: str | None,
+    config: RLConfig,
+    gpu_map: dict[str, list[int]],
+    trainer_host: str | None,
     listen_port: Callable[[int | None], int | None] = listen_port_here,
-) -> None:  # fmt: skip
+) -> None:
     """The weight transport's own checks and derived settings for this deployment
     (rlcore.config.base.TransportConfig), then the same transport in all three processes. A
     multi-node job is derived once placed on its nodes (launcher.slurm.place_in_job gives

@@ -65,8 +65,11 @@ def announce_local_programs(envs: list) -> None:
     programs = [p for env in envs if env.id == "rl-tasks" for p in programs_in_args(env.args)]
     if programs:
         listed = "\n".join(f"    {redact_command(p)}" for p in dict.fromkeys(programs))
-        print(f"rl: the tasks start these local programs on this machine (their MCP servers, "
-              f"one per rollout):\n{listed}", flush=True)  # fmt: skip
+        print(
+            f"rl: the tasks start these local programs on this machine (their MCP servers, "
+            f"one per rollout):\n{listed}",
+            flush=True,
+        )
 
 
 def _folder_bytes(path: Path) -> int:
@@ -121,9 +124,12 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     step = run.prepare_attempt(resume_step, ("rollouts", "weights"), RL)  # claimed and held
     changed = differences(recorded, numeric_choices(plan)) if step else []
     if changed:
-        print(f"rl: note: resuming step {step} with other numerics than the run had "
-              f"({'; '.join(changed)}): the numbers will not match an uninterrupted run's bit "
-              "for bit", flush=True)  # fmt: skip
+        print(
+            f"rl: note: resuming step {step} with other numerics than the run had "
+            f"({'; '.join(changed)}): the numbers will not match an uninterrupted run's bit "
+            "for bit",
+            flush=True,
+        )
     return step
 
 

@@ -118,9 +118,14 @@ def main(argv: list[str] | None = None) -> None:
             exit_with(str(err), "rl")
         first = [(layer, workflow or f"--dataset {dataset}")]
     config, parsed = parse_config(
-        RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference"), usage=USAGE,
-        extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()), first=first,
-    )  # fmt: skip
+        RLConfig,
+        "rl",
+        argv,
+        sections=("trainer", "orchestrator", "inference"),
+        usage=USAGE,
+        extra_help=EXTRA_HELP.format(shared=shared_help(), commands=commands_help()),
+        first=first,
+    )
     code = start(config, dry_run="dry_run" in parsed.flags, clean="clean" in parsed.flags)
     if code:
         sys.exit(code)

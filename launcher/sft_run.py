@@ -68,8 +68,10 @@ def main(argv: list[str]) -> int:
     def attempt(step: int | None) -> tuple[int, bool]:
         code = run_attempt(run, config, step, RunClock(forecast, config.max_steps, ["sft"]))
         if code == DISK_FULL_EXIT_CODE:
-            print(f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"rl sft: error: {stopped_text('sft', run.root, run.log_file('sft'))}",
+                file=sys.stderr,
+            )
         # rl sft's own stop, or an `sft` a signal stopped through its handler (`kill PID`)
         return code, code in STOP_EXIT_CODES.values()
 
@@ -142,8 +144,11 @@ def run_attempt(run: RunDir, config: SFTConfig, step: int | None, clock: RunCloc
     oom_before = oom_kills()
     child = children.start("sft", sft_command(config_file), log, env)
     identities = {procs.LAUNCHER: procs.identity(), "sft": child.identity}
-    processes = {"launcher_pid": os.getpid(), "pids": {"sft": child.pid},
-                 procs.IDENTITIES: identities}  # fmt: skip
+    processes = {
+        "launcher_pid": os.getpid(),
+        "pids": {"sft": child.pid},
+        procs.IDENTITIES: identities,
+    }
     record_state(run, "running", **processes, **clock.state())  # for `rl status`, `rl stop`
 
     metrics = [run.metrics.stat().st_size if run.metrics.exists() else 0]

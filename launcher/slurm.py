@@ -50,8 +50,13 @@ def job_script(plan, rl_toml: Path) -> str:
     workdir = Path.cwd()
     command = shlex.join([sys.executable, "-m", "launcher.rl", "@", str(rl_toml.absolute())])
     name = slurm.job_name or run.root.absolute().name
-    check_script_values({"output_dir": str(run.root.absolute()), "the current folder": str(workdir),
-                         "the Python interpreter": sys.executable})  # fmt: skip
+    check_script_values(
+        {
+            "output_dir": str(run.root.absolute()),
+            "the current folder": str(workdir),
+            "the Python interpreter": sys.executable,
+        }
+    )
     if slurm.template is not None:
         text = read_user_text(slurm.template, "slurm.template")
         try:
@@ -116,8 +121,9 @@ def submit(plan, write_configs) -> int:
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
     comment = f"--comment={job_comment(run.root, run_id)}"  # how `rl stop` proves the job
-    done = children.run(["sbatch", "--parsable", comment, str(script)], capture_output=True,
-                        text=True)  # fmt: skip
+    done = children.run(
+        ["sbatch", "--parsable", comment, str(script)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise ConfigError(f"sbatch {script} failed: {done.stderr.strip() or done.stdout.strip()}")
     job_id = done.stdout.strip().split(";")[0]

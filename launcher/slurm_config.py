@@ -29,11 +29,22 @@ TIME_FORMS = (
     f"minutes and seconds below 60), at most {MAX_TIME_DAYS} days, e.g. '24:00:00' or "
     f"'2-00:00:00'; or UNLIMITED"
 )
-OWN_OPTIONS = {"--nodes": "nodes", "-N": "nodes", "--time": "time", "-t": "time",
-               "--partition": "partition", "-p": "partition", "--account": "account",
-               "-A": "account", "--job-name": "job_name", "-J": "job_name",
-               "--gpus-per-node": "gpus_per_node", "--output": None, "-o": None,
-               "--ntasks-per-node": None}  # fmt: skip
+OWN_OPTIONS = {
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--time": "time",
+    "-t": "time",
+    "--partition": "partition",
+    "-p": "partition",
+    "--account": "account",
+    "-A": "account",
+    "--job-name": "job_name",
+    "-J": "job_name",
+    "--gpus-per-node": "gpus_per_node",
+    "--output": None,
+    "-o": None,
+    "--ntasks-per-node": None,
+}
 """sbatch options the built-in script writes itself, and the field that sets each (None:
 fixed: the job's output goes to `<run>/logs/slurm-<id>.log`, one task per node)."""
 
@@ -89,8 +100,9 @@ class SlurmConfig(BaseConfig):
     @field_validator("partition", "account", "job_name")
     @classmethod
     def validate_one_word(cls, value: str | None, info) -> str | None:
-        if value is not None and (not value or any(c.isspace() for c in value)
-                                  or control_character(value)):  # fmt: skip
+        if value is not None and (
+            not value or any(c.isspace() for c in value) or control_character(value)
+        ):
             raise ValueError(
                 f"slurm.{info.field_name} = {value!r} must be one word without spaces or "
                 f"line breaks (it becomes `#SBATCH --{info.field_name.replace('_', '-')}=...`)"

@@ -47,9 +47,16 @@ def derive_speed(plan: Plan) -> SpeedChoices:
     model.compile, model.activation_checkpointing = compile_on, ac
     model.activation_checkpointing_freq, trainer.optim.fused = freq, fused
     choices = SpeedChoices(
-        compile_on, compile_why, ac, freq, ac_why, fused, fused_why, model.logprob_chunk_tokens,
+        compile_on,
+        compile_why,
+        ac,
+        freq,
+        ac_why,
+        fused,
+        fused_why,
+        model.logprob_chunk_tokens,
         model.dtype,
-    )  # fmt: skip
+    )
     plan.dtypes.append(f"trainer speed: {choices.describe()}")
     plan.speed = choices
     return choices

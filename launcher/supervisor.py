@@ -57,8 +57,9 @@ class Supervisor:
 
     # -- start -------------------------------------------------------------------------------
     def start(self, name: str) -> Child:
-        started = children.start(name, self.plan.command(name), self.run.log_file(name),
-                                 self.plan.env(name))  # fmt: skip
+        started = children.start(
+            name, self.plan.command(name), self.run.log_file(name), self.plan.env(name)
+        )
         child = Child(**vars(started))
         self.children[name] = child
         self.write_state("starting")
@@ -181,14 +182,16 @@ class Supervisor:
             if waits:
                 clock.waiting(now)
             views[child.name] = View(
-                child.name, working=clock.working is not False,  # unknown yet: spared
-                idle_s=now - clock.last_progress, work_idle_s=now - clock.last_work,
+                child.name,
+                working=clock.working is not False,  # unknown yet: spared
+                idle_s=now - clock.last_progress,
+                work_idle_s=now - clock.last_work,
                 limit_s=clock.limit_s(fixed),
                 limit_from="stall_timeout_s" if fixed is not None else "its own step times",
                 waits=waits,
                 owes_progress=child not in self.inference,
                 observable=not self.plan.wrappers.get(child.name),
-            )  # fmt: skip
+            )
         return views
 
     def describe_stall(self, stall: Stall) -> str:

@@ -59,8 +59,11 @@ class ParserConfig(BaseConfig):
 
 
 class RubricConfig(BaseConfig):
-    weights: dict[str, float] = {"task_completion": 0.8, "tool_execution": 0.1,
-                                 "format_compliance": 0.1}  # fmt: skip
+    weights: dict[str, float] = {
+        "task_completion": 0.8,
+        "tool_execution": 0.1,
+        "format_compliance": 0.1,
+    }
     """Weights of the reward's terms: task_completion (the task's evaluate tool),
     tool_execution (calls that ran without error), format_compliance (the parser's score)."""
 
@@ -133,8 +136,9 @@ def load_workflow(path: Path) -> WorkflowConfig:
     data = read_yaml(path, "the workflow config")
     try:
         workflow = WorkflowConfig.model_validate(data)
-        Workflow.from_args(workflow.parser.model_dump(), workflow.action_mappings,
-                           workflow.rubric.model_dump())  # fmt: skip
+        Workflow.from_args(
+            workflow.parser.model_dump(), workflow.action_mappings, workflow.rubric.model_dump()
+        )
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"])

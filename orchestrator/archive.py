@@ -118,8 +118,9 @@ def load_token_texts(model_name: str) -> TokenTexts | None:
 
         return TokenTexts(Tokenizer.from_file(path))
     except Exception as err:  # noqa: BLE001 - the archive then has no token text, nothing more
-        logger.warning(f"rollout archive: no tokenizer for {model_name!r} ({err}); token_text "
-                       "is left empty")  # fmt: skip
+        logger.warning(
+            f"rollout archive: no tokenizer for {model_name!r} ({err}); token_text is left empty"
+        )
         return None
 
 
@@ -143,22 +144,31 @@ def completion_tokens(rollout: Rollout) -> tuple[list[int], list[float], list[bo
     return ids, logprobs, mask
 
 
-def rollout_row(rollout: Rollout, env: str, group: int, member: int,
-                texts: TokenTexts | None) -> dict[str, Any]:  # fmt: skip
+def rollout_row(
+    rollout: Rollout, env: str, group: int, member: int, texts: TokenTexts | None
+) -> dict[str, Any]:
     """One archive row (without step and policy_step)."""
     ids, logprobs, mask = completion_tokens(rollout)
     truncated = rollout.is_truncated or any(turn.is_truncated for turn in rollout.turns)
     return {
-        "env": env, "group": group, "member": member, "example_id": rollout.example_id,
+        "env": env,
+        "group": group,
+        "member": member,
+        "example_id": rollout.example_id,
         "prompt": json.dumps(jsonable(rollout.prompt), default=str),
         "completion": json.dumps(jsonable(rollout.completion), default=str),
-        "reward": rollout.reward, "reward_parts": json.dumps(rollout.metrics),
-        "advantage": rollout.advantage, "kept": rollout.advantage is not None,
+        "reward": rollout.reward,
+        "reward_parts": json.dumps(rollout.metrics),
+        "advantage": rollout.advantage,
+        "kept": rollout.advantage is not None,
         "num_prompt_tokens": len(rollout.turns[0].prompt_ids) if rollout.turns else 0,
-        "num_completion_tokens": len(ids), "is_truncated": truncated, "error": rollout.error,
+        "num_completion_tokens": len(ids),
+        "is_truncated": truncated,
+        "error": rollout.error,
         "token_text": None if texts is None else texts.texts(ids),
-        "token_logprob": logprobs, "token_mask": mask,
-    }  # fmt: skip
+        "token_logprob": logprobs,
+        "token_mask": mask,
+    }
 
 
 class Archive:
@@ -183,8 +193,10 @@ class Archive:
         else:
             self.bound, how = default_bound(folder)
             how += "; samples.max_gib sets it"
-        logger.info(f"rollout archive: every rollout to {folder}/step_<n>.parquet, up to "
-                    f"{size_text(self.bound)} ({how})")  # fmt: skip
+        logger.info(
+            f"rollout archive: every rollout to {folder}/step_<n>.parquet, up to "
+            f"{size_text(self.bound)} ({how})"
+        )
 
     def drop_from(self, step: int) -> None:
         """Delete the files of steps >= `step` (an attempt regenerates them), then count the
@@ -194,8 +206,9 @@ class Archive:
                 samples_store.remove_step(self.folder, old)
         self.sizes = samples_store.step_sizes(self.folder)
 
-    def submit(self, step: int, policy_step: int, env_ids: list[str],
-               groups: list[list[Rollout]]) -> None:  # fmt: skip
+    def submit(
+        self, step: int, policy_step: int, env_ids: list[str], groups: list[list[Rollout]]
+    ) -> None:
         """Hand one step's groups (`env_ids[i]`: group i's environment) to the writer thread;
         raises the previous write's error, if it failed."""
         if not self.enabled:
@@ -209,8 +222,9 @@ class Archive:
         if pending is not None:
             pending.result()
 
-    def write(self, step: int, policy_step: int, env_ids: list[str],
-              groups: list[list[Rollout]]) -> None:  # fmt: skip
+    def write(
+        self, step: int, policy_step: int, env_ids: list[str], groups: list[list[Rollout]]
+    ) -> None:
         """One step's file; a failure costs that file only (a warning), except a full disk,
         which stops the orchestrator as it stops every other write."""
         try:
@@ -220,8 +234,9 @@ class Archive:
                 raise
             logger.warning(f"rollout archive: step {step} not written: {err!r}")
 
-    def write_file(self, step: int, policy_step: int, env_ids: list[str],
-                   groups: list[list[Rollout]]) -> None:  # fmt: skip
+    def write_file(
+        self, step: int, policy_step: int, env_ids: list[str], groups: list[list[Rollout]]
+    ) -> None:
         if not self.tokenizer_tried:  # loaded once, off the loop
             self.tokenizer_tried = True
             self.texts = load_token_texts(self.model_name)
@@ -256,6 +271,8 @@ class Archive:
             self.executor.shutdown(wait=True)
         if self.write_s:
             mean_ms = 1000 * sum(self.write_s) / len(self.write_s)
-            logger.info(f"rollout archive: {len(self.sizes)} steps, "
-                        f"{size_text(sum(self.sizes.values()))}; "
-                        f"{mean_ms:.0f} ms a step to write, in its own thread")  # fmt: skip
+            logger.info(
+                f"rollout archive: {len(self.sizes)} steps, "
+                f"{size_text(sum(self.sizes.values()))}; "
+                f"{mean_ms:.0f} ms a step to write, in its own thread"
+            )

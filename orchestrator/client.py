@@ -34,9 +34,14 @@ def server_root(base_url: str) -> str:
 
 
 async def wait_for_server(
-    http: httpx.AsyncClient, base_url: str, model: str, timeout_s: float,
-    api_key: str = "EMPTY", seq_len: int = 0, nonce: str | None = None,
-) -> None:  # fmt: skip
+    http: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    timeout_s: float,
+    api_key: str = "EMPTY",
+    seq_len: int = 0,
+    nonce: str | None = None,
+) -> None:
     """Wait until `/health` answers 200 and `model` is listed in `/v1/models`, with room for
     `seq_len` tokens per sample (its max_model_len). With `nonce` (the launcher's, in
     SERVER_NONCE_ENV) /health must prove it: another program on the port is a ForeignServer
@@ -101,9 +106,12 @@ def brief(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def update_weights(
-    http: httpx.AsyncClient, base_url: str, request: dict[str, Any], timeout_s: float,
+    http: httpx.AsyncClient,
+    base_url: str,
+    request: dict[str, Any],
+    timeout_s: float,
     token: str | None = None,
-) -> dict[str, Any] | None:  # fmt: skip
+) -> dict[str, Any] | None:
     """Ask inference to serve the policy `request` names (a WeightReceiver.load_request body);
     returns the server's answer (its `model`, when present, is the name requests must use: a
     LoRA adapter's), or None if the server has no such route (a plain vLLM server keeps its

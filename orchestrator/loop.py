@@ -107,15 +107,19 @@ class Orchestrator:
         eval_envs = [load_env(e) for e in config.eval.env] if config.eval else []
         state = setup_state(config, run_dir, resume_step)
         plan = ckpt.CheckpointPlan(
-            config.ckpt.interval, config.max_steps, config.ckpt.enabled,
+            config.ckpt.interval,
+            config.max_steps,
+            config.ckpt.enabled,
             lead=config.async_level if config.deterministic else 0,
-        )  # fmt: skip
+        )
         if resume_step is not None and (restored := ckpt.restore_batches(run_dir, resume_step)):
             logger.info(f"batches {restored} restored from the checkpoint (generated before it)")
         sampler = ExampleSampler(
-            [env.num_examples for env in envs], [e.weight for e in config.env], config.seed,
+            [env.num_examples for env in envs],
+            [e.weight for e in config.env],
+            config.seed,
             state.sampler,
-        )  # fmt: skip
+        )
         client = await setup_client(config, run_dir)
         monitor = Monitor(config, run_dir, state.wandb_run_id)
         state.wandb_run_id = monitor.wandb_run_id
@@ -125,9 +129,19 @@ class Orchestrator:
         archive = Archive(config.samples, run_dir.samples, config.model.name)
         archive.drop_from(state.step)  # this attempt writes them again
         return cls(
-            config, run_dir, envs, eval_envs, state, sampler, plan, client, monitor, policy,
-            archive, resume_step,
-        )  # fmt: skip
+            config,
+            run_dir,
+            envs,
+            eval_envs,
+            state,
+            sampler,
+            plan,
+            client,
+            monitor,
+            policy,
+            archive,
+            resume_step,
+        )
 
     async def run(self) -> None:
         """Every batch still to come, with evals and checkpoints as configured."""
@@ -240,8 +254,16 @@ class Orchestrator:
         metrics["throughput_tokens_per_s"] = batch.num_tokens / step_s
         metrics["num_capped_requests"] = self.client.budget.take_num_capped()
         metrics.update(self.servers.take_counts())
-        logger.info(step_line(step, step_s, metrics["reward"], batch.num_tokens,
-                              len(batch.samples), metrics["num_errors"]))  # fmt: skip
+        logger.info(
+            step_line(
+                step,
+                step_s,
+                metrics["reward"],
+                batch.num_tokens,
+                len(batch.samples),
+                metrics["num_errors"],
+            )
+        )
         self.monitor.log(step, metrics)
 
     async def sample_groups(
@@ -278,7 +300,7 @@ class Orchestrator:
                 model,
                 sampling,
                 seeds[i] if seeds else None,
-            )  # fmt: skip
+            )
             for i, (env, index) in enumerate(picks)
         ]
         return list(await asyncio.gather(*groups))
@@ -303,10 +325,12 @@ class Orchestrator:
                 eval_seeds(config.seed, step, e, i, num) if config.deterministic else None
                 for i in range(len(examples))
             ]
-            groups = await asyncio.gather(*(
-                env.run_group(example, num, self.client, model, sampling, example_seeds)
-                for example, example_seeds in zip(examples, seeds, strict=True)
-            ))  # fmt: skip
+            groups = await asyncio.gather(
+                *(
+                    env.run_group(example, num, self.client, model, sampling, example_seeds)
+                    for example, example_seeds in zip(examples, seeds, strict=True)
+                )
+            )
             env_rows = [
                 result_row(labels[e], i, j, rollout)
                 for i, group in enumerate(groups)
@@ -333,18 +357,27 @@ async def setup_client(config: OrchestratorConfig, run_dir: RunDir) -> PooledCli
     pool = ServerPool(client_config.base_urls, client_config.timeout_s, lambda: read_token(run_dir))
     try:
         with waits.waiting("inference to answer /health", "inference"):
-            await pool.wait_ready(config.model.name, client_config.health_timeout_s,
-                                  client_config.api_key, config.seq_len,
-                                  os.environ.get(SERVER_NONCE_ENV))  # fmt: skip
+            await pool.wait_ready(
+                config.model.name,
+                client_config.health_timeout_s,
+                client_config.api_key,
+                config.seq_len,
+                os.environ.get(SERVER_NONCE_ENV),
+            )
     except BaseException:
         await pool.close()
         raise
     if len(pool) > 1:
         logger.info(f"spreading requests over {len(pool)} inference servers")
     return PooledClient(
-        pool, config.model.name, config.seq_len, client_config.timeout_s,
-        client_config.max_concurrent, client_config.api_key, client_config.api_key_var,
-    )  # fmt: skip
+        pool,
+        config.model.name,
+        config.seq_len,
+        client_config.timeout_s,
+        client_config.max_concurrent,
+        client_config.api_key,
+        client_config.api_key_var,
+    )
 
 
 def setup_resume(config: OrchestratorConfig, run_dir: RunDir) -> int | None:

@@ -55,8 +55,10 @@ class Monitor:
             try:
                 wait_until(relayed, timeout_s, RELAY_POLL_S, what)
             except TimeoutError:
-                logger.warning(f"W&B: the trainer's records after step {self.trainer.last_step} "
-                               "were not relayed")  # fmt: skip
+                logger.warning(
+                    f"W&B: the trainer's records after step {self.trainer.last_step} "
+                    "were not relayed"
+                )
         self.evals.forward(wandb)
         wandb.finish()
 

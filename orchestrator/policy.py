@@ -21,9 +21,12 @@ logger = logging.getLogger("orchestrator")
 
 class Policy:
     def __init__(
-        self, config: OrchestratorConfig, receiver: WeightReceiver, servers: PolicyServers,
+        self,
+        config: OrchestratorConfig,
+        receiver: WeightReceiver,
+        servers: PolicyServers,
         step: int | None,
-    ):  # fmt: skip
+    ):
         """`step`: the policy inference serves now (None: unknown, after a resume)."""
         self.config, self.receiver, self.servers = config, receiver, servers
         self.step = step

@@ -18,9 +18,15 @@ from orchestrator.servers import ServerPool
 
 class PooledClient(OpenAIChatCompletionsClient):
     def __init__(
-        self, pool: ServerPool, base_model: str, seq_len: int, timeout_s: float,
-        max_concurrent: int, api_key: str = "EMPTY", api_key_var: str = "VLLM_API_KEY",
-    ):  # fmt: skip
+        self,
+        pool: ServerPool,
+        base_model: str,
+        seq_len: int,
+        timeout_s: float,
+        max_concurrent: int,
+        api_key: str = "EMPTY",
+        api_key_var: str = "VLLM_API_KEY",
+    ):
         self.subs = [
             OpenAIChatCompletionsClient(
                 AsyncOpenAI(

@@ -63,10 +63,12 @@ class Server:
 
 class ServerPool:
     def __init__(
-        self, base_urls: list[str], timeout_s: float = 600.0,
+        self,
+        base_urls: list[str],
+        timeout_s: float = 600.0,
         read_token: Callable[[], str | None] = lambda: None,
         transport: httpx.AsyncBaseTransport | None = None,
-    ):  # fmt: skip
+    ):
         """`timeout_s`: of one request; `read_token`: the run's admin token (None: none);
         `transport`: what the HTTP client sends through (None: the network)."""
         self.servers = [Server(url) for url in base_urls]
@@ -85,9 +87,11 @@ class ServerPool:
         """The pool's one HTTP client, opened on first use (inside the event loop)."""
         if self._http is None:
             self._http = httpx.AsyncClient(
-                timeout=self.timeout_s, limits=LIMITS, follow_redirects=True,
+                timeout=self.timeout_s,
+                limits=LIMITS,
+                follow_redirects=True,
                 transport=self.transport,
-            )  # fmt: skip
+            )
         return self._http
 
     async def close(self) -> None:
@@ -135,15 +139,21 @@ class ServerPool:
         return counts
 
     async def wait_ready(
-        self, model: str, timeout_s: float, api_key: str = "EMPTY", seq_len: int = 0,
+        self,
+        model: str,
+        timeout_s: float,
+        api_key: str = "EMPTY",
+        seq_len: int = 0,
         nonce: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Every server healthy (proving `nonce`, when given: rlcore.processes.health) and serving
         `model` with room for `seq_len` tokens."""
-        await asyncio.gather(*(
-            wait_for_server(self.http, s.base_url, model, timeout_s, api_key, seq_len, nonce)
-            for s in self.servers
-        ))  # fmt: skip
+        await asyncio.gather(
+            *(
+                wait_for_server(self.http, s.base_url, model, timeout_s, api_key, seq_len, nonce)
+                for s in self.servers
+            )
+        )
 
     async def tokenize(self, body: dict[str, Any]) -> int:
         """The token count of a chat prompt (`body`: a /tokenize request), from the
@@ -177,9 +187,7 @@ class ServerPool:
         if self.token is None:
             self.token = self.read_token()
         answers = await asyncio.gather(
-            *(
-                self._update_one(i, r, timeout_s or self.timeout_s) for i, r in enumerate(requests)
-            ),  # fmt: skip
+            *(self._update_one(i, r, timeout_s or self.timeout_s) for i, r in enumerate(requests)),
             return_exceptions=True,
         )
         for answer in answers:  # in server order: the first failed server is named

@@ -38,28 +38,129 @@ from urllib.parse import unquote, unquote_plus
 from rlcore.errors import ConfigError
 
 REDACTED = "***"
-SECRET_WORDS = {"key", "token", "secret", "secrets", "password", "passwords", "passwd",
-                "passphrase", "credential", "credentials", "auth", "authorization", "apikey",
-                "signature", "sig"}  # fmt: skip
+SECRET_WORDS = {
+    "key",
+    "token",
+    "secret",
+    "secrets",
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "auth",
+    "authorization",
+    "apikey",
+    "signature",
+    "sig",
+}
 """Last words that make a name a secret's name."""
 NOT_SECRET_COMPOUNDS = {
-    "key": {"sort", "primary", "foreign", "answer", "partition", "cache", "dict", "lookup",
-            "join", "group", "index", "input", "output", "label", "text", "prompt", "question",
-            "target", "reward", "column", "field", "metric", "dataset", "data", "message",
-            "content", "completion", "image", "hash", "shard", "rng", "prng", "seed", "hot",
-            "row", "map", "unique", "composite", "natural", "range", "order", "task",
-            "example", "response", "score", "split", "metadata"},
-    "token": {"pad", "bos", "eos", "unk", "sep", "cls", "mask", "special", "stop", "start",
-              "end", "first", "last", "next", "max", "min", "num", "image", "audio", "video",
-              "think", "eot", "tool", "placeholder", "sentinel", "vision"},
-}  # fmt: skip
+    "key": {
+        "sort",
+        "primary",
+        "foreign",
+        "answer",
+        "partition",
+        "cache",
+        "dict",
+        "lookup",
+        "join",
+        "group",
+        "index",
+        "input",
+        "output",
+        "label",
+        "text",
+        "prompt",
+        "question",
+        "target",
+        "reward",
+        "column",
+        "field",
+        "metric",
+        "dataset",
+        "data",
+        "message",
+        "content",
+        "completion",
+        "image",
+        "hash",
+        "shard",
+        "rng",
+        "prng",
+        "seed",
+        "hot",
+        "row",
+        "map",
+        "unique",
+        "composite",
+        "natural",
+        "range",
+        "order",
+        "task",
+        "example",
+        "response",
+        "score",
+        "split",
+        "metadata",
+    },
+    "token": {
+        "pad",
+        "bos",
+        "eos",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "special",
+        "stop",
+        "start",
+        "end",
+        "first",
+        "last",
+        "next",
+        "max",
+        "min",
+        "num",
+        "image",
+        "audio",
+        "video",
+        "think",
+        "eot",
+        "tool",
+        "placeholder",
+        "sentinel",
+        "vision",
+    },
+}
 """Words before a last word of SECRET_WORDS that make a name no secret's (`sort_key`)."""
-SECRET_QUALIFIERS = ("api", "access", "secret", "private", "auth", "refresh", "bearer", "session",
-                     "signing", "master", "client", "oauth")  # fmt: skip
+SECRET_QUALIFIERS = (
+    "api",
+    "access",
+    "secret",
+    "private",
+    "auth",
+    "refresh",
+    "bearer",
+    "session",
+    "signing",
+    "master",
+    "client",
+    "oauth",
+)
 RUN_TOGETHER = (
-    "secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential",
-    "credentials", *(q + w for q in SECRET_QUALIFIERS for w in ("key", "token")),
-)  # fmt: skip
+    "secret",
+    "secrets",
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    *(q + w for q in SECRET_QUALIFIERS for w in ("key", "token")),
+)
 """Endings of one run-together word that make it a secret's name (`clientsecret`, `apikey`)."""
 IGNORED_LAST_WORDS = {"value", "header", "str", "string", "b64", "base64", "hex", "pem"}
 """Trailing words that say how a secret is written, not what it is (`api_key_value`)."""
@@ -128,13 +229,18 @@ def map_secrets(data: Any, change: Callable[[Slot], str], path: tuple = ()) -> A
     """A copy of `data` (nested dicts and lists) with the text of every secret slot (see the
     module docstring; empty strings hold none) replaced by `change(slot)`."""
     if isinstance(data, dict):
-        return {k: _under_secret(v, change, (*path, k), str(k)) if is_secret_key(k)
-                else map_secrets(v, change, (*path, k)) for k, v in data.items()}  # fmt: skip
+        return {
+            k: _under_secret(v, change, (*path, k), str(k))
+            if is_secret_key(k)
+            else map_secrets(v, change, (*path, k))
+            for k, v in data.items()
+        }
     if isinstance(data, list | tuple):
         return _map_list(list(data), change, path)
     if isinstance(data, str):
-        return map_url_secrets(data, lambda what, name, raw, ref: change(
-            Slot(raw, path, what, name, ref, in_url=True)))  # fmt: skip
+        return map_url_secrets(
+            data, lambda what, name, raw, ref: change(Slot(raw, path, what, name, ref, in_url=True))
+        )
     return data
 
 
@@ -144,9 +250,12 @@ def _under_secret(value: Any, change: Callable[[Slot], str], path: tuple, name: 
             return value
         return change(Slot(value, path, "a secret-named key's value", name, is_reference(value)))
     if isinstance(value, dict):  # a workflow's `api_key: {static: sk-...}`
-        return {k: _under_secret(v, change, (*path, k), name if k == "static" else str(k))
-                if k == "static" or is_secret_key(k) else map_secrets(v, change, (*path, k))
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: _under_secret(v, change, (*path, k), name if k == "static" else str(k))
+            if k == "static" or is_secret_key(k)
+            else map_secrets(v, change, (*path, k))
+            for k, v in value.items()
+        }
     return map_secrets(value, change, path)
 
 
@@ -155,8 +264,17 @@ def _map_list(items: list, change: Callable[[Slot], str], path: tuple) -> list:
     for index, item in enumerate(items):
         where = (*path, index)
         if value_of is not None and isinstance(item, str) and item and not item.startswith("--"):
-            out.append(change(Slot(item, where, f"the value of `{value_of}`",
-                                   value_of.lstrip("-"), is_reference(item))))  # fmt: skip
+            out.append(
+                change(
+                    Slot(
+                        item,
+                        where,
+                        f"the value of `{value_of}`",
+                        value_of.lstrip("-"),
+                        is_reference(item),
+                    )
+                )
+            )
             value_of = None
             continue
         value_of = None
@@ -165,8 +283,9 @@ def _map_list(items: list, change: Callable[[Slot], str], path: tuple) -> list:
             if not eq:
                 value_of = flag  # `--api-key VALUE`: the next item
             elif given:
-                slot = Slot(given, where, f"the value of `{flag}`", flag.lstrip("-"),
-                            is_reference(given))  # fmt: skip
+                slot = Slot(
+                    given, where, f"the value of `{flag}`", flag.lstrip("-"), is_reference(given)
+                )
                 out.append(f"{flag}={change(slot)}")
                 continue
         out.append(map_secrets(item, change, where))
@@ -231,8 +350,9 @@ def _map_url(url: str, change: Callable[[str, str, str, bool], str]) -> str:
     userinfo, at, host = authority.rpartition("@")
     if at and userinfo:
         reference = _USERINFO_REFERENCE.match(userinfo) is not None
-        userinfo = change("its user info (user:password@) of a URL", "URL_USERINFO", userinfo,
-                          reference)  # fmt: skip
+        userinfo = change(
+            "its user info (user:password@) of a URL", "URL_USERINFO", userinfo, reference
+        )
     url = f"{scheme}//{userinfo}{at}{host}{rest}"
     if query is not None:
         url += "?" + _map_parameters(query, change)
@@ -329,8 +449,9 @@ def _substitute(slot: Slot, where: str, env: dict[str, str]) -> str:
         name = match.group(1) or match.group(2)
         if name not in env:
             place = where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in slot.path)
-            raise ConfigError(f"{place} = {slot.value!r}: ${name} is not set: export it or put "
-                              "it in .env")  # fmt: skip
+            raise ConfigError(
+                f"{place} = {slot.value!r}: ${name} is not set: export it or put it in .env"
+            )
         return env[name]
 
     return _ANY_REFERENCE.sub(value_of, slot.value)

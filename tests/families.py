@@ -22,24 +22,38 @@ def family_config(family: str, vocab_size: int, **ids):
     import transformers as tf
 
     common = dict(
-        vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=128,
-        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-        max_position_embeddings=4096, dtype="float32", **ids,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=4096,
+        dtype="float32",
+        **ids,
+    )
     if family == "qwen3":
         return tf.Qwen3Config(**common, head_dim=HEAD_DIM, tie_word_embeddings=True)
     if family == "llama":
         return tf.LlamaConfig(**common, head_dim=HEAD_DIM, tie_word_embeddings=False)
     if family == "gemma2":
         return tf.Gemma2Config(
-            **common, head_dim=HEAD_DIM, query_pre_attn_scalar=HEAD_DIM, sliding_window=8,
-            attn_logit_softcapping=10.0, final_logit_softcapping=4.0,
-        )  # fmt: skip
+            **common,
+            head_dim=HEAD_DIM,
+            query_pre_attn_scalar=HEAD_DIM,
+            sliding_window=8,
+            attn_logit_softcapping=10.0,
+            final_logit_softcapping=4.0,
+        )
     if family == "granite":
         return tf.GraniteConfig(
-            **common, logits_scaling=4.0, embedding_multiplier=2.0, residual_multiplier=0.5,
-            attention_multiplier=HEAD_DIM**-0.5, tie_word_embeddings=True,
-        )  # fmt: skip
+            **common,
+            logits_scaling=4.0,
+            embedding_multiplier=2.0,
+            residual_multiplier=0.5,
+            attention_multiplier=HEAD_DIM**-0.5,
+            tie_word_embeddings=True,
+        )
     if family == "phi":  # lm_head has a bias; partial rotary embeddings
         return tf.PhiConfig(**common, partial_rotary_factor=0.5)
     if family == "cohere":
@@ -61,12 +75,15 @@ def other_family_config(family: str, common: dict):
         return tf.GemmaConfig(**with_head_dim)
     if family == "gemma3":
         return tf.Gemma3TextConfig(
-            **with_head_dim, query_pre_attn_scalar=HEAD_DIM, sliding_window=8,
+            **with_head_dim,
+            query_pre_attn_scalar=HEAD_DIM,
+            sliding_window=8,
             final_logit_softcapping=4.0,
-        )  # fmt: skip
+        )
     if family == "cohere2":
-        return tf.Cohere2Config(**with_head_dim, logit_scale=0.25, tie_word_embeddings=True,
-                                sliding_window=8)  # fmt: skip
+        return tf.Cohere2Config(
+            **with_head_dim, logit_scale=0.25, tie_word_embeddings=True, sliding_window=8
+        )
     if family == "phi3":
         return tf.Phi3Config(**common)
     if family == "olmo2":
@@ -81,9 +98,17 @@ def other_family_config(family: str, common: dict):
 FAMILIES = ["qwen3", "llama", "gemma2", "granite", "phi", "cohere"]
 """Families with every test: trainer, shared prompts, and vLLM serving them (integration)."""
 HEAD_FAMILIES = [
-    *FAMILIES, "mistral", "qwen2", "gemma", "gemma3", "cohere2", "phi3", "olmo2", "stablelm",
+    *FAMILIES,
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gemma3",
+    "cohere2",
+    "phi3",
+    "olmo2",
+    "stablelm",
     "starcoder2",
-]  # fmt: skip
+]
 """One tiny model per architecture in trainer.logprob_head.HEAD_TRANSFORMS."""
 
 

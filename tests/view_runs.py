@@ -12,8 +12,28 @@ from pathlib import Path
 from rlcore.contracts import samples_store
 from rlcore.processes import procs
 
-WORDS = ["the", "sum", "is", "answer", "7", "12", "3", "+", "=", "ok", "so", "think", "<tool>",
-         "call", "(", ")", "result", "9", "4", "done"]  # fmt: skip
+WORDS = [
+    "the",
+    "sum",
+    "is",
+    "answer",
+    "7",
+    "12",
+    "3",
+    "+",
+    "=",
+    "ok",
+    "so",
+    "think",
+    "<tool>",
+    "call",
+    "(",
+    ")",
+    "result",
+    "9",
+    "4",
+    "done",
+]
 
 
 def write_json(path: Path, data) -> None:
@@ -40,22 +60,36 @@ def make_run(
     `steps` steps with every file a run has but the archive (add it with `write_samples`)."""
     root.mkdir(parents=True, exist_ok=True)
     write_marker(root, "rl", "rl")
-    me = procs.identity(os.getpid()) if live else {
-        "pid": 999_999, "host": host or "elsewhere", "create_time": 1.0,
-        "cmdline_sha256": "0" * 16}  # fmt: skip
-    write_json(root / "run.json", {
-        "status": "running" if live else status, "launcher_pid": me["pid"],
-        "attempt": "a1", "pids": {}, "identities": {"launcher": me},
-        "machine": {"model": "AMD EPYC", "isa": "avx2", "num_cpus": 2, "num_gpus": 0},
-        **({"failed_component": "trainer", "exit_code": 1} if status == "failed" else {}),
-    })  # fmt: skip
+    me = (
+        procs.identity(os.getpid())
+        if live
+        else {
+            "pid": 999_999,
+            "host": host or "elsewhere",
+            "create_time": 1.0,
+            "cmdline_sha256": "0" * 16,
+        }
+    )
+    write_json(
+        root / "run.json",
+        {
+            "status": "running" if live else status,
+            "launcher_pid": me["pid"],
+            "attempt": "a1",
+            "pids": {},
+            "identities": {"launcher": me},
+            "machine": {"model": "AMD EPYC", "isa": "avx2", "num_cpus": 2, "num_gpus": 0},
+            **({"failed_component": "trainer", "exit_code": 1} if status == "failed" else {}),
+        },
+    )
     write_configs(root, steps, lr, envs)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
     for name in ("inference", "orchestrator", "trainer"):
         (logs / f"{name}.log").write_text(
             f"\n===== attempt 2026-11-27 10:00:00 : python -m {name}.main\n"
-            + "".join(f"{name}: line {i}\n" for i in range(60)))  # fmt: skip
+            + "".join(f"{name}: line {i}\n" for i in range(60))
+        )
     append_metrics(root, range(steps))
     for step in range(ckpt_every, steps + 1, ckpt_every):
         folder = root / "checkpoints" / f"step_{step}"
@@ -82,16 +116,37 @@ def write_configs(root: Path, steps: int, lr: float, envs) -> None:
 
 
 ORCHESTRATOR_EXTRA = (
-    "metrics/correct_sum", "metrics/num_turns", "seq_len", "completion_len",
-    "truncated_fraction", "num_split_rollouts", "num_dropped_rollouts", "num_errors",
-    "mixed_reward_groups", "num_skipped_groups", "num_generation_rounds", "policy_step",
-    "progress/num_tokens", "num_capped_requests",
-)  # fmt: skip
+    "metrics/correct_sum",
+    "metrics/num_turns",
+    "seq_len",
+    "completion_len",
+    "truncated_fraction",
+    "num_split_rollouts",
+    "num_dropped_rollouts",
+    "num_errors",
+    "mixed_reward_groups",
+    "num_skipped_groups",
+    "num_generation_rounds",
+    "policy_step",
+    "progress/num_tokens",
+    "num_capped_requests",
+)
 TRAINER_EXTRA = (
-    "clip_frac", "mask_frac", "lr", "num_tokens", "forward_s", "backward_s", "optimizer_s",
-    "skipped_update", "transfer_wait_s", "transfer_send_s", "ckpt_wait_s", "ckpt_write_s",
-    "ckpt_staging_wait_s", "ckpt_s",
-)  # fmt: skip
+    "clip_frac",
+    "mask_frac",
+    "lr",
+    "num_tokens",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "skipped_update",
+    "transfer_wait_s",
+    "transfer_send_s",
+    "ckpt_wait_s",
+    "ckpt_write_s",
+    "ckpt_staging_wait_s",
+    "ckpt_s",
+)
 """The other fields the quick start's records carry (orchestrator/loop.py, trainer/train.py)."""
 
 
@@ -103,19 +158,35 @@ def metrics_lines(steps, seed: int = 0) -> str:
     for step in steps:
         now = 1_795_780_000.0 + 4 * step
         orchestrator = {
-            "component": "orchestrator", "step": step, "time": now,
-            "reward": min(1.0, 0.1 + step / 20 + rng.random() / 10), "num_samples": 64,
-            "num_tokens": 4000, "time/step_s": 3.0, "time/generate_s": 2.5,
-            "time/wait_weights_s": 0.4, "throughput_tokens_per_s": 1300.0, "rss_mib": 250.0,
+            "component": "orchestrator",
+            "step": step,
+            "time": now,
+            "reward": min(1.0, 0.1 + step / 20 + rng.random() / 10),
+            "num_samples": 64,
+            "num_tokens": 4000,
+            "time/step_s": 3.0,
+            "time/generate_s": 2.5,
+            "time/wait_weights_s": 0.4,
+            "throughput_tokens_per_s": 1300.0,
+            "rss_mib": 250.0,
             **{name: round(rng.random(), 4) for name in ORCHESTRATOR_EXTRA},
-        }  # fmt: skip
+        }
         trainer = {
-            "component": "trainer", "step": step + 1, "time": now + 2, "loss": 0.1 / (step + 1),
-            "entropy": 2.0 - step / 100, "mismatch_kl": 1e-3, "grad_norm": 0.5,
-            "tokens_per_s": 900.0, "peak_memory_gib": 1.0, "step_time_s": 2.0,
-            "data_wait_s": 0.3, "publish_s": 0.2, "rss_mib": 900.0,
+            "component": "trainer",
+            "step": step + 1,
+            "time": now + 2,
+            "loss": 0.1 / (step + 1),
+            "entropy": 2.0 - step / 100,
+            "mismatch_kl": 1e-3,
+            "grad_norm": 0.5,
+            "tokens_per_s": 900.0,
+            "peak_memory_gib": 1.0,
+            "step_time_s": 2.0,
+            "data_wait_s": 0.3,
+            "publish_s": 0.2,
+            "rss_mib": 900.0,
             **{name: round(rng.random(), 4) for name in TRAINER_EXTRA},
-        }  # fmt: skip
+        }
         lines += [json.dumps(orchestrator), json.dumps(trainer)]
     return "".join(line + "\n" for line in lines)
 
@@ -164,17 +235,27 @@ def sample_rows(
                         {"role": "assistant", "content": f"the answer is {g + step}"},
                     ]
                 reward = 1.0 if m == 0 else round(rng.random() / 2, 3)
-                row = {"step": step, "policy_step": max(0, step - 1), "env": env,
-                       "group": group, "member": m, "example_id": 1000 * step + group,
-                       "prompt": json.dumps(prompt), "completion": json.dumps(completion),
-                       "reward": reward, "reward_parts": json.dumps({"correct": reward}),
-                       "advantage": None if m == members - 1 else reward - 0.3,
-                       "kept": m != members - 1, "num_prompt_tokens": 20,
-                       "num_completion_tokens": tokens, "is_truncated": m == 1,
-                       "error": "tool server timed out" if m == members - 1 else None,
-                       "token_text": [w + " " for w in words],
-                       "token_logprob": [-rng.random() * 3 for _ in words],
-                       "token_mask": [i % 5 != 4 for i in range(len(words))]}  # fmt: skip
+                row = {
+                    "step": step,
+                    "policy_step": max(0, step - 1),
+                    "env": env,
+                    "group": group,
+                    "member": m,
+                    "example_id": 1000 * step + group,
+                    "prompt": json.dumps(prompt),
+                    "completion": json.dumps(completion),
+                    "reward": reward,
+                    "reward_parts": json.dumps({"correct": reward}),
+                    "advantage": None if m == members - 1 else reward - 0.3,
+                    "kept": m != members - 1,
+                    "num_prompt_tokens": 20,
+                    "num_completion_tokens": tokens,
+                    "is_truncated": m == 1,
+                    "error": "tool server timed out" if m == members - 1 else None,
+                    "token_text": [w + " " for w in words],
+                    "token_logprob": [-rng.random() * 3 for _ in words],
+                    "token_mask": [i % 5 != 4 for i in range(len(words))],
+                }
                 for name, value in row.items():
                     cols[name].append(value)
     return cols
@@ -184,8 +265,7 @@ def write_step(root: Path, step: int, columns: dict[str, list]) -> Path:
     """samples/step_<n>.parquet as the orchestrator writes it: through samples_store.write_step
     (`columns`: one list per column of the format, as `sample_rows` makes them)."""
     names = list(columns)
-    rows = [dict(zip(names, values, strict=True))
-            for values in zip(*columns.values(), strict=True)]  # fmt: skip
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
     folder = root / samples_store.SAMPLES_DIR
     samples_store.write_step(folder, step, max(0, step - 1), rows)
     return samples_store.step_file(folder, step)
@@ -227,18 +307,36 @@ def write_eval(
         for example in range(examples):
             for rollout in range(rollouts):
                 reward = 1.0 if (example + rollout) % 2 == 0 else 0.0
-                env_rows.append({
-                    "env": env, "example": example, "rollout": rollout,
-                    "prompt": [{"role": "user", "content": f"What is {example} + 5?"}],
-                    "completion": [{"role": "assistant", "content": f"eval answer {example + 5}"
-                                    f" try {rollout}"}],
-                    "reward": reward, "metrics": {"correct": reward},
-                    "completion_tokens": 6, "error": None})  # fmt: skip
+                env_rows.append(
+                    {
+                        "env": env,
+                        "example": example,
+                        "rollout": rollout,
+                        "prompt": [{"role": "user", "content": f"What is {example} + 5?"}],
+                        "completion": [
+                            {
+                                "role": "assistant",
+                                "content": f"eval answer {example + 5} try {rollout}",
+                            }
+                        ],
+                        "reward": reward,
+                        "metrics": {"correct": reward},
+                        "completion_tokens": 6,
+                        "error": None,
+                    }
+                )
         rows += env_rows
         mean = sum(r["reward"] for r in env_rows) / len(env_rows)
-        summary[env] = {"num_examples": examples, "num_rollouts": len(env_rows),
-                        "num_errors": 0, "reward": mean, "pass@1": mean, "pass@2": 0.833,
-                        f"pass@{rollouts}": 1.0, "completion_tokens": 6.0}  # fmt: skip
+        summary[env] = {
+            "num_examples": examples,
+            "num_rollouts": len(env_rows),
+            "num_errors": 0,
+            "reward": mean,
+            "pass@1": mean,
+            "pass@2": 0.833,
+            f"pass@{rollouts}": 1.0,
+            "completion_tokens": 6.0,
+        }
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return folder

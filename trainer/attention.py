@@ -132,9 +132,14 @@ def per_sample_sdpa(q, k, v, cu_seqlens: list[int], scaling, left_window: int) -
             i = torch.arange(end - start, device=q.device)
             mask = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] <= left_window)
         out = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, is_causal=mask is None, scale=scaling,
+            qs,
+            ks,
+            vs,
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=scaling,
             enable_gqa=ks.shape[0] != qs.shape[0],
-        )  # fmt: skip
+        )
         outs.append(out.transpose(0, 1))
     return torch.cat(outs)
 

@@ -108,8 +108,14 @@ def finish_save(run_dir: RunDir, step: int, parts: tuple[str, ...]) -> None:
 class Checkpointer:
     """Saves trainer checkpoints, in the background or not, and prunes old ones."""
 
-    def __init__(self, run_dir: RunDir, world: World, parts: tuple[str, ...], keep: int | None,
-                 background: bool):  # fmt: skip
+    def __init__(
+        self,
+        run_dir: RunDir,
+        world: World,
+        parts: tuple[str, ...],
+        keep: int | None,
+        background: bool,
+    ):
         self.run_dir, self.world, self.parts, self.keep = run_dir, world, parts, keep
         self.background = background
         self.writer = BackgroundWriter("checkpoint-writer")
@@ -138,15 +144,20 @@ class Checkpointer:
             folder = start_save(run_dir, step, scheduler, world, extra)
         model_state, optim_state = train_state(model, optimizer)
         response = dcp.async_save(
-            {"model": model_state, "optim": optim_state}, checkpoint_id=folder / "dcp",
-            process_group=self.group, async_stager=self.stager,
-        )  # fmt: skip
+            {"model": model_state, "optim": optim_state},
+            checkpoint_id=folder / "dcp",
+            process_group=self.group,
+            async_stager=self.stager,
+        )
         assert isinstance(response, AsyncSaveResponse), "an async_stager stages apart"
         self.staging = response.staging_completion
         self.writer.submit(lambda: self.finish(response.upload_completion, step))
         staged_s, self.staging_wait_s = self.staging_wait_s, 0.0
-        return {"ckpt_wait_s": waited, "ckpt_write_s": self.writer.last_write_s,
-                "ckpt_staging_wait_s": staged_s}  # fmt: skip
+        return {
+            "ckpt_wait_s": waited,
+            "ckpt_write_s": self.writer.last_write_s,
+            "ckpt_staging_wait_s": staged_s,
+        }
 
     def before_update(self) -> None:
         """Called before the optimizer changes the weights: the copy of the last save must be
@@ -197,9 +208,11 @@ def make_stager(world: World):
 
     on_gpu = world.device.type == "cuda"
     options = StagingOptions(
-        use_pinned_memory=on_gpu, use_shared_memory=False, use_async_staging=True,
+        use_pinned_memory=on_gpu,
+        use_shared_memory=False,
+        use_async_staging=True,
         use_non_blocking_copy=on_gpu,
-    )  # fmt: skip
+    )
     stager = DefaultStager(options)
     copier = getattr(stager, "_state_dict_stager", None)
     if copier is not None:

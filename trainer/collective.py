@@ -52,8 +52,9 @@ def policy_tensors(model: TrainerModel) -> dict[str, torch.Tensor]:
 def describe(model: TrainerModel, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The update_info of every update: names, serving dtypes and full shapes, in send order."""
     dtype = getattr(model, "serving_dtype", None)
-    dtypes = [dtype if dtype is not None and t.is_floating_point() else t.dtype
-              for t in tensors.values()]  # fmt: skip
+    dtypes = [
+        dtype if dtype is not None and t.is_floating_point() else t.dtype for t in tensors.values()
+    ]
     return {
         "names": list(tensors),
         "dtype_names": [str(d).removeprefix("torch.") for d in dtypes],
@@ -92,14 +93,19 @@ class CollectiveSender(WeightSender):
             host = config.host or LOOPBACK
             speed = collective.read_link_speed(self.run_dir.root)  # an earlier attempt's sends
             group = collective.new_group(
-                host, config.port or free_port(host),
-                resolve_backend(config.backend), config.inference_workers or 1,
-                config.update_timeout_s(num_bytes, speed), config.bucket_mb * MIB,
-            )  # fmt: skip
+                host,
+                config.port or free_port(host),
+                resolve_backend(config.backend),
+                config.inference_workers or 1,
+                config.update_timeout_s(num_bytes, speed),
+                config.bucket_mb * MIB,
+            )
             link = f", link {speed / 1e6:.0f} MB/s measured before" if speed else ""
-            logger.info(f"collective weight transfer: {num_bytes / 1e9:.2f} GB per policy over "
-                        f"{group['backend']} at {group['host']}:{group['port']}, timeout "
-                        f"{group['timeout_s']:g} s{link}")  # fmt: skip
+            logger.info(
+                f"collective weight transfer: {num_bytes / 1e9:.2f} GB per policy over "
+                f"{group['backend']} at {group['host']}:{group['port']}, timeout "
+                f"{group['timeout_s']:g} s{link}"
+            )
         self.group = self.world.broadcast_object(group)
 
     def publish_initial(self, step: int) -> None:
@@ -132,8 +138,12 @@ class CollectiveSender(WeightSender):
             return (False,) if done else None
 
         try:
-            (asked,) = wait_until(answered, self.request_timeout_s, collective.POLL_S,
-                                  f"a request for policy step {step}")  # fmt: skip
+            (asked,) = wait_until(
+                answered,
+                self.request_timeout_s,
+                collective.POLL_S,
+                f"a request for policy step {step}",
+            )
         except TimeoutError:
             raise RuntimeError(
                 f"the orchestrator did not ask for policy step {step} within "
@@ -193,16 +203,22 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
 def join_group(group: dict[str, Any]):
     """Rank 0 of the group: blocks until every inference worker joined (they join when the
     orchestrator's first /update_weights reaches them), up to the group's timeout."""
-    logger.info(f"waiting for {group['world_size'] - 1} inference worker(s) to join "
-                f"{group['backend']} group {group['id']}")  # fmt: skip
+    logger.info(
+        f"waiting for {group['world_size'] - 1} inference worker(s) to join "
+        f"{group['backend']} group {group['id']}"
+    )
     if group["backend"] == "nccl":
         from vllm.distributed.weight_transfer.nccl_common import trainer_init
 
-        rendezvous = {"master_address": group["host"], "master_port": group["port"],
-                      "world_size": group["world_size"]}  # fmt: skip
+        rendezvous = {
+            "master_address": group["host"],
+            "master_port": group["port"],
+            "world_size": group["world_size"],
+        }
         return trainer_init(rendezvous)
-    return collective.gloo_group(group["host"], group["port"], 0, group["world_size"],
-                                 group["id"], group["timeout_s"])  # fmt: skip
+    return collective.gloo_group(
+        group["host"], group["port"], 0, group["world_size"], group["id"], group["timeout_s"]
+    )
 
 
 def send_nccl(link, pairs: Iterator, group: dict[str, Any], is_main: bool) -> None:
@@ -214,7 +230,11 @@ def send_nccl(link, pairs: Iterator, group: dict[str, Any], is_main: bool) -> No
     from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
 
     packed_nccl_broadcast_producer(
-        iterator=pairs, group=link, src=0, post_iter_func=lambda item: item[1],
-        buffer_size_bytes=group["bucket_bytes"], num_buffers=2,
-    )  # fmt: skip
+        iterator=pairs,
+        group=link,
+        src=0,
+        post_iter_func=lambda item: item[1],
+        buffer_size_bytes=group["bucket_bytes"],
+        num_buffers=2,
+    )
     torch.cuda.current_stream().synchronize()

@@ -58,9 +58,14 @@ class TrainerModelConfig(ModelConfig):
     (trainer/logprob_head.py); None computes full logits as transformers does."""
 
     attn_implementation: Literal[
-        "auto", "varlen", "sdpa", "eager", "flex_attention", "flash_attention_2",
+        "auto",
+        "varlen",
+        "sdpa",
+        "eager",
+        "flex_attention",
+        "flash_attention_2",
         "flash_attention_3",
-    ] = "auto"  # fmt: skip
+    ] = "auto"
     """Attention kernel. `auto`: on CUDA in bf16/fp16 flash-attn's kernels when installed, else
     `varlen` (torch's variable-length flash attention: packed samples without a dense mask);
     sdpa on CPU or in fp32; and only a kernel that does what the model needs (Gemma-2's
@@ -259,10 +264,15 @@ class GspoLossConfig(BaseConfig):
 
 
 LossConfig = Annotated[
-    RatioClipLossConfig | DualClipLossConfig | RatioMaskLossConfig | SequenceMaskLossConfig
-    | ProbMaskLossConfig | TisLossConfig | GspoLossConfig,
+    RatioClipLossConfig
+    | DualClipLossConfig
+    | RatioMaskLossConfig
+    | SequenceMaskLossConfig
+    | ProbMaskLossConfig
+    | TisLossConfig
+    | GspoLossConfig,
     Field(discriminator="type"),
-]  # fmt: skip
+]
 
 
 class FakeDataConfig(BaseConfig):

@@ -49,8 +49,12 @@ def multi_node_args(nodes: int) -> list[str]:
             f"trainer.nodes = {nodes} needs MASTER_ADDR (the first trainer node) and NODE_RANK "
             "(or SLURM_NODEID) in the environment: run it under `rl` with [slurm], or set them"
         )
-    return [f"--nnodes={nodes}", f"--node-rank={rank}", f"--master-addr={addr}",
-            f"--master-port={port}"]  # fmt: skip
+    return [
+        f"--nnodes={nodes}",
+        f"--node-rank={rank}",
+        f"--master-addr={addr}",
+        f"--master-port={port}",
+    ]
 
 
 @dataclass

@@ -233,9 +233,15 @@ def install(model: TrainerModel, chunk: int, dtype: torch.dtype) -> bool:
         weight, bias = head_parameters(head)
         with torch.autocast(rows.device.type, enabled=False):
             logprobs, entropy = ChunkedLogprobs.apply(
-                rows[index], weight, bias, request.targets[index], request.temperature, chunk,
-                dtype, transform,
-            )  # fmt: skip
+                rows[index],
+                weight,
+                bias,
+                request.targets[index],
+                request.temperature,
+                chunk,
+                dtype,
+                transform,
+            )
         size = (rows.shape[0],)
         full = torch.zeros(size, dtype=torch.float32, device=rows.device)
         full = full.index_put((index,), logprobs)

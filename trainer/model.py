@@ -42,9 +42,13 @@ def compute_dtype(config: TrainerModelConfig, device: torch.device) -> torch.dty
 
 
 def load_model(
-    config: TrainerModelConfig, source: str, world: World, lora: LoraConfig | None = None,
-    run: TrainerRun | None = None, fused: bool | str = "auto",
-) -> TrainerModel:  # fmt: skip
+    config: TrainerModelConfig,
+    source: str,
+    world: World,
+    lora: LoraConfig | None = None,
+    run: TrainerRun | None = None,
+    fused: bool | str = "auto",
+) -> TrainerModel:
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
     when distributed; `model.compute_dtype` says what the forward pass runs in and
     `model.serving_dtype` what published weights are written in. With `lora`, only adapters

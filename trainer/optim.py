@@ -31,9 +31,13 @@ def build_optimizer(
     on_gpu = bool(params) and params[0].device.type == "cuda"
     fused, _ = choose_fused(config.fused, on_gpu)
     optimizer = torch.optim.AdamW(
-        params, lr=config.lr, betas=config.betas, eps=config.eps,
-        weight_decay=config.weight_decay, fused=fused or None,
-    )  # fmt: skip
+        params,
+        lr=config.lr,
+        betas=config.betas,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        fused=fused or None,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(config, max_steps, step)
     )

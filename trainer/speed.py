@@ -53,9 +53,13 @@ def device_memory(device: torch.device) -> float | None:
 
 
 def choose(
-    config: TrainerModelConfig, model: TrainerModel, device: torch.device, machine: Machine,
-    run: TrainerRun | None, fused: bool | str = "auto",
-) -> SpeedChoices:  # fmt: skip
+    config: TrainerModelConfig,
+    model: TrainerModel,
+    device: torch.device,
+    machine: Machine,
+    run: TrainerRun | None,
+    fused: bool | str = "auto",
+) -> SpeedChoices:
     """The speed choices for `model` (loaded, not yet compiled or checkpointed) on `device`."""
     on_gpu, dtype = device.type == "cuda", str(model.compute_dtype).removeprefix("torch.")
     if config.compile is True and (refusal := compile_refusal(machine)):
@@ -70,24 +74,39 @@ def choose(
 
         def peak(on: bool, every: int) -> float:
             parts = trainer_peak(
-                shape, run.tokens_per_pass, DTYPE_BYTES[dtype], on, run.shards,
-                trainable=trainable, head_chunk=config.logprob_chunk_tokens,
+                shape,
+                run.tokens_per_pass,
+                DTYPE_BYTES[dtype],
+                on,
+                run.shards,
+                trainable=trainable,
+                head_chunk=config.logprob_chunk_tokens,
                 checkpoint_freq=every,
-            )  # fmt: skip
+            )
             if on_gpu:
                 parts.pop("process")  # host memory, not the GPU's
             return sum(parts.values())
 
     layers = model.config.get_text_config().num_hidden_layers
     ac, freq, ac_why = choose_checkpointing(
-        config.activation_checkpointing, config.activation_checkpointing_freq, layers, peak,
+        config.activation_checkpointing,
+        config.activation_checkpointing_freq,
+        layers,
+        peak,
         device_memory(device) if run is not None else None,
-    )  # fmt: skip
+    )
     fused_on, fused_why = choose_fused(fused, on_gpu)
     return SpeedChoices(
-        compile_on, compile_why, ac, freq, ac_why, fused_on, fused_why,
-        config.logprob_chunk_tokens, dtype,
-    )  # fmt: skip
+        compile_on,
+        compile_why,
+        ac,
+        freq,
+        ac_why,
+        fused_on,
+        fused_why,
+        config.logprob_chunk_tokens,
+        dtype,
+    )
 
 
 def use_compile_cache() -> str:

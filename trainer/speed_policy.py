@@ -50,26 +50,35 @@ QWEN3_06B_PARAMS = 596_049_920
 SMOLLM2_135M_PARAMS = 134_515_008
 COMPILE_FIGURES = {
     "gpu": CompileFigures(
-        eager_step_s=16384 / 20640, compiled_step_s=16384 / 27119, compile_s=60.0,
-        params=QWEN3_06B_PARAMS, tokens=16384,
+        eager_step_s=16384 / 20640,
+        compiled_step_s=16384 / 27119,
+        compile_s=60.0,
+        params=QWEN3_06B_PARAMS,
+        tokens=16384,
         source="one H100 80GB, torch 2.11, Qwen3-0.6B shape, 8 x 2k packed, activation "
         "checkpointing (issue 55, 2026-11-27); compile_s assumed (not yet measured: "
         "benchmarks/gpu_suite.sh prints it)",
     ),
     "cpu-bfloat16": CompileFigures(
-        eager_step_s=47.56, compiled_step_s=40.65, compile_s=212.7,
-        params=SMOLLM2_135M_PARAMS, tokens=512,
+        eager_step_s=47.56,
+        compiled_step_s=40.65,
+        compile_s=212.7,
+        params=SMOLLM2_135M_PARAMS,
+        tokens=512,
         source="AMD EPYC Zen 4 (AVX512_BF16), 1 thread on 2 cores shared with other jobs (load "
         "8-13: about 10x a quiet step), torch 2.13, SmolLM2-135M, 8 x 64 tokens in one pass, "
         "eager and compiled steps alternating (benchmarks/compile_payoff.py, 2026-11-27)",
     ),
     "cpu-float32": CompileFigures(
-        eager_step_s=45.02, compiled_step_s=63.76, compile_s=54.4,
-        params=SMOLLM2_135M_PARAMS, tokens=512,
+        eager_step_s=45.02,
+        compiled_step_s=63.76,
+        compile_s=54.4,
+        params=SMOLLM2_135M_PARAMS,
+        tokens=512,
         source="the same EPYC and job as cpu-bfloat16, fp32 compute (AVX-512 kernels; an AVX2 "
         "CPU's own figures are not measured), 1 thread, load 8-13, 2026-11-27",
     ),
-}  # fmt: skip
+}
 """Measured per kind of machine (`machine_kind`); a kind without figures is not compiled by
 `auto`. benchmarks/README.md has the runs."""
 
@@ -140,9 +149,12 @@ def choose_compile(
 
 
 def choose_checkpointing(
-    requested: bool | str, freq: int, layers: int, peak: Callable[[bool, int], float] | None,
+    requested: bool | str,
+    freq: int,
+    layers: int,
+    peak: Callable[[bool, int], float] | None,
     memory: float | None,
-) -> tuple[bool, int, str]:  # fmt: skip
+) -> tuple[bool, int, str]:
     """(on, every n-th layer, why) for `model.activation_checkpointing` = `requested`; `peak`:
     the estimated peak in bytes with checkpointing (on, freq), `memory`: what the trainer has."""
     if requested != "auto":
@@ -156,14 +168,22 @@ def choose_checkpointing(
         return False, freq, f"auto: the estimate without it, {without / gib:.1f} GiB, fits {have}"
     for every in range(max(layers, 1), 0, -1):  # fewest recomputed layers first
         if (need := peak(True, every)) <= budget:
-            return True, every, (
-                f"auto: {without / gib:.1f} GiB without it exceed {MEMORY_SHARE:.0%} of {have}; "
-                f"recomputing every {every}-th layer: {need / gib:.1f} GiB"
-            )  # fmt: skip
-    return True, 1, (
-        f"auto: even recomputing every layer the estimate, {peak(True, 1) / gib:.1f} GiB, "
-        f"exceeds {have}"
-    )  # fmt: skip
+            return (
+                True,
+                every,
+                (
+                    f"auto: {without / gib:.1f} GiB without it exceed {MEMORY_SHARE:.0%} of "
+                    f"{have}; recomputing every {every}-th layer: {need / gib:.1f} GiB"
+                ),
+            )
+    return (
+        True,
+        1,
+        (
+            f"auto: even recomputing every layer the estimate, {peak(True, 1) / gib:.1f} GiB, "
+            f"exceeds {have}"
+        ),
+    )
 
 
 def choose_fused(requested: bool | str, on_gpu: bool) -> tuple[bool, str]:
@@ -193,7 +213,7 @@ class SpeedChoices:
         ac = "off" if not self.checkpointing else "on" if every == 1 else f"every {every}-th layer"
         head = (
             f"chunked, {self.head_chunk} tokens" if self.head_chunk else "full logits"
-        ) + f", {self.head_dtype} matmul"  # fmt: skip
+        ) + f", {self.head_dtype} matmul"
         return (
             f"compile {'on' if self.compile else 'off'} ({self.compile_why}); activation "
             f"checkpointing {ac} ({self.checkpointing_why}); AdamW "

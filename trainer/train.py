@@ -97,8 +97,10 @@ def run(config: TrainerConfig) -> None:
 
 def close_quietly(trainer: "Trainer") -> None:
     """Finish in-flight writes while an error propagates; their own errors are only logged."""
-    for what, close in (("policy folder", trainer.sender.close),
-                        ("checkpoint", trainer.checkpointer.close)):  # fmt: skip
+    for what, close in (
+        ("policy folder", trainer.sender.close),
+        ("checkpoint", trainer.checkpointer.close),
+    ):
         try:
             close()
         except Exception as err:
@@ -132,19 +134,34 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
         raise ConfigError(str(err)) from None
     if world.is_main:
         write_config(config, run_dir.config_file("trainer"))
-    model = load_model(config.model, source, world, config.lora, trainer_run(config, world),
-                       config.optim.fused)  # fmt: skip
+    model = load_model(
+        config.model, source, world, config.lora, trainer_run(config, world), config.optim.fused
+    )
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(
-        config.weight_transfer, run_dir, model, world, source_dir(source), source,
-        config.async_level, config.data.wait_timeout_s,
-    )  # fmt: skip
+        config.weight_transfer,
+        run_dir,
+        model,
+        world,
+        source_dir(source),
+        source,
+        config.async_level,
+        config.data.wait_timeout_s,
+    )
     parts = ("trainer",) if config.data.fake is not None else ("trainer", "orchestrator")
     checkpointer = Checkpointer(run_dir, world, parts, config.ckpt.keep, config.ckpt.background)
     trainer = Trainer(
-        config, world, run_dir, model, optimizer, scheduler, build_loss(config.loss), sender,
-        checkpointer, logger=None,
-    )  # fmt: skip
+        config,
+        world,
+        run_dir,
+        model,
+        optimizer,
+        scheduler,
+        build_loss(config.loss),
+        sender,
+        checkpointer,
+        logger=None,
+    )
     trainer.parity_causes = parity_causes(model, source_dir(source))
     trainer.share_prompts = decide_share_prompts(config, model)
     saved: dict[str, Any] = {}
@@ -173,9 +190,11 @@ def trainer_run(config: TrainerConfig, world: World) -> TrainerRun:
     fake = config.data.fake
     per_step = fake.batch_size * (fake.seq_len or config.seq_len) if fake else None
     return TrainerRun(
-        max_steps=config.max_steps, tokens_per_step=per_step or per_pass * world.world_size,
-        tokens_per_pass=per_pass, shards=world.world_size,
-    )  # fmt: skip
+        max_steps=config.max_steps,
+        tokens_per_step=per_step or per_pass * world.world_size,
+        tokens_per_pass=per_pass,
+        shards=world.world_size,
+    )
 
 
 def decide_share_prompts(config: TrainerConfig, model: TrainerModel) -> bool:
@@ -237,9 +256,13 @@ def train_and_publish(trainer: Trainer, step: int) -> None:
         run = trainer.logger.wandb_run if trainer.logger is not None else None
         extra = {"wandb_run_id": run.id} if run is not None else {}
         metrics |= trainer.checkpointer.save(
-            step, trainer.model, trainer.optimizer, trainer.scheduler, extra,
+            step,
+            trainer.model,
+            trainer.optimizer,
+            trainer.scheduler,
+            extra,
             last=step == config.max_steps,
-        )  # fmt: skip
+        )
         metrics["ckpt_s"] = time.perf_counter() - save_start
     if trainer.logger:
         trainer.logger.log(step, metrics)
@@ -313,8 +336,11 @@ def out_of_memory_message(trainer: Trainer, batch: BatchTensors, err: BaseExcept
         used = f" ({(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB in use)"
     model = config.model
     speed = getattr(trainer.model, "speed", None)
-    on, every = (speed.checkpointing, speed.checkpointing_freq) if speed else (
-        model.activation_checkpointing, model.activation_checkpointing_freq)  # fmt: skip
+    on, every = (
+        (speed.checkpointing, speed.checkpointing_freq)
+        if speed
+        else (model.activation_checkpointing, model.activation_checkpointing_freq)
+    )
     return (
         f"{world.device} out of memory{used} at step {batch.step + 1} on a batch of "
         f"{batch.num_tokens} tokens: lower data.micro_batch_tokens "
@@ -435,8 +461,10 @@ def check_parity(
         trainer.parity_pending = False  # an older orchestrator: the first step only, as before
         return
     if policy_step is not None and policy_step != held:
-        logger.info(f"parity check waits: batch {step - 1} comes from policy {policy_step}, the "
-                    f"trainer holds step {held} (async_level)")  # fmt: skip
+        logger.info(
+            f"parity check waits: batch {step - 1} comes from policy {policy_step}, the "
+            f"trainer holds step {held} (async_level)"
+        )
         return
     trainer.parity_pending = False
     limit = config.parity.max_mismatch_kl

@@ -126,9 +126,13 @@ def publish_weights(
 
 
 def write_policy(
-    run_dir: RunDir, step: int, model: TrainerModel, state: dict, source: Path | None,
+    run_dir: RunDir,
+    step: int,
+    model: TrainerModel,
+    state: dict,
+    source: Path | None,
     source_name: str,
-) -> None:  # fmt: skip
+) -> None:
     """The policy folder from a gathered state dict: the whole model as an HF folder, or a
     LoRA model's adapter as a PEFT folder; STABLE once complete."""
     with atomic_folder(run_dir.weight_dir(step)) as tmp:
@@ -218,8 +222,9 @@ class FilesystemSender(WeightSender):
 
     def publish(self, step: int) -> None:
         if not self.background:
-            publish_weights(self.run_dir, step, self.model, self.world, self.source,
-                            self.source_name)  # fmt: skip
+            publish_weights(
+                self.run_dir, step, self.model, self.world, self.source, self.source_name
+            )
             return
         start = time.perf_counter()
         waited = self.writer.wait()  # the buffers may still be in use by the last write
@@ -272,9 +277,15 @@ TRANSPORTS = {"filesystem": filesystem_sender, "collective": collective_sender}
 
 
 def build_sender(
-    config: WeightTransferConfig, run_dir: RunDir, model: TrainerModel, world: World,
-    source: Path | None, source_name: str, async_level: int, request_timeout_s: float,
-) -> WeightSender:  # fmt: skip
+    config: WeightTransferConfig,
+    run_dir: RunDir,
+    model: TrainerModel,
+    world: World,
+    source: Path | None,
+    source_name: str,
+    async_level: int,
+    request_timeout_s: float,
+) -> WeightSender:
     """The configured transport's sender; `request_timeout_s` bounds how long a transport that
     sends on request waits for the orchestrator to ask."""
     return TRANSPORTS[config.type](

@@ -52,8 +52,10 @@ class Workflow:
         parser, rubric = parser or {}, rubric or {}
         unknown = set(parser) - {"use_thinking", "xml_weight", "action_weight"}
         if unknown:
-            raise ValueError(f"parser: unknown key(s) {sorted(unknown)}; known: use_thinking, "
-                             "xml_weight, action_weight")  # fmt: skip
+            raise ValueError(
+                f"parser: unknown key(s) {sorted(unknown)}; known: use_thinking, "
+                "xml_weight, action_weight"
+            )
         weights = dict(rubric.get("weights") or {"task_completion": 1.0})
         bad = sorted(set(weights) - set(RUBRIC_TERMS))
         if bad:

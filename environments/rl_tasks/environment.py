@@ -38,10 +38,13 @@ class TaskServerError(vf.Error):
 def task_rows(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Dataset rows: the prompt as a user turn, the whole task (JSON) in `info`."""
     return [
-        {"prompt": [{"role": "user", "content": t["prompt"]}], "answer": "",
-         "info": {"rl_task": json.dumps(t)}}
+        {
+            "prompt": [{"role": "user", "content": t["prompt"]}],
+            "answer": "",
+            "info": {"rl_task": json.dumps(t)},
+        }
         for t in tasks
-    ]  # fmt: skip
+    ]
 
 
 def describe_tools(tools: list[dict[str, Any]]) -> str:

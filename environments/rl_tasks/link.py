@@ -41,8 +41,10 @@ class McpLink:
             # The server may still fail later; that outcome is no longer anyone's to read.
             self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             await self.close()
-            raise McpError(f"MCP server {self.name} ({self.describe()}) did not start within "
-                           f"{self.timeout_s:g} s") from None  # fmt: skip
+            raise McpError(
+                f"MCP server {self.name} ({self.describe()}) did not start within "
+                f"{self.timeout_s:g} s"
+            ) from None
         return self
 
     async def _hold(self) -> None:

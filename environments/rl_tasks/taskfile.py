@@ -213,8 +213,10 @@ def check_server(name: str, spec: dict[str, Any], where: str, env: dict[str, str
     else:
         found = shutil.which(command, path=path) is not None
     if not found:
-        raise TaskError(f"{where}.{name}.command: {command!r} is not on PATH (nor a file "
-                        "here): install it, or give its full path")  # fmt: skip
+        raise TaskError(
+            f"{where}.{name}.command: {command!r} is not on PATH (nor a file "
+            "here): install it, or give its full path"
+        )
 
 
 def environment() -> dict[str, str]:

@@ -19,8 +19,12 @@ NUM_TRAIN, NUM_VAL = 2000, 100
 
 
 def chat(row: dict) -> dict:
-    return {"messages": [{"role": "user", "content": row["question"]},
-                         {"role": "assistant", "content": row["answer"]}]}  # fmt: skip
+    return {
+        "messages": [
+            {"role": "user", "content": row["question"]},
+            {"role": "assistant", "content": row["answer"]},
+        ]
+    }
 
 
 def main() -> None:

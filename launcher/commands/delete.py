@@ -73,8 +73,10 @@ def run(args) -> int:
         print(f"rl: deleted {root} ({size:.2f} GiB)")
         return 0
     freed = size - disk_use_gib(root)
-    print(f"rl: deleted from {root} what the run made ({', '.join(removal.removed) or 'nothing'}; "
-          f"{freed:.2f} GiB); the folder stays")  # fmt: skip
+    print(
+        f"rl: deleted from {root} what the run made ({', '.join(removal.removed) or 'nothing'}; "
+        f"{freed:.2f} GiB); the folder stays"
+    )
     for line in removal.kept_lines(root, f"rl delete {root}"):
         print(f"rl: {line}")
     return 0
@@ -90,8 +92,9 @@ def check_not_running(run_dir: RunDir, state: RunState) -> str | None:
     launcher = check_process(run_dir, state, procs.LAUNCHER)
     root = run_dir.root
     if isinstance(launcher, psutil.Process):
-        raise ConfigError(f"{root} is running (launcher pid {launcher.pid}): `rl stop {root}` "
-                          "first")  # fmt: skip
+        raise ConfigError(
+            f"{root} is running (launcher pid {launcher.pid}): `rl stop {root}` first"
+        )
     if launcher is None or not procs.pid_alive(recorded_pid(state, procs.LAUNCHER)):
         return None
     if procs.lock_mode(root / RUN_MARKER) == "unsupported":

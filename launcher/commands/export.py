@@ -30,11 +30,19 @@ DTYPE_CHOICES = ("bfloat16", "float16", "float32")
 def parser():
     parser = command_parser(NAME, HELP + "; the newest checkpoint or weights by default.")
     parser.add_argument("run", help=RUN_HELP)
-    parser.add_argument("--out", type=path_arg("--out"), required=True,
-                        help="a new (or empty) folder (in a run: not while rl runs)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=path_arg("--out"),
+        required=True,
+        help="a new (or empty) folder (in a run: not while rl runs)",
+    )
     parser.add_argument("--step", type=int, default=None, help="the step to export")
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
-                        help="the dtype to write (default: the serving dtype)")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help="the dtype to write (default: the serving dtype)",
+    )
     return parser
 
 
@@ -108,8 +116,7 @@ def run(options) -> int:
 def run_export(run: RunDir, step: int, kind: str, out: Path, dtype: str | None) -> str:
     """The trainer's export (trainer/export.py) in its own process; the dtype it wrote."""
     command = [sys.executable, "-m", "trainer.export", str(run.root), str(step), kind, str(out)]
-    done = children.run([*command, *([dtype] if dtype else [])], stdout=subprocess.PIPE,
-                          text=True)  # fmt: skip
+    done = children.run([*command, *([dtype] if dtype else [])], stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise ConfigError(f"the export failed (exit code {done.returncode}); see the lines above")
     return done.stdout.strip().splitlines()[-1]

@@ -49,8 +49,9 @@ def run(args) -> int:
     )
 
     if not re.fullmatch(f"({NAME_PART}/)?{NAME_PART}", args.name) or ".." in args.name:
-        raise ConfigError(f"--name {args.name!r}: expected ORG/NAME or NAME (letters, digits, "
-                          "`-`, `_`, `.`)")  # fmt: skip
+        raise ConfigError(
+            f"--name {args.name!r}: expected ORG/NAME or NAME (letters, digits, `-`, `_`, `.`)"
+        )
     # Every check before the first write: the dataset folder, the lock file, the tasks (their
     # servers' secrets, variables and commands), .env (read for the token too).
     folder = user_path(dataset_dir(args.name), "--name")  # resolved before any check
@@ -63,10 +64,19 @@ def run(args) -> int:
     # In a run folder only under its lock, never beside a running rl (rlcore.runs.runguard).
     with writing_into(folder, "--name"), writing_into(LOCK_FILE.absolute(), "the lock file"):
         write_dataset(tasks, folder)
-        update_lock({"primary_dataset": {"name": args.name, "task_count": len(tasks),
-                                         "updated_at": now_iso()}})  # fmt: skip
-    print(f"rl: {len(tasks)} task(s) checked, saved to {folder}; rl.lock.yaml's primary "
-          f"dataset is {args.name}")  # fmt: skip
+        update_lock(
+            {
+                "primary_dataset": {
+                    "name": args.name,
+                    "task_count": len(tasks),
+                    "updated_at": now_iso(),
+                }
+            }
+        )
+    print(
+        f"rl: {len(tasks)} task(s) checked, saved to {folder}; rl.lock.yaml's primary "
+        f"dataset is {args.name}"
+    )
     if not args.no_push:
         push(folder, args.name, args.private, token)
     return 0
@@ -104,15 +114,18 @@ def push(folder: Path, name: str, private: bool, token: str | None) -> None:
     """Push to the hub when a token is set and the hub answers; a failure is a note, since the
     dataset is saved either way."""
     if token is None:
-        print(f"rl: not pushed (no HF_TOKEN in the environment or .env); the dataset is in "
-              f"{folder}")  # fmt: skip
+        print(
+            f"rl: not pushed (no HF_TOKEN in the environment or .env); the dataset is in {folder}"
+        )
         return
     try:
         push_to_hub(folder, name, private, token)
     except Exception as err:  # noqa: BLE001 - offline, refused, ...: the local copy stands
         reason = redact_urls(str(err).replace(token, REDACTED))[:200]
-        print(f"rl: not pushed ({type(err).__name__}: {reason}); the dataset is in {folder}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"rl: not pushed ({type(err).__name__}: {reason}); the dataset is in {folder}",
+            file=sys.stderr,
+        )
         return
     print(f"rl: pushed to the hub as {name}{' (private)' if private else ''}")
 

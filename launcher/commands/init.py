@@ -83,8 +83,9 @@ def parser():
     target_help = "a docker image, an MCP URL, a local server command, or an environment id"
     parser.add_argument("target", nargs="?", help=target_help)
     parser.add_argument("--tasks", metavar="FILE.json", help="use the first task's MCP server")
-    parser.add_argument("-o", "--out", type=path_arg("-o", file=True),
-                        help="the YAML to write (configs/<env>.yaml)")  # fmt: skip
+    parser.add_argument(
+        "-o", "--out", type=path_arg("-o", file=True), help="the YAML to write (configs/<env>.yaml)"
+    )
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
 
@@ -110,8 +111,10 @@ def run(args) -> int:
     with writing_into(out.absolute(), "-o"), writing_into(LOCK_FILE.absolute(), "the lock file"):
         write_yaml(out, workflow, FILE_HEADER.format(out=out))
         update_lock({**lock, "mcp_config": {name: spec}, "tools": [t["name"] for t in tools]})
-    print(f"rl: wrote {out} and {LOCK_FILE} ({len(tools)} tools: "
-          f"{', '.join(t['name'] for t in tools)})")  # fmt: skip
+    print(
+        f"rl: wrote {out} and {LOCK_FILE} ({len(tools)} tools: "
+        f"{', '.join(t['name'] for t in tools)})"
+    )
     print(f"rl: next: `rl hf tasks.json --name ORG/NAME`, then `rl --config {out}`")
     return 0
 
@@ -172,13 +175,17 @@ def server_of(args) -> tuple[str, dict[str, Any], dict[str, Any]]:
 
 def check_docker() -> None:
     if shutil.which("docker") is None:
-        raise ConfigError("TARGET is a docker image but docker is not installed here: install "
-                          "it, or give the server as an MCP URL or a local command")  # fmt: skip
+        raise ConfigError(
+            "TARGET is a docker image but docker is not installed here: install "
+            "it, or give the server as an MCP URL or a local command"
+        )
     info = children.run(["docker", "info"], capture_output=True, text=True, timeout=60)
     if info.returncode != 0:
-        raise ConfigError("TARGET is a docker image but no docker daemon answers (`docker info` "
-                          "failed): start it, or give the server as an MCP URL or a local "
-                          "command")  # fmt: skip
+        raise ConfigError(
+            "TARGET is a docker image but no docker daemon answers (`docker info` "
+            "failed): start it, or give the server as an MCP URL or a local "
+            "command"
+        )
 
 
 def list_tools(name: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -215,8 +222,11 @@ def workflow_of(name: str, target: str, tools: list[dict[str, Any]]) -> dict[str
     for tool in tools:
         params = list(tool.get("parameters", {}).get("properties", {}))
         lines.append(f"- {tool['name']}({', '.join(params)}): {tool['description'].strip()}")
-        mappings[tool["name"]] = {"_tool": tool["name"], "_parser": {"positional": params},
-                                  **{p: {"from_arg": p} for p in params}}  # fmt: skip
+        mappings[tool["name"]] = {
+            "_tool": tool["name"],
+            "_parser": {"positional": params},
+            **{p: {"from_arg": p} for p in params},
+        }
     lines.append(TEXT_CALL_SYNTAX.format(example=example_call(tools)))
     return {
         "job": {"name": name, "metadata": {"environment": target}},
@@ -229,6 +239,6 @@ def workflow_of(name: str, target: str, tools: list[dict[str, Any]]) -> dict[str
         "action_mappings": mappings,
         "rubric": {
             "weights": {"task_completion": 0.8, "tool_execution": 0.1, "format_compliance": 0.1}
-        },  # fmt: skip
+        },
         "defaults": {"max_turns": 4},
     }

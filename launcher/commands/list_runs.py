@@ -26,8 +26,13 @@ HELP = "runs under DIR (default outputs/): status, step, checkpoint, disk use"
 
 def parser():
     parser = command_parser(NAME, HELP + ".")
-    parser.add_argument("dir", nargs="?", type=folder_arg, default=RUNS_ROOT,
-                        help="where to look (default: outputs/)")  # fmt: skip
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        type=folder_arg,
+        default=RUNS_ROOT,
+        help="where to look (default: outputs/)",
+    )
     return parser
 
 
@@ -57,8 +62,15 @@ def run(args) -> int:
             notes.append(f"rl: {run_dir.root}: {launcher}")
         step = last_steps(run_dir).get("trainer", "-")
         ckpt = run_dir.latest_checkpoint()
-        rows.append((str(run_dir.root), status, str(step), "-" if ckpt is None else str(ckpt),
-                     f"{disk_use_gib(run_dir.root):.2f} GiB"))  # fmt: skip
+        rows.append(
+            (
+                str(run_dir.root),
+                status,
+                str(step),
+                "-" if ckpt is None else str(ckpt),
+                f"{disk_use_gib(run_dir.root):.2f} GiB",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -21,10 +21,14 @@ REPLICA = re.compile(r"inference-\d+$")
 
 def parser():
     parser = command_parser(NAME, HELP + "; all components' lines, prefixed, without COMPONENT.")
-    parser.add_argument("items", nargs="*", metavar="RUN COMPONENT",
-                        help=f"RUN: {RUN_HELP} (default: the latest active run); COMPONENT: "
-                        "rl, trainer, orchestrator, inference, inference-<i> or sft (an `rl sft` "
-                        "run's)")  # fmt: skip
+    parser.add_argument(
+        "items",
+        nargs="*",
+        metavar="RUN COMPONENT",
+        help=f"RUN: {RUN_HELP} (default: the latest active run); COMPONENT: "
+        "rl, trainer, orchestrator, inference, inference-<i> or sft (an `rl sft` "
+        "run's)",
+    )
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     return parser
 
@@ -54,8 +58,9 @@ def run(args) -> int:
             time.sleep(0.5)
             for f in files:
                 if (offset := offsets[f]) is not None:
-                    offsets[f] = print_new_lines(f, run_dir.root, offset,
-                                                 prefix=None if component else f.stem)  # fmt: skip
+                    offsets[f] = print_new_lines(
+                        f, run_dir.root, offset, prefix=None if component else f.stem
+                    )
     except KeyboardInterrupt:
         pass
     return 0
@@ -79,8 +84,7 @@ def print_tail(path: Path, root: Path, prefix: str | None) -> int | None:
     if start > 0:
         cut = data.find(b"\n") + 1
         data, start = data[cut:], start + cut
-        show([f"rl: ... {start:,} bytes before these lines (the whole log: {shown(path)})"],
-             prefix)  # fmt: skip
+        show([f"rl: ... {start:,} bytes before these lines (the whole log: {shown(path)})"], prefix)
     show(decode(data).splitlines(), prefix)
     return start + len(data)
 

@@ -19,8 +19,9 @@ HELP = "plot reward, loss, entropy, mismatch_kl and throughput (RUN/plot.png)"
 def parser():
     parser = command_parser(NAME, HELP + "; no W&B needed.")
     parser.add_argument("run", help=RUN_HELP)
-    parser.add_argument("--out", type=path_arg("--out", file=True),
-                        help="the PNG to write (default: RUN/plot.png)")  # fmt: skip
+    parser.add_argument(
+        "--out", type=path_arg("--out", file=True), help="the PNG to write (default: RUN/plot.png)"
+    )
     return parser
 
 
@@ -32,8 +33,10 @@ def run(args) -> int:
     if args.out is not None:
         check_out(args.out)
     out = args.out or run_dir.root / PLOT_FILE
-    fix = (f"Plot it elsewhere while it runs (`rl plot {args.run} --out plot.png`), or wait for "
-           "it to finish")  # fmt: skip
+    fix = (
+        f"Plot it elsewhere while it runs (`rl plot {args.run} --out plot.png`), or wait for "
+        "it to finish"
+    )
     # Into a run only under its lock (never beside a running rl), never through a link.
     with writing_into(out, "--out" if args.out else "RUN", fix):
         print(f"rl: wrote {plot_run(run_dir, out)}")

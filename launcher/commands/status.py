@@ -65,8 +65,10 @@ def run(args) -> int:
     complete = run_dir.complete_checkpoints()
     print(f"checkpoint:   {run_dir.latest_checkpoint()} (complete: {complete})")
     archive = disk_use_gib(run_dir.samples) * 1024
-    print(f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
-          f"{archive:.1f} MiB)")  # fmt: skip
+    print(
+        f"disk use:     {disk_use_gib(run_dir.root):.2f} GiB (rollout archive samples/: "
+        f"{archive:.1f} MiB)"
+    )
     return 0
 
 

@@ -28,8 +28,10 @@ STOP_WAIT_S = 120
 
 
 def parser():
-    parser = command_parser(NAME, HELP + " (SIGTERM to its launcher, or scancel its SLURM job, "
-                            "once proved the run's own).")  # fmt: skip
+    parser = command_parser(
+        NAME,
+        HELP + " (SIGTERM to its launcher, or scancel its SLURM job, once proved the run's own).",
+    )
     parser.add_argument("run", nargs="?", help=RUN_HELP + " (default: the latest active run)")
     return parser
 
@@ -78,9 +80,11 @@ def nothing_to_stop(run_dir: RunDir, reason: str | None) -> int:
         print(f"rl: {reason}; nothing signalled")
     holders = lock_holders(run_dir.root)
     if holders:
-        print(f"rl: error: {run_dir.root} is held by {'; '.join(holders)}, not proved to be "
-              "this run's launcher: nothing signalled (if it is yours, end it yourself, e.g. "
-              "`kill PID`)")  # fmt: skip
+        print(
+            f"rl: error: {run_dir.root} is held by {'; '.join(holders)}, not proved to be "
+            "this run's launcher: nothing signalled (if it is yours, end it yourself, e.g. "
+            "`kill PID`)"
+        )
         return 1
     print(f"rl: no running launcher for {run_dir.root}: nothing to stop")
     return 0
@@ -97,9 +101,11 @@ def stop_job(run_dir: RunDir, data: dict) -> int:
     job_id = str(data["slurm_job_id"])  # a job id: rlcore.runs.run_json checked it
     job = query_job(job_id)
     if job is None:
-        print(f"rl: error: cannot tell the state of SLURM job {job_id} of {run_dir.root} "
-              "(squeue and scontrol do not know it or are not here): run rl stop on a SLURM "
-              "login node")  # fmt: skip
+        print(
+            f"rl: error: cannot tell the state of SLURM job {job_id} of {run_dir.root} "
+            "(squeue and scontrol do not know it or are not here): run rl stop on a SLURM "
+            "login node"
+        )
         return 1
     reason = prove_job(job, run_dir.root)
     if not job.active:

@@ -27,8 +27,9 @@ def parser():
     parser = command_parser(NAME, HELP + ".", EPILOG)
     parser.add_argument("file", type=Path, metavar="FILE.json", help="one task or a list")
     parser.add_argument("--name", required=True, help="the dataset's name (a plain name)")
-    parser.add_argument("--out", type=path_arg("--out"),
-                        help=f"the folder to write (default {DATA_ROOT}/NAME)")  # fmt: skip
+    parser.add_argument(
+        "--out", type=path_arg("--out"), help=f"the folder to write (default {DATA_ROOT}/NAME)"
+    )
     return parser
 
 
@@ -98,9 +99,11 @@ def print_local_commands(tasks: list[dict], file=None) -> None:
 
     commands = local_commands(tasks)
     if commands:
-        print("rl: these tasks start local programs on this machine (their MCP servers):\n"
-              + "\n".join(f"    {redact_command(c)}" for c in commands),
-              file=file or sys.stdout)  # fmt: skip
+        print(
+            "rl: these tasks start local programs on this machine (their MCP servers):\n"
+            + "\n".join(f"    {redact_command(c)}" for c in commands),
+            file=file or sys.stdout,
+        )
 
 
 def write_dataset(tasks: list[dict], folder: Path) -> None:

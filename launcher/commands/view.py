@@ -29,8 +29,13 @@ are ever read, links that lead out of them included."""
 
 def parser():
     parser = command_parser(NAME, HELP + ".", EPILOG)
-    parser.add_argument("paths", nargs="*", metavar="PATH", type=path_arg("PATH"),
-                        help="run folders or folders of runs (default: outputs/)")  # fmt: skip
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        type=path_arg("PATH"),
+        help="run folders or folders of runs (default: outputs/)",
+    )
     port_help = f"port to serve on (default {DEFAULT_PORT}; 0: any free port)"
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=port_help)
     host_help = "address to bind (default 127.0.0.1; any other needs a token)"
@@ -55,8 +60,10 @@ def token_for(host: str, token_env: str | None) -> str | None:
     if token_env:
         value = os.environ.get(token_env, "")
         if len(value) < 16:
-            raise ConfigError(f"--token-env {token_env}: the variable is unset or shorter than "
-                              "16 characters: export a long random token in it")  # fmt: skip
+            raise ConfigError(
+                f"--token-env {token_env}: the variable is unset or shorter than "
+                "16 characters: export a long random token in it"
+            )
         return value
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
@@ -74,8 +81,10 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind(info[4])
     except OSError as err:
         sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port} ({err.strerror}): choose another "
-                          "--port (0: any free one)") from None  # fmt: skip
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({err.strerror}): choose another "
+            "--port (0: any free one)"
+        ) from None
     sock.listen(64)
     return sock
 
@@ -99,8 +108,10 @@ def run(args) -> int:
     app = make_app(Library(roots), token=token, loopback=is_loopback(args.host))
     print(f"rl view: {', '.join(map(str, roots))}")
     if token:
-        print(f"rl view: listening on {args.host}, beyond loopback: every request needs the "
-              "token in this URL (keep it to yourself)")  # fmt: skip
+        print(
+            f"rl view: listening on {args.host}, beyond loopback: every request needs the "
+            "token in this URL (keep it to yourself)"
+        )
     print(f"rl view: open {url_of(sock, args.host, token)}  (Ctrl-C stops it)", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     try:

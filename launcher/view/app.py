@@ -50,8 +50,9 @@ class SafeJSON(JSONResponse):
     error."""
 
     def render(self, content) -> bytes:
-        text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":"))  # fmt: skip
+        text = json.dumps(
+            json_safe(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
         return text.encode("utf-8")
 
 
@@ -78,8 +79,9 @@ class Site:
 
     def __init__(self, library: Library):
         self.library = library
-        self.templates = Environment(loader=FileSystemLoader(HERE / "templates"),
-                                     autoescape=select_autoescape(["html"]))  # fmt: skip
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"])
+        )
         self.templates.filters["num"] = number
         self.static = {**STATIC, "plotly.min.js": plotly_js()}
         self.pages = ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="rl-view-page")
@@ -123,8 +125,10 @@ class Site:
         return await asyncio.shield(asyncio.wrap_future(self.listing))
 
     def read_runs(self) -> list[dict]:
-        found = [dict(id=rid, **run.summary(brief=True)) for rid, run in sorted(
-            self.library.rescan().items(), key=lambda item: item[1].name)]  # fmt: skip
+        found = [
+            dict(id=rid, **run.summary(brief=True))
+            for rid, run in sorted(self.library.rescan().items(), key=lambda item: item[1].name)
+        ]
         self.listed = (time.monotonic(), found)
         return found
 
@@ -133,8 +137,14 @@ def make_app(library: Library, token: str | None = None, loopback: bool = True) 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, default_response_class=SafeJSON)
     app.add_middleware(Guard, token=token, loopback=loopback)
     site = Site(library)
-    for add in (add_error_handlers, add_list_routes, add_run_routes, add_sample_routes,
-                add_eval_routes, add_compare_routes):  # fmt: skip
+    for add in (
+        add_error_handlers,
+        add_list_routes,
+        add_run_routes,
+        add_sample_routes,
+        add_eval_routes,
+        add_compare_routes,
+    ):
         add(app, site)
     return app
 
@@ -164,8 +174,10 @@ def add_error_handlers(app: FastAPI, site: Site) -> None:
     @app.exception_handler(Exception)
     async def any_error(request: Request, err: Exception):
         # A page saying what failed; the server's own log keeps the traceback.
-        print(f"rl view: {clean_text(request.url.path)}: {err.__class__.__name__}: "
-              f"{one_line(err)}", file=sys.stderr)  # fmt: skip
+        print(
+            f"rl view: {clean_text(request.url.path)}: {err.__class__.__name__}: {one_line(err)}",
+            file=sys.stderr,
+        )
         return error_response(request, *classify(err), site.page)
 
 
@@ -181,8 +193,9 @@ def add_list_routes(app: FastAPI, site: Site) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def runs_page():
         runs = await site.runs()
-        return site.page("runs.html", runs=runs, folders=[one_line_path(f) for f in
-                                                          site.library.folders])  # fmt: skip
+        return site.page(
+            "runs.html", runs=runs, folders=[one_line_path(f) for f in site.library.folders]
+        )
 
     @app.get("/api/runs")
     async def runs_json():
@@ -200,10 +213,18 @@ def add_run_routes(app: FastAPI, site: Site) -> None:
     def run_page(rid: str):
         run = site.run_of(rid)
         summary = run.summary(disk=False)
-        return site.page("run.html", rid=rid, run=summary, configs=run.config_texts(),
-                         checkpoints=run.checkpoints(), logs=run.log_tails(), waits=run.waits(),
-                         restarts=run.restarts(), has_samples=bool(run.names(archive.SAMPLES)),
-                         has_evals=bool(run.eval_steps()))  # fmt: skip
+        return site.page(
+            "run.html",
+            rid=rid,
+            run=summary,
+            configs=run.config_texts(),
+            checkpoints=run.checkpoints(),
+            logs=run.log_tails(),
+            waits=run.waits(),
+            restarts=run.restarts(),
+            has_samples=bool(run.names(archive.SAMPLES)),
+            has_evals=bool(run.eval_steps()),
+        )
 
     def curves_json(rid: str, key: str, points: int):
         run = site.run_of(rid)
@@ -216,9 +237,14 @@ def add_run_routes(app: FastAPI, site: Site) -> None:
             if key and key == version:
                 return {"key": version, "unchanged": True}
             limit = min(max(points, 10), 5000)
-            return {"key": version, "panels": panels(curves, limit), "markers": curves.markers,
-                    "sampled": curves.sampled, "summary": run.summary(disk=False),
-                    "waits": run.waits()}  # fmt: skip
+            return {
+                "key": version,
+                "panels": panels(curves, limit),
+                "markers": curves.markers,
+                "sampled": curves.sampled,
+                "summary": run.summary(disk=False),
+                "waits": run.waits(),
+            }
 
     def logs_json(rid: str, lines: int):
         return {name: tail for name, tail in site.run_of(rid).log_tails(min(max(lines, 1), 500))}
@@ -239,9 +265,12 @@ def via(site: Site, call, **defaults):
         return SafeJSON(found) if isinstance(found, dict | list) else found
 
     keyword, empty = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
-    params = [inspect.Parameter(name, keyword, default=defaults.get(name, empty),
-                                annotation=param.annotation)
-              for name, param in inspect.signature(call).parameters.items()]  # fmt: skip
+    params = [
+        inspect.Parameter(
+            name, keyword, default=defaults.get(name, empty), annotation=param.annotation
+        )
+        for name, param in inspect.signature(call).parameters.items()
+    ]
     vars(route)["__signature__"] = inspect.Signature(params)  # what inspect.signature reads
     route.__name__ = call.__name__
     return route
@@ -250,27 +279,57 @@ def via(site: Site, call, **defaults):
 def add_sample_routes(app: FastAPI, site: Site) -> None:
     """A run's rollouts, as pages and as JSON, and a stored text a page at a time."""
 
-    def rollouts_page(rid: str, step: str, env: str, low: str, high: str, page_index: int,
-                      tokens: bool, token_start: int):  # fmt: skip
+    def rollouts_page(
+        rid: str,
+        step: str,
+        env: str,
+        low: str,
+        high: str,
+        page_index: int,
+        tokens: bool,
+        token_start: int,
+    ):
         run = site.run_of(rid)
         steps = archive.sample_steps(run)
         view, bounds = None, (number_arg(low, "low"), number_arg(high, "high"))
         if steps:
             chosen = steps[-1] if not step.strip() else int(number_arg(step, "step", int))
             view = archive.groups_page(run, chosen, env, *bounds, page_index, tokens, token_start)
-        return site.page("rollouts.html", rid=rid, run={"name": run.name}, steps=steps, view=view,
-                         env=env, low=bounds[0], high=bounds[1], tokens=tokens)  # fmt: skip
+        return site.page(
+            "rollouts.html",
+            rid=rid,
+            run={"name": run.name},
+            steps=steps,
+            view=view,
+            env=env,
+            low=bounds[0],
+            high=bounds[1],
+            tokens=tokens,
+        )
 
-    def rollouts_json(rid: str, step: int, env: str, low: str, high: str, page_index: int,
-                      tokens: bool, token_start: int):  # fmt: skip
+    def rollouts_json(
+        rid: str,
+        step: int,
+        env: str,
+        low: str,
+        high: str,
+        page_index: int,
+        tokens: bool,
+        token_start: int,
+    ):
         bounds = (number_arg(low, "low"), number_arg(high, "high"))
-        return archive.groups_page(site.run_of(rid), step, env, *bounds, page_index, tokens,
-                                   token_start)  # fmt: skip
+        return archive.groups_page(
+            site.run_of(rid), step, env, *bounds, page_index, tokens, token_start
+        )
 
     def text_page(rid: str, source: str, step: int, row: int, part: str, start: int):
         run = site.run_of(rid)
-        return site.page("text.html", rid=rid, run={"name": run.name},
-                         text=archive.text_page(run, source, step, row, part, start))  # fmt: skip
+        return site.page(
+            "text.html",
+            rid=rid,
+            run={"name": run.name},
+            text=archive.text_page(run, source, step, row, part, start),
+        )
 
     def text_json(rid: str, source: str, step: int, row: int, part: str, start: int):
         return archive.text_page(site.run_of(rid), source, step, row, part, start)
@@ -296,8 +355,16 @@ def add_eval_routes(app: FastAPI, site: Site) -> None:
             chosen = steps[-1] if step is None else step
             samples = archive.eval_samples(run, chosen, env, failed, page_index)
         table = archive.eval_table(run)
-        return site.page("evals.html", rid=rid, run={"name": run.name}, table=table,
-                         steps=steps, samples=samples, env=env, failed=failed)  # fmt: skip
+        return site.page(
+            "evals.html",
+            rid=rid,
+            run={"name": run.name},
+            table=table,
+            steps=steps,
+            samples=samples,
+            env=env,
+            failed=failed,
+        )
 
     def evals_json(rid: str, step: int | None, env: str, page_index: int):
         run = site.run_of(rid)
@@ -317,16 +384,22 @@ def add_compare_routes(app: FastAPI, site: Site) -> None:
 
     def compare_page(runs: str):
         chosen = compared(runs)
-        return site.page("compare.html", ids=[rid for rid, _ in chosen],
-                         names=[run.name for _, run in chosen],
-                         diff=compare.config_diff([run for _, run in chosen]),
-                         resumes=[compare.resume_note(run) for _, run in chosen])  # fmt: skip
+        return site.page(
+            "compare.html",
+            ids=[rid for rid, _ in chosen],
+            names=[run.name for _, run in chosen],
+            diff=compare.config_diff([run for _, run in chosen]),
+            resumes=[compare.resume_note(run) for _, run in chosen],
+        )
 
     def compared(runs: str) -> list[tuple[str, RunData]]:
         ids = [r for r in runs.split(",") if r]
         if not 2 <= len(ids) <= MAX_COMPARED or len(set(ids)) != len(ids):
-            raise ViewError(400, f"compare takes 2 to {MAX_COMPARED} different runs "
-                                 "(?runs=ID,ID), from the runs list")  # fmt: skip
+            raise ViewError(
+                400,
+                f"compare takes 2 to {MAX_COMPARED} different runs "
+                "(?runs=ID,ID), from the runs list",
+            )
         return [(rid, site.run_of(rid)) for rid in ids]
 
     app.get("/compare", response_class=HTMLResponse)(via(site, compare_page, runs=""))

@@ -90,8 +90,10 @@ def opened_step(run, step: int) -> Iterator[Any]:
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(fd).st_size
         if size > readback.ARCHIVE.max_bytes:
-            raise Unreadable(f"{name}: {size:,} bytes, over the {readback.ARCHIVE.max_bytes:,}-"
-                             "byte bound for an archive file")  # fmt: skip
+            raise Unreadable(
+                f"{name}: {size:,} bytes, over the {readback.ARCHIVE.max_bytes:,}-"
+                "byte bound for an archive file"
+            )
         try:
             yield samples_store.open_step(f, name)
         except (Unreadable, safe.Missing):
@@ -138,8 +140,10 @@ def row_values(parquet, step: int) -> list[dict]:
             values[name] = env_names(column)
         else:
             values[name] = readback.json_safe(column.to_pylist())
-    return [{"row": i, **{n: (v[i] if v is not None else None) for n, v in values.items()}}
-            for i in range(parquet.metadata.num_rows)]  # fmt: skip
+    return [
+        {"row": i, **{n: (v[i] if v is not None else None) for n, v in values.items()}}
+        for i in range(parquet.metadata.num_rows)
+    ]
 
 
 def env_names(column) -> list:
@@ -208,8 +212,16 @@ def _nones() -> list:
 
 
 # -- a page of groups ----------------------------------------------------------------------------
-def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 0,
-                with_tokens: bool = False, token_start: int = 0) -> dict:  # fmt: skip
+def groups_page(
+    run,
+    step: int,
+    env: str = "",
+    low=None,
+    high=None,
+    page: int = 0,
+    with_tokens: bool = False,
+    token_start: int = 0,
+) -> dict:
     """One page of a step's groups (GROUPS_PER_PAGE), side by side: every member's prompt,
     turns, reward, advantage, token count and cut-off (`with_tokens`: MAX_TOKENS of its tokens
     from `token_start`, each with its logprob); only groups with a member in `env` and in the
@@ -224,19 +236,31 @@ def groups_page(run, step: int, env: str = "", low=None, high=None, page: int = 
     keys.sort(key=lambda k: (str(k[0]), k[1] if isinstance(k[1], int) else 0))
     num_pages = max(1, -(-len(keys) // GROUPS_PER_PAGE))
     page = min(max(page, 0), num_pages - 1)
-    shown = [sorted(groups[k], key=lambda r: r["member"] if isinstance(r["member"], int) else 0)
-             for k in keys[page * GROUPS_PER_PAGE : (page + 1) * GROUPS_PER_PAGE]]  # fmt: skip
+    shown = [
+        sorted(groups[k], key=lambda r: r["member"] if isinstance(r["member"], int) else 0)
+        for k in keys[page * GROUPS_PER_PAGE : (page + 1) * GROUPS_PER_PAGE]
+    ]
     texts, tokens = page_values(run, step, shown, with_tokens, max(0, token_start))
     cards = []
     for members in shown:
         first = members[0]
         prompt = stored_turns(texts[first["row"]].get("prompt"), link(step, first["row"], "prompt"))
         views = [member_view(m, step, texts, tokens) for m in members]
-        cards.append({"env": first["env"], "group": first["group"], "prompt": prompt,
-                      "members": views})  # fmt: skip
-    return {"step": step, "envs": envs, "groups": cards, "page": page, "num_pages": num_pages,
-            "num_groups": len(keys), "num_rows": len(rows), "token_start": token_start,
-            "max_tokens": MAX_TOKENS, "missing": samples_store.problems_text(problems)}  # fmt: skip
+        cards.append(
+            {"env": first["env"], "group": first["group"], "prompt": prompt, "members": views}
+        )
+    return {
+        "step": step,
+        "envs": envs,
+        "groups": cards,
+        "page": page,
+        "num_pages": num_pages,
+        "num_groups": len(keys),
+        "num_rows": len(rows),
+        "token_start": token_start,
+        "max_tokens": MAX_TOKENS,
+        "missing": samples_store.problems_text(problems),
+    }
 
 
 def page_values(run, step: int, shown: list[list[dict]], with_tokens: bool, token_start: int):
@@ -274,17 +298,24 @@ def member_view(row: dict, step: int, texts: dict, tokens: dict) -> dict:
     parts = loads(text["reward_parts"][0]) if text.get("reward_parts") else None
     error = text["error"][0] if text.get("error") else None
     return {
-        "row": row["row"], "member": row["member"], "reward": row["reward"],
-        "advantage": row["advantage"], "kept": row["kept"],
+        "row": row["row"],
+        "member": row["member"],
+        "reward": row["reward"],
+        "advantage": row["advantage"],
+        "kept": row["kept"],
         "parts": readback.json_safe(parts) if isinstance(parts, dict) else {},
         "prompt_tokens": row["num_prompt_tokens"],
         "completion_tokens": row["num_completion_tokens"],
-        "truncated": bool(row["is_truncated"]), "error": cut(error)[0] if error else None,
+        "truncated": bool(row["is_truncated"]),
+        "error": cut(error)[0] if error else None,
         "turns": stored_turns(text.get("completion"), link(step, row["row"], "completion")),
-        "tokens": [{"t": t, "lp": lp, "policy": bool(m), "shade": shade(lp) if m else None}
-                   for t, lp, m in zip(texts_shown, logprobs, mask, strict=False)],
-        "tokens_html": tokens_html(texts_shown, logprobs, mask), "num_tokens": num_tokens,
-    }  # fmt: skip
+        "tokens": [
+            {"t": t, "lp": lp, "policy": bool(m), "shade": shade(lp) if m else None}
+            for t, lp, m in zip(texts_shown, logprobs, mask, strict=False)
+        ],
+        "tokens_html": tokens_html(texts_shown, logprobs, mask),
+        "num_tokens": num_tokens,
+    }
 
 
 def tokens_html(texts: list, logprobs: list, mask: list) -> str:
@@ -297,8 +328,10 @@ def tokens_html(texts: list, logprobs: list, mask: list) -> str:
         if alpha is None:
             spans.append(f'<span class="tok{"" if policy else " env-tok"}">{body}</span>')
         else:
-            spans.append(f'<span class="tok" style="background: rgba(230, 80, 60, {alpha})" '
-                         f'title="{logprob:.3f}">{body}</span>')  # fmt: skip
+            spans.append(
+                f'<span class="tok" style="background: rgba(230, 80, 60, {alpha})" '
+                f'title="{logprob:.3f}">{body}</span>'
+            )
     return "".join(spans)
 
 
@@ -356,8 +389,15 @@ def turns(value: Any, where: str = "") -> list[dict]:
         return [message("text", value, [], where)]
     shown = [message_of(item, where) for item in value[:MAX_MESSAGES]]
     if len(value) > MAX_MESSAGES:
-        shown.append({"role": "text", "content": "", "tool_calls": [], "link": where,
-                      "more": f"{len(value) - MAX_MESSAGES:,} more messages"})  # fmt: skip
+        shown.append(
+            {
+                "role": "text",
+                "content": "",
+                "tool_calls": [],
+                "link": where,
+                "more": f"{len(value) - MAX_MESSAGES:,} more messages",
+            }
+        )
     return shown
 
 
@@ -369,16 +409,24 @@ def message_of(item: Any, where: str) -> dict:
     for call in raw_calls[:MAX_MESSAGES] if isinstance(raw_calls, list) else []:
         function = call.get("function", call) if isinstance(call, dict) else {}
         function = function if isinstance(function, dict) else {}
-        calls.append({"name": cut(str(function.get("name", "?")))[0],
-                      "arguments": cut(text_of(function.get("arguments", "")))[0]})  # fmt: skip
+        calls.append(
+            {
+                "name": cut(str(function.get("name", "?")))[0],
+                "arguments": cut(text_of(function.get("arguments", "")))[0],
+            }
+        )
     return message(item.get("role", "?"), item.get("content", ""), calls, where)
 
 
 def message(role: Any, content: Any, calls: list, where: str) -> dict:
     text, more = cut(text_of(content))
-    return {"role": readback.shown(str(role), MAX_NAME_CHARS), "content": text,
-            "tool_calls": calls, "more": f"{more:,} more characters" if more else "",
-            "link": where}  # fmt: skip
+    return {
+        "role": readback.shown(str(role), MAX_NAME_CHARS),
+        "content": text,
+        "tool_calls": calls,
+        "more": f"{more:,} more characters" if more else "",
+        "link": where,
+    }
 
 
 def cut(text: str) -> tuple[str, int]:
@@ -422,8 +470,16 @@ def text_page(run, source: str, step: int, row: int, part: str, start: int = 0) 
         raise safe.Refused("source must be rollouts or evals")
     text, used = window(data)
     end = start + used
-    return {"source": source, "step": step, "row": row, "part": part, "start": start,
-            "text": text, "size": size, "next": end if end < size else None}  # fmt: skip
+    return {
+        "source": source,
+        "step": step,
+        "row": row,
+        "part": part,
+        "start": start,
+        "text": text,
+        "size": size,
+        "next": end if end < size else None,
+    }
 
 
 def rollout_value(run, step: int, row: int, part: str, start: int) -> tuple[bytes, int]:
@@ -511,12 +567,20 @@ def eval_table(run) -> list[dict]:
             rows.append({"step": step, "env": "", "error": str(err)})
             continue
         for env, figures in summary.items():
-            passes = sorted((int(k[5:]), v) for k, v in figures.items()
-                            if k.startswith("pass@") and k[5:].isascii() and k[5:].isdigit()
-                            and len(k) < 12)  # fmt: skip
-            rows.append({"step": step, "env": env, "reward": figures.get("reward"),
-                         "num_rollouts": figures.get("num_rollouts"),
-                         "passes": passes})  # fmt: skip
+            passes = sorted(
+                (int(k[5:]), v)
+                for k, v in figures.items()
+                if k.startswith("pass@") and k[5:].isascii() and k[5:].isdigit() and len(k) < 12
+            )
+            rows.append(
+                {
+                    "step": step,
+                    "env": env,
+                    "reward": figures.get("reward"),
+                    "num_rollouts": figures.get("num_rollouts"),
+                    "passes": passes,
+                }
+            )
     return rows
 
 
@@ -573,8 +637,10 @@ def build_index(path: Path, root: Path) -> ResultsIndex:
     try:
         size = os.fstat(fd).st_size
         if size > RESULTS.max_bytes:
-            raise Damaged(path, f"{size:,} bytes, over the {RESULTS.max_bytes:,}-byte bound "
-                                f"for {RESULTS.kind}")  # fmt: skip
+            raise Damaged(
+                path,
+                f"{size:,} bytes, over the {RESULTS.max_bytes:,}-byte bound for {RESULTS.kind}",
+            )
         pending, start, offset = b"", 0, 0
         while chunk := readback.read_at_most(fd, 4 * MIB, path):
             offset += len(chunk)
@@ -599,16 +665,26 @@ def eval_samples(run, step: int, env: str = "", failed: bool = False, page: int 
     """One page of an evaluation's results.jsonl rows (RESULTS_PER_PAGE), torn lines skipped."""
     path, index = results_index(run, step)
     env_id = index.envs.get(env, -1)
-    chosen = [i for i in range(len(index.starts)) if (not env or index.env_of[i] == env_id)
-              and (not failed or index.failed[i])]  # fmt: skip
+    chosen = [
+        i
+        for i in range(len(index.starts))
+        if (not env or index.env_of[i] == env_id) and (not failed or index.failed[i])
+    ]
     num_pages = max(1, -(-len(chosen) // RESULTS_PER_PAGE))
     page = min(max(page, 0), num_pages - 1)
     samples = []
     for i in chosen[page * RESULTS_PER_PAGE : (page + 1) * RESULTS_PER_PAGE]:
         row = result_row(path, run.root, index.starts[i], index.ends[i])
         samples.append(eval_view(row, step, index.starts[i]))
-    return {"step": step, "envs": sorted(index.envs), "page": page, "num_pages": num_pages,
-            "num_rows": len(chosen), "skipped": index.skipped, "samples": samples}  # fmt: skip
+    return {
+        "step": step,
+        "envs": sorted(index.envs),
+        "page": page,
+        "num_pages": num_pages,
+        "num_rows": len(chosen),
+        "skipped": index.skipped,
+        "samples": samples,
+    }
 
 
 def result_row(path: Path, root: Path, start: int, end: int) -> dict:
@@ -623,14 +699,17 @@ def result_row(path: Path, root: Path, start: int, end: int) -> dict:
 def eval_view(row: dict, step: int, start: int) -> dict:
     row = readback.json_safe(row)
     error = row.get("error")
-    return {"env": row.get("env"), "example": row.get("example"), "rollout": row.get("rollout"),
-            "reward": row.get("reward"),
-            "metrics": row.get("metrics") if isinstance(row.get("metrics"), dict) else {},
-            "tokens": row.get("completion_tokens"),
-            "error": cut(str(error))[0] if error is not None else None,
-            "prompt": turns(row.get("prompt"), link(step, start, "prompt", "evals")),
-            "turns": turns(row.get("completion"), link(step, start, "completion", "evals")),
-            }  # fmt: skip
+    return {
+        "env": row.get("env"),
+        "example": row.get("example"),
+        "rollout": row.get("rollout"),
+        "reward": row.get("reward"),
+        "metrics": row.get("metrics") if isinstance(row.get("metrics"), dict) else {},
+        "tokens": row.get("completion_tokens"),
+        "error": cut(str(error))[0] if error is not None else None,
+        "prompt": turns(row.get("prompt"), link(step, start, "prompt", "evals")),
+        "turns": turns(row.get("completion"), link(step, start, "completion", "evals")),
+    }
 
 
 def eval_value(run, step: int, row: int, part: str, start: int) -> tuple[bytes, int]:

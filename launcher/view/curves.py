@@ -27,23 +27,35 @@ PANELS = (
     ("entropy", "nats", [("trainer", "entropy", "entropy")]),
     ("mismatch_kl", "", [("trainer", "mismatch_kl", "mismatch_kl")]),
     ("grad norm", "", [("trainer", "grad_norm", "grad_norm")]),
-    ("step time", "s", [
-        ("orchestrator", "time/generate_s", "generate"),
-        ("orchestrator", "time/wait_weights_s", "orchestrator wait (weights)"),
-        ("trainer", "data_wait_s", "trainer wait (batch)"),
-        ("trainer", "step_time_s", "train"),
-        ("trainer", "publish_s", "publish"),
-    ]),
-    ("tokens/s", "", [
-        ("trainer", "tokens_per_s", "trainer"),
-        ("orchestrator", "throughput_tokens_per_s", "rollouts"),
-    ]),
-    ("memory", "GiB", [
-        ("trainer", "rss_mib", "trainer resident"),
-        ("orchestrator", "rss_mib", "orchestrator resident"),
-        ("trainer", "peak_memory_gib", "trainer peak (device)"),
-    ]),
-)  # fmt: skip
+    (
+        "step time",
+        "s",
+        [
+            ("orchestrator", "time/generate_s", "generate"),
+            ("orchestrator", "time/wait_weights_s", "orchestrator wait (weights)"),
+            ("trainer", "data_wait_s", "trainer wait (batch)"),
+            ("trainer", "step_time_s", "train"),
+            ("trainer", "publish_s", "publish"),
+        ],
+    ),
+    (
+        "tokens/s",
+        "",
+        [
+            ("trainer", "tokens_per_s", "trainer"),
+            ("orchestrator", "throughput_tokens_per_s", "rollouts"),
+        ],
+    ),
+    (
+        "memory",
+        "GiB",
+        [
+            ("trainer", "rss_mib", "trainer resident"),
+            ("orchestrator", "rss_mib", "orchestrator resident"),
+            ("trainer", "peak_memory_gib", "trainer peak (device)"),
+        ],
+    ),
+)
 MIB_KEYS = ("rss_mib",)
 BLOCK_BYTES = 4 * 2**20
 """metrics.jsonl is read in blocks of about this size: a bad line costs its block the slow path."""
@@ -248,8 +260,9 @@ def add_columns(curves: Curves, chunk: bytes) -> bool:
 
     if not chunk.strip():
         return True
-    options = pa_json.ParseOptions(explicit_schema=column_schema(),
-                                   unexpected_field_behavior="ignore")  # fmt: skip
+    options = pa_json.ParseOptions(
+        explicit_schema=column_schema(), unexpected_field_behavior="ignore"
+    )
     try:
         table = pa_json.read_json(pa.BufferReader(chunk), parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):

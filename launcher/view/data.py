@@ -182,16 +182,27 @@ class RunData:
     def waits(self) -> list[str]:
         """What each live component records it waits for, as `rl status` words it."""
         found = []
-        names = [*COMPONENTS, *(n[:-5] for n in self.names("state")
-                                if n.startswith("inference-") and n.endswith(".json"))]  # fmt: skip
+        names = [
+            *COMPONENTS,
+            *(
+                n[:-5]
+                for n in self.names("state")
+                if n.startswith("inference-") and n.endswith(".json")
+            ),
+        ]
         for name in names:
             try:
                 record = self.read(("state", f"{name}.json"), self.read_state_file)
                 if not isinstance(record, dict) or not procs.pid_alive(record.get("pid")):
                     continue
                 for wait in waits.open_waits(record):
-                    found.append(shown(f"{name}: waiting for {wait['waiting_for']} from "
-                                       f"{waits.peer_words(wait)}", 500))  # fmt: skip
+                    found.append(
+                        shown(
+                            f"{name}: waiting for {wait['waiting_for']} from "
+                            f"{waits.peer_words(wait)}",
+                            500,
+                        )
+                    )
             except (Damaged, TypeError, ValueError, KeyError, AttributeError) as err:
                 found.append(shown(f"{name}: {err}", 500))
         return found
@@ -237,11 +248,24 @@ class RunData:
             with self.lock:
                 return self.read_summary(brief, disk)
         except Exception as err:  # any damage: the list of runs must still show the others
-            return {"name": self.name, "path": shown(self.root), "kind": "?",
-                    "status": "damaged", "why": one_line(err), "model": "", "envs": [],
-                    "step": None, "max_steps": None, "last5_reward": None, "wall_s": None,
-                    "machine": "", "disk_gib": None, "updated": None,
-                    "serving": [], "time": ""}  # fmt: skip
+            return {
+                "name": self.name,
+                "path": shown(self.root),
+                "kind": "?",
+                "status": "damaged",
+                "why": one_line(err),
+                "model": "",
+                "envs": [],
+                "step": None,
+                "max_steps": None,
+                "last5_reward": None,
+                "wall_s": None,
+                "machine": "",
+                "disk_gib": None,
+                "updated": None,
+                "serving": [],
+                "time": "",
+            }
 
     def read_summary(self, brief: bool, disk: bool) -> dict[str, Any]:
         state = self.state()
@@ -256,19 +280,26 @@ class RunData:
         wall = None
         if curves.first_time is not None and curves.last_time is not None:
             wall = curves.last_time - curves.first_time
-        return readback.json_safe({
-            "name": self.name, "path": shown(self.root), "kind": self.kind(),
-            "status": status, "why": shown(why, 1000), "model": model_name(configs),
-            "envs": env_ids(configs),
-            "step": curves.last_step.get("trainer", curves.last_step.get("orchestrator")),
-            "max_steps": max_steps(configs), "last5_reward": last_mean(curves, "orchestrator",
-                                                                      "reward"),
-            "wall_s": wall, "machine": machine_words(machine),
-            "disk_gib": self.disk_gib() if disk else None,
-            "updated": curves.last_time,
-            "serving": self.serving(state, status),
-            "time": self.time_words(state, status),
-        })  # fmt: skip
+        return readback.json_safe(
+            {
+                "name": self.name,
+                "path": shown(self.root),
+                "kind": self.kind(),
+                "status": status,
+                "why": shown(why, 1000),
+                "model": model_name(configs),
+                "envs": env_ids(configs),
+                "step": curves.last_step.get("trainer", curves.last_step.get("orchestrator")),
+                "max_steps": max_steps(configs),
+                "last5_reward": last_mean(curves, "orchestrator", "reward"),
+                "wall_s": wall,
+                "machine": machine_words(machine),
+                "disk_gib": self.disk_gib() if disk else None,
+                "updated": curves.last_time,
+                "serving": self.serving(state, status),
+                "time": self.time_words(state, status),
+            }
+        )
 
     def time_words(self, state: RunState, status: str) -> str:
         """The time left and expected finish of a live run, or a finished run's estimate
@@ -357,8 +388,11 @@ class RunData:
             return []
         found = []
         for step in steps_in(folder):
-            done = [p for p in ("trainer", "orchestrator") if self.file(
-                "checkpoints", f"step_{step}", p, "DONE")]  # fmt: skip
+            done = [
+                p
+                for p in ("trainer", "orchestrator")
+                if self.file("checkpoints", f"step_{step}", p, "DONE")
+            ]
             complete = self.file("checkpoints", f"step_{step}", "MANIFEST") is not None
             found.append({"step": step, "complete": complete, "parts": done})
         return found
@@ -381,8 +415,9 @@ class RunData:
         lines = readback.decode(data).splitlines()
         if start > 0 and lines:
             lines = lines[1:]  # the first line of a tail may be cut
-        return [redact_text(readback.clean_text(line[:MAX_LOG_LINE_CHARS]))
-                for line in lines[-500:]]  # fmt: skip
+        return [
+            redact_text(readback.clean_text(line[:MAX_LOG_LINE_CHARS])) for line in lines[-500:]
+        ]
 
     def restarts(self) -> int:
         """Attempts after the first, counted from the attempt headers in the trainer's log (its

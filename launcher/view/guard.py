@@ -78,8 +78,11 @@ class Guard(BaseHTTPMiddleware):
         bearer = request.headers.get("authorization", "")
         sent = request.cookies.get(COOKIE) or bearer.removeprefix("Bearer ").strip()
         if not sent or not self.matches(sent):
-            return refusal(request, 401, "refused: this server needs its token (the URL rl "
-                                         "view printed carries it)")  # fmt: skip
+            return refusal(
+                request,
+                401,
+                "refused: this server needs its token (the URL rl view printed carries it)",
+            )
         return await call_next(request)
 
     def matches(self, given: str) -> bool:

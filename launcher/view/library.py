@@ -87,8 +87,11 @@ def find_runs(folder: Path, depth: int = 3) -> list[Path]:
             continue
         try:
             with os.scandir(current) as entries:
-                children = [Path(e.path) for e in entries if not e.name.startswith(".")
-                            and e.is_dir(follow_symlinks=False)]  # fmt: skip
+                children = [
+                    Path(e.path)
+                    for e in entries
+                    if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+                ]
         except OSError:
             continue
         todo += [(child, left - 1) for child in sorted(children, reverse=True)]

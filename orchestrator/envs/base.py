@@ -59,9 +59,14 @@ class EnvAdapter(ABC):
 
     @abstractmethod
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        self,
+        example: dict,
+        num_rollouts: int,
+        client: Any,
+        model: str,
+        sampling: dict,
         seeds: list[int] | None = None,
-    ) -> list[Rollout]:  # fmt: skip
+    ) -> list[Rollout]:
         """Run `num_rollouts` rollouts of one example against `client` (a PooledClient) and
         score them as a group. A rollout that failed has `error` set and is not trained on.
         `seeds` (deterministic runs): rollout i samples with vLLM's per-request seed `seeds[i]`

@@ -55,9 +55,14 @@ class VerifiersEnv(EnvAdapter):
         return self._eval[:num_examples]
 
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        self,
+        example: dict,
+        num_rollouts: int,
+        client: Any,
+        model: str,
+        sampling: dict,
         seeds: list[int] | None = None,
-    ) -> list[Rollout]:  # fmt: skip
+    ) -> list[Rollout]:
         """Run `num_rollouts` rollouts of one example and score them as a group."""
         inputs = [_rollout_input(example) for _ in range(num_rollouts)]
         if seeds is None:
@@ -75,10 +80,12 @@ class VerifiersEnv(EnvAdapter):
         with its own sampling arguments: verifiers gives a group one dict."""
         from verifiers.legacy.utils.save_utils import state_to_output
 
-        states = await asyncio.gather(*(
-            self.env.rollout(inp, client, model, seeded(sampling, seed))
-            for inp, seed in zip(inputs, seeds, strict=True)
-        ))  # fmt: skip
+        states = await asyncio.gather(
+            *(
+                self.env.rollout(inp, client, model, seeded(sampling, seed))
+                for inp, seed in zip(inputs, seeds, strict=True)
+            )
+        )
         start = time.time()
         if self.env.score_rollouts:
             await self.env.rubric.score_group(states)

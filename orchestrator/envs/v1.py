@@ -112,9 +112,14 @@ class V1Env(EnvAdapter):
         return [{"example_id": i} for i in range(min(num_examples, len(self.tasks)))]
 
     async def run_group(
-        self, example: dict, num_rollouts: int, client: Any, model: str, sampling: dict,
+        self,
+        example: dict,
+        num_rollouts: int,
+        client: Any,
+        model: str,
+        sampling: dict,
         seeds: list[int] | None = None,
-    ) -> list[Rollout]:  # fmt: skip
+    ) -> list[Rollout]:
         """`num_rollouts` episodes of one task, each against the least-loaded server (counted in
         its requests; a server that fails costs the episode)."""
         await self.start()

@@ -62,8 +62,11 @@ def note_other_numerics(config: EvalsConfig, source: Path) -> None:
     served, matmul = serving_dtypes(
         model.get("dtype", "auto"), cpu.get("matmul_dtype", "auto"), machine.num_gpus > 0, machine
     )
-    now = {"isa": machine.isa, "inference.model.dtype": served,
-           "inference.cpu.matmul_dtype": matmul}  # fmt: skip
+    now = {
+        "isa": machine.isa,
+        "inference.model.dtype": served,
+        "inference.cpu.matmul_dtype": matmul,
+    }
     changed = differences(choices, now)
     if changed:
         logger.warning(
@@ -76,8 +79,9 @@ def serving(config: EvalsConfig, model: str):
     """A context that yields the servers' base URLs: the given ones, or its own server's."""
     if config.client.base_url:
         return nullcontext(config.client.base_urls)
-    own = own_server(model, config.inference, config.output_dir, config.seq_len,
-                     config.client.health_timeout_s)  # fmt: skip
+    own = own_server(
+        model, config.inference, config.output_dir, config.seq_len, config.client.health_timeout_s
+    )
     return wrap_list(own)
 
 
@@ -91,8 +95,9 @@ def summarize(config: EvalsConfig, rows: list[dict]) -> dict[str, dict]:
     summary = {}
     for label, env_config in zip(env_labels(config), config.eval.env, strict=True):
         env_rows = [r for r in rows if r["env"] == label]
-        summary[label] = env_summary(env_rows, env_config.rollouts_per_example,
-                                     config.eval.pass_threshold)  # fmt: skip
+        summary[label] = env_summary(
+            env_rows, env_config.rollouts_per_example, config.eval.pass_threshold
+        )
     return summary
 
 
@@ -115,14 +120,15 @@ def export_policy(source: Path, step: int, folder: Path) -> None:
     """`rl export RUN --step STEP --out FOLDER` (-1: the newest step) into this evaluation's
     folder, which this process holds (LAUNCHER_ENV: the export writes under its lock); a
     ConfigError with its message when it fails."""
-    command = [sys.executable, "-m", "launcher.rl", "export", str(source), "--out",
-               str(folder)]  # fmt: skip
+    command = [sys.executable, "-m", "launcher.rl", "export", str(source), "--out", str(folder)]
     command += ["--step", str(step)] if step != -1 else []
     env = {**os.environ, LAUNCHER_ENV: str(os.getpid())}
     done = children.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise ConfigError(f"--run {source} --step {step}: " +
-                          done.stderr.strip().removeprefix("rl export: error: "))  # fmt: skip
+        raise ConfigError(
+            f"--run {source} --step {step}: "
+            + done.stderr.strip().removeprefix("rl export: error: ")
+        )
     logger.info(done.stdout.strip().splitlines()[0])
 
 
@@ -134,15 +140,23 @@ async def evaluate(config: EvalsConfig, base_urls: list[str], model: str) -> lis
     client_config = config.client
     pool = ServerPool(base_urls, client_config.timeout_s)
     try:
-        await pool.wait_ready(model, client_config.health_timeout_s, client_config.api_key,
-                              config.seq_len)  # fmt: skip
+        await pool.wait_ready(
+            model, client_config.health_timeout_s, client_config.api_key, config.seq_len
+        )
         client = PooledClient(
-            pool, model, config.seq_len, client_config.timeout_s, client_config.max_concurrent,
-            client_config.api_key, client_config.api_key_var,
-        )  # fmt: skip
-        sampling = sampling_args(SimpleNamespace(
-            **config.sampling.model_dump(), top_k=0, min_p=0.0, repetition_penalty=1.0
-        ))  # fmt: skip
+            pool,
+            model,
+            config.seq_len,
+            client_config.timeout_s,
+            client_config.max_concurrent,
+            client_config.api_key,
+            client_config.api_key_var,
+        )
+        sampling = sampling_args(
+            SimpleNamespace(
+                **config.sampling.model_dump(), top_k=0, min_p=0.0, repetition_penalty=1.0
+            )
+        )
         rows = []
         labels = env_labels(config)
         for e, env_config in enumerate(config.eval.env):
@@ -161,12 +175,18 @@ async def env_rows(config, e, env, env_config, client, model, sampling) -> list[
     examples = env.eval_examples(env_config.num_examples)
     num = env_config.rollouts_per_example
     started = time.monotonic()
-    groups = await asyncio.gather(*(
-        env.run_group(example, num, client, model, sampling, eval_seeds(config.seed, 0, e, i, num))
-        for i, example in enumerate(examples)
-    ))  # fmt: skip
-    logger.info(f"{env_config.id}: {len(examples)} examples x {num} rollouts in "
-                f"{time.monotonic() - started:.1f} s")  # fmt: skip
+    groups = await asyncio.gather(
+        *(
+            env.run_group(
+                example, num, client, model, sampling, eval_seeds(config.seed, 0, e, i, num)
+            )
+            for i, example in enumerate(examples)
+        )
+    )
+    logger.info(
+        f"{env_config.id}: {len(examples)} examples x {num} rollouts in "
+        f"{time.monotonic() - started:.1f} s"
+    )
     return [
         result_row(env_config.id, i, j, rollout)
         for i, group in enumerate(groups)

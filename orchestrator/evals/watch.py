@@ -90,10 +90,15 @@ class Server:
         """Serve `folder` (step `step`): the server started on it, or swapped to it; its URL."""
         config = self.config
         if self.url is None:
-            self.url = stack.enter_context(own_server(
-                self.model, config.inference, self.out, config.seq_len,
-                config.client.health_timeout_s,
-            ))  # fmt: skip
+            self.url = stack.enter_context(
+                own_server(
+                    self.model,
+                    config.inference,
+                    self.out,
+                    config.seq_len,
+                    config.client.health_timeout_s,
+                )
+            )
             return self.url
         asyncio.run(self.swap(self.url, folder))
         logger.info(f"the server now serves step {step}")

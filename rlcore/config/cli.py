@@ -318,8 +318,11 @@ class ArgParser(Generic[M]):
             parent, name = loc[:-1], loc[-1]
             choices = keys_under(self.model, parent)
             hint = did_you_mean(name, choices) or f" (valid keys here: {', '.join(choices)})"
-            kinds = [c.model_fields["type"].default for c in classes_at(self.model, parent)
-                     if name in c.model_fields and "type" in c.model_fields]  # fmt: skip
+            kinds = [
+                c.model_fields["type"].default
+                for c in classes_at(self.model, parent)
+                if name in c.model_fields and "type" in c.model_fields
+            ]
             if kinds:  # a key of another member of a tagged union
                 types = " or ".join(map(repr, kinds))
                 return (
@@ -334,8 +337,11 @@ class ArgParser(Generic[M]):
                 f"one of {ctx.get('expected_tags')}"
             )
         if error["type"] == "union_tag_not_found":
-            kinds = [c.model_fields["type"].default for c in classes_at(self.model, loc)
-                     if "type" in c.model_fields]  # fmt: skip
+            kinds = [
+                c.model_fields["type"].default
+                for c in classes_at(self.model, loc)
+                if "type" in c.model_fields
+            ]
             return f"`{dotted}`{where} needs `type`: one of {', '.join(map(repr, kinds))}"
         message = error["msg"].removeprefix("Value error, ")
         if not loc:

@@ -141,8 +141,11 @@ def worker_init_info(group: dict[str, Any], rank_offset: int) -> dict[str, Any]:
     }
     if group["backend"] == "nccl":
         return info | {"packed": True, "packed_buffer_size_bytes": group["bucket_bytes"]}
-    return info | {"group_id": group["id"], "timeout_s": group["timeout_s"],
-                   "bucket_bytes": group["bucket_bytes"]}  # fmt: skip
+    return info | {
+        "group_id": group["id"],
+        "timeout_s": group["timeout_s"],
+        "bucket_bytes": group["bucket_bytes"],
+    }
 
 
 def tensor_bytes(dtype_name: str, shape: list[int]) -> int:
@@ -186,9 +189,11 @@ def gloo_group(host: str, port: int, rank: int, world_size: int, group_id: str, 
     options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     options._timeout = timeout
     loopback = host in ("127.0.0.1", "localhost", "::1")
-    device = dist.ProcessGroupGloo.create_device(hostname=host) if loopback else (
-        dist.ProcessGroupGloo.create_default_device()
-    )  # fmt: skip
+    device = (
+        dist.ProcessGroupGloo.create_device(hostname=host)
+        if loopback
+        else (dist.ProcessGroupGloo.create_default_device())
+    )
     options._devices = [device]
     group = dist.ProcessGroupGloo(dist.PrefixStore(group_id, store), rank, world_size, options)
     return store, group

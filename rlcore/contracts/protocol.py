@@ -163,9 +163,11 @@ class BatchTensors:
 
         arrays = batch_arrays(batch)
         return cls(
-            batch.step, batch.temperature, **{k: torch.from_numpy(v) for k, v in arrays.items()},
+            batch.step,
+            batch.temperature,
+            **{k: torch.from_numpy(v) for k, v in arrays.items()},
             policy_step=batch.policy_step,
-        )  # fmt: skip
+        )
 
     def to_batch(self) -> Batch:
         """Back to lists (tests and tools; the trainer never needs them)."""
@@ -287,8 +289,11 @@ def load_batch(folder: Path) -> BatchTensors:
             "orchestrator from the same version (regenerate the batch by resuming from an "
             "earlier checkpoint, or start a new run)"
         )
-    missing = [k for k in ("step", "temperature", "num_samples", "num_tokens", "num_loss_tokens")
-               if k not in meta]  # fmt: skip
+    missing = [
+        k
+        for k in ("step", "temperature", "num_samples", "num_tokens", "num_loss_tokens")
+        if k not in meta
+    ]
     if missing:
         raise BatchError(f"{meta_path} lacks {', '.join(missing)} (batch format {BATCH_FORMAT})")
     try:
@@ -296,8 +301,12 @@ def load_batch(folder: Path) -> BatchTensors:
     except (OSError, SafetensorError) as err:
         raise BatchError(f"cannot read batch tensors {tensors_path}: {err}") from None
     check_tensors(raw, meta, tensors_path)
-    batch = BatchTensors(meta["step"], meta["temperature"], **{k: raw[k] for k in BATCH_TENSORS},
-                         policy_step=meta.get("policy_step"))  # fmt: skip
+    batch = BatchTensors(
+        meta["step"],
+        meta["temperature"],
+        **{k: raw[k] for k in BATCH_TENSORS},
+        policy_step=meta.get("policy_step"),
+    )
     check_batch(batch, meta, tensors_path)
     return batch
 

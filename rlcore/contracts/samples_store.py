@@ -53,13 +53,26 @@ SAMPLES_DIR = "samples"
 SAMPLES_FORMAT = "1"
 META_FORMAT, META_STEP, META_POLICY_STEP = b"rl.samples_format", b"rl.step", b"rl.policy_step"
 SCHEMA_FIELDS = (
-    ("step", "int64"), ("policy_step", "int64"), ("env", "string"), ("group", "int32"),
-    ("member", "int32"), ("example_id", "int64"), ("prompt", "string"), ("completion", "string"),
-    ("reward", "float64"), ("reward_parts", "string"), ("advantage", "float64"), ("kept", "bool"),
-    ("num_prompt_tokens", "int32"), ("num_completion_tokens", "int32"), ("is_truncated", "bool"),
-    ("error", "string"), ("token_text", "list<string>"), ("token_logprob", "list<float32>"),
+    ("step", "int64"),
+    ("policy_step", "int64"),
+    ("env", "string"),
+    ("group", "int32"),
+    ("member", "int32"),
+    ("example_id", "int64"),
+    ("prompt", "string"),
+    ("completion", "string"),
+    ("reward", "float64"),
+    ("reward_parts", "string"),
+    ("advantage", "float64"),
+    ("kept", "bool"),
+    ("num_prompt_tokens", "int32"),
+    ("num_completion_tokens", "int32"),
+    ("is_truncated", "bool"),
+    ("error", "string"),
+    ("token_text", "list<string>"),
+    ("token_logprob", "list<float32>"),
     ("token_mask", "list<bool>"),
-)  # fmt: skip
+)
 """Every column, in order, with its Arrow type."""
 COLUMNS = tuple(name for name, _ in SCHEMA_FIELDS)
 FILLED = ("step", "policy_step")
@@ -82,10 +95,15 @@ def schema() -> pa.Schema:
     import pyarrow as pa
 
     types = {
-        "int64": pa.int64(), "int32": pa.int32(), "string": pa.string(), "float64": pa.float64(),
-        "bool": pa.bool_(), "list<string>": pa.list_(pa.string()),
-        "list<float32>": pa.list_(pa.float32()), "list<bool>": pa.list_(pa.bool_()),
-    }  # fmt: skip
+        "int64": pa.int64(),
+        "int32": pa.int32(),
+        "string": pa.string(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "list<string>": pa.list_(pa.string()),
+        "list<float32>": pa.list_(pa.float32()),
+        "list<bool>": pa.list_(pa.bool_()),
+    }
     return pa.schema([pa.field(name, types[kind]) for name, kind in SCHEMA_FIELDS])
 
 
@@ -114,8 +132,11 @@ def step_sizes(folder: Path) -> dict[int, int]:
 
 def metadata(step: int, policy_step: int) -> dict[bytes, bytes]:
     """A step file's key-value metadata: the format, its step and the policy that generated it."""
-    return {META_FORMAT: SAMPLES_FORMAT.encode(), META_STEP: str(step).encode(),
-            META_POLICY_STEP: str(policy_step).encode()}  # fmt: skip
+    return {
+        META_FORMAT: SAMPLES_FORMAT.encode(),
+        META_STEP: str(step).encode(),
+        META_POLICY_STEP: str(policy_step).encode(),
+    }
 
 
 def step_table(step: int, policy_step: int, rows: list[dict[str, Any]]) -> pa.Table:
@@ -128,9 +149,11 @@ def step_table(step: int, policy_step: int, rows: list[dict[str, Any]]) -> pa.Ta
     for row in rows:
         unknown, missing = set(row) - set(COLUMNS), needed - set(row)
         if unknown or missing:
-            raise ValueError(f"an archive row must have exactly the columns of rollout archive "
-                             f"format {SAMPLES_FORMAT}: unknown {sorted(unknown)}, missing "
-                             f"{sorted(missing)}")  # fmt: skip
+            raise ValueError(
+                f"an archive row must have exactly the columns of rollout archive "
+                f"format {SAMPLES_FORMAT}: unknown {sorted(unknown)}, missing "
+                f"{sorted(missing)}"
+            )
     columns = {name: [row.get(name) for row in rows] for name in COLUMNS}
     columns["step"], columns["policy_step"] = [step] * len(rows), [policy_step] * len(rows)
     return pa.table(columns, schema=schema().with_metadata(metadata(step, policy_step)))
@@ -171,17 +194,22 @@ def open_step(source: Path | IO[bytes], name: str | None = None):
         parquet = pq.ParquetFile(source)
         meta = parquet.schema_arrow.metadata or {}
     except Exception as err:  # pyarrow raises many kinds for a torn or foreign file
-        raise SamplesError(f"{name} is not a readable rollout archive step "
-                           f"({err.__class__.__name__}: {readback.shown(str(err), 200)})"
-                           ) from None  # fmt: skip
+        raise SamplesError(
+            f"{name} is not a readable rollout archive step "
+            f"({err.__class__.__name__}: {readback.shown(str(err), 200)})"
+        ) from None
     found = meta.get(META_FORMAT)
     if found is None:
-        raise SamplesError(f"{name} names no rollout archive format in its metadata: it is not "
-                           "a step file rl wrote (a damaged run folder?)")  # fmt: skip
+        raise SamplesError(
+            f"{name} names no rollout archive format in its metadata: it is not "
+            "a step file rl wrote (a damaged run folder?)"
+        )
     if found != SAMPLES_FORMAT.encode():
-        raise SamplesError(f"{name} is rollout archive format {readback.shown(found, 40)}, this "
-                           f"rl reads format {SAMPLES_FORMAT}: read it with the version of rl "
-                           "that wrote it")  # fmt: skip
+        raise SamplesError(
+            f"{name} is rollout archive format {readback.shown(found, 40)}, this "
+            f"rl reads format {SAMPLES_FORMAT}: read it with the version of rl "
+            "that wrote it"
+        )
     return parquet
 
 
@@ -211,9 +239,14 @@ def _fits(found, kind: str) -> bool:
     if kind.startswith("list<"):
         lists = pa.types.is_list(found) or pa.types.is_large_list(found)
         return lists and _fits(found.value_type, kind[5:-1])
-    checks = {"int64": pa.types.is_integer, "int32": pa.types.is_integer,
-              "float64": pa.types.is_floating, "float32": pa.types.is_floating,
-              "bool": pa.types.is_boolean, "string": _is_text}  # fmt: skip
+    checks = {
+        "int64": pa.types.is_integer,
+        "int32": pa.types.is_integer,
+        "float64": pa.types.is_floating,
+        "float32": pa.types.is_floating,
+        "bool": pa.types.is_boolean,
+        "string": _is_text,
+    }
     return checks[kind](found)
 
 
@@ -221,8 +254,12 @@ def _is_text(found) -> bool:
     import pyarrow as pa
 
     types = pa.types
-    return types.is_string(found) or types.is_binary(found) or types.is_large_string(found) or (
-        types.is_large_binary(found))  # fmt: skip
+    return (
+        types.is_string(found)
+        or types.is_binary(found)
+        or types.is_large_string(found)
+        or (types.is_large_binary(found))
+    )
 
 
 def read_step(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -234,8 +271,9 @@ def read_step(path: Path, columns: list[str] | None = None) -> pa.Table:
     parquet = open_step(path)
     unknown = sorted(set(columns or ()) - set(COLUMNS))
     if unknown:
-        raise SamplesError(f"rollout archive format {SAMPLES_FORMAT} has no column(s) "
-                           f"{', '.join(unknown)}")  # fmt: skip
+        raise SamplesError(
+            f"rollout archive format {SAMPLES_FORMAT} has no column(s) {', '.join(unknown)}"
+        )
     problems = column_problems(parquet)
     wanted = {k: v for k, v in problems.items() if columns is None or k in columns}
     if wanted:
@@ -316,13 +354,14 @@ def read_scalars(parquet, columns: tuple[str, ...], name: str = "the step") -> d
     for one the file lacks; SamplesError for more than MAX_ROWS rows or MAX_SCALAR_BYTES."""
     num_rows = parquet.metadata.num_rows
     if num_rows > MAX_ROWS:
-        raise SamplesError(f"{name}: {num_rows:,} rollouts, more than the {MAX_ROWS:,} rl "
-                           "reads")  # fmt: skip
+        raise SamplesError(f"{name}: {num_rows:,} rollouts, more than the {MAX_ROWS:,} rl reads")
     present = readable(parquet, columns)
     size = uncompressed_bytes(parquet, present)
     if size > MAX_SCALAR_BYTES:
-        raise SamplesError(f"{name}: its row columns hold {size / MIB:.0f} MiB uncompressed, "
-                           f"over the {MAX_SCALAR_BYTES // MIB} MiB rl reads")  # fmt: skip
+        raise SamplesError(
+            f"{name}: its row columns hold {size / MIB:.0f} MiB uncompressed, "
+            f"over the {MAX_SCALAR_BYTES // MIB} MiB rl reads"
+        )
     if not present:
         return dict.fromkeys(columns)
     with BUDGET.share(size):
@@ -330,8 +369,9 @@ def read_scalars(parquet, columns: tuple[str, ...], name: str = "the step") -> d
     return {c: conform(table.column(c), c) if c in present else None for c in columns}
 
 
-def read_rows(parquet, rows: set[int], columns: tuple[str, ...],
-              cut: Callable[[str, Any], list]) -> dict[int, dict]:  # fmt: skip
+def read_rows(
+    parquet, rows: set[int], columns: tuple[str, ...], cut: Callable[[str, Any], list]
+) -> dict[int, dict]:
     """`columns` of the rows numbered in `rows`, read BATCH_ROWS rows at a time from the row
     groups that hold them, each row group within MAX_DECODE_BYTES and the shared BUDGET;
     `cut(name, column)` turns each conformed column (None where the file lacks it) into small
@@ -354,12 +394,15 @@ def read_rows(parquet, rows: set[int], columns: tuple[str, ...],
 def _read_row_group(parquet, group: int, start: int, rows, present, cut, found) -> None:
     cost = uncompressed_bytes(parquet, present, [group])
     if cost > MAX_DECODE_BYTES:
-        raise SamplesError(f"row group {group} holds {cost / MIB:,.0f} MiB of "
-                           f"{', '.join(present)} uncompressed, over the "
-                           f"{MAX_DECODE_BYTES // MIB} MiB rl decodes at once")  # fmt: skip
+        raise SamplesError(
+            f"row group {group} holds {cost / MIB:,.0f} MiB of "
+            f"{', '.join(present)} uncompressed, over the "
+            f"{MAX_DECODE_BYTES // MIB} MiB rl decodes at once"
+        )
     with BUDGET.share(cost):
-        batches = parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group],
-                                       columns=present, use_threads=False)  # fmt: skip
+        batches = parquet.iter_batches(
+            batch_size=BATCH_ROWS, row_groups=[group], columns=present, use_threads=False
+        )
         for batch in batches:
             wanted = [i for i in range(batch.num_rows) if start + i in rows]
             if wanted:
@@ -376,8 +419,14 @@ def wide_type(name: str):
     binary (`conform` makes a view), lists as large lists of those."""
     import pyarrow as pa
 
-    kinds = {"int64": pa.int64(), "int32": pa.int64(), "float64": pa.float64(),
-             "float32": pa.float64(), "bool": pa.bool_(), "string": pa.large_binary()}  # fmt: skip
+    kinds = {
+        "int64": pa.int64(),
+        "int32": pa.int64(),
+        "float64": pa.float64(),
+        "float32": pa.float64(),
+        "bool": pa.bool_(),
+        "string": pa.large_binary(),
+    }
     kind = dict(SCHEMA_FIELDS)[name]
     if kind.startswith("list<"):
         return pa.large_list(kinds[kind[5:-1]])

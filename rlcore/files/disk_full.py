@@ -128,8 +128,9 @@ def exit_disk_full(prog: str, err: BaseException, folder: Path | None, advice: s
     is skipped where it does not fit: stderr may be a log on the full disk (`rl` and `rl sft`
     then say it from the exit code)."""
     with contextlib.suppress(OSError, ValueError):
-        print(f"{prog}: error: {disk_full_text(err, folder)}; {advice}", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"{prog}: error: {disk_full_text(err, folder)}; {advice}", file=sys.stderr, flush=True
+        )
     sys.exit(DISK_FULL_EXIT_CODE)
 
 

@@ -141,9 +141,13 @@ def check_folder(path: Path, root: Path | None) -> None:
 
 
 def kind_of(mode: int) -> str:
-    for test, words in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISDIR, "a folder")):  # fmt: skip
+    for test, words in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return words
     return "not a regular file"
@@ -159,8 +163,9 @@ def read_bytes(path: Path, bound: Bound, root: Path | None = None) -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > bound.max_bytes:
-            raise Damaged(path, f"{size:,} bytes, over the {bound.max_bytes:,}-byte bound "
-                                f"for {bound.kind}")  # fmt: skip
+            raise Damaged(
+                path, f"{size:,} bytes, over the {bound.max_bytes:,}-byte bound for {bound.kind}"
+            )
         data = read_at_most(fd, bound.max_bytes + 1, path)
     finally:
         os.close(fd)

@@ -125,10 +125,15 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     dst = torch.empty_like(big)
     copy = scale * big.numel() * 4 / _timed(lambda: dst.copy_(big))
     return {
-        "matmul_flops": matmul, "stream_bytes": stream, "op_s": op_s, "copy_bytes": copy,
-        "import_s": import_s, "threads": threads, "device": where,
+        "matmul_flops": matmul,
+        "stream_bytes": stream,
+        "op_s": op_s,
+        "copy_bytes": copy,
+        "import_s": import_s,
+        "threads": threads,
+        "device": where,
         "measured_s": time.perf_counter() - started,
-    }  # fmt: skip
+    }
 
 
 def versions() -> dict[str, str]:
@@ -145,8 +150,7 @@ def versions() -> dict[str, str]:
 def fingerprint(machine: dict, dtypes: list[str]) -> str:
     """A hash of what the measured speed depends on: the machine (CPU, ISA and its caps, CPUs,
     GPUs), the library versions, Python's, the dtypes and this module's version."""
-    keys = ("arch", "model", "isa", "hardware_isa", "capped_by", "num_cpus", "num_gpus",
-            "gpu_name")  # fmt: skip
+    keys = ("arch", "model", "isa", "hardware_isa", "capped_by", "num_cpus", "num_gpus", "gpu_name")
     facts = {
         "machine": {k: machine.get(k) for k in keys},
         "versions": versions(),
@@ -169,11 +173,16 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
         return Speeds(
             matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
             stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
-            op_s=float(data["op_s"]), copy_bytes=float(data["copy_bytes"]),
-            import_s=float(data["import_s"]), threads=int(data["threads"]),
-            measured_s=float(data.get("measured_s", 0.0)), load=float(data.get("load", 0.0)),
-            fingerprint=key, cached=cached, extra={"device": str(data.get("device", "cpu"))},
-        )  # fmt: skip
+            op_s=float(data["op_s"]),
+            copy_bytes=float(data["copy_bytes"]),
+            import_s=float(data["import_s"]),
+            threads=int(data["threads"]),
+            measured_s=float(data.get("measured_s", 0.0)),
+            load=float(data.get("load", 0.0)),
+            fingerprint=key,
+            cached=cached,
+            extra={"device": str(data.get("device", "cpu"))},
+        )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"not a calibration record ({err!r})") from None
 
@@ -195,8 +204,7 @@ def run_child(dtypes: list[str], device: str = "cpu") -> dict:
     command = [sys.executable, "-m", "rlcore.forecast.calibrate", "--device", device, *dtypes]
     env = dict(os.environ)
     try:
-        out = children.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
-                           env=env)  # fmt: skip
+        out = children.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise CalibrationError(f"the speed measurement took over {TIMEOUT_S:.0f} s") from None
     except OSError as err:

@@ -31,9 +31,15 @@ def model_shape(folder: Path) -> ModelShape | None:
 
 
 def trainer_peak(
-    shape: ModelShape, tokens: int, compute_bytes: int, checkpointing: bool, shards: int = 1,
-    trainable: int | None = None, head_chunk: int | None = None, checkpoint_freq: int = 1,
-) -> dict[str, float]:  # fmt: skip
+    shape: ModelShape,
+    tokens: int,
+    compute_bytes: int,
+    checkpointing: bool,
+    shards: int = 1,
+    trainable: int | None = None,
+    head_chunk: int | None = None,
+    checkpoint_freq: int = 1,
+) -> dict[str, float]:
     """The estimate's terms in bytes (see the module docstring); `trainable`: the parameters
     that train when fewer than all do (LoRA adapters), for gradients and optimizer state;
     `head_chunk`: the chunked logprob head's chunk (`model.logprob_chunk_tokens`), which bounds

@@ -175,15 +175,18 @@ class Forecast:
         """What run.json keeps (`estimate`)."""
         return {
             "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
-            "step_s": round(self.step_s, 3), "start_s": round(self.start_s, 2),
-            "end_s": round(self.end_s, 2), "wall_s": round(self.wall_s, 1),
+            "step_s": round(self.step_s, 3),
+            "start_s": round(self.start_s, 2),
+            "end_s": round(self.end_s, 2),
+            "wall_s": round(self.wall_s, 1),
             "wall_range_s": [round(x, 1) for x in self.wall_range],
             "memory_bytes": {k: int(v) for k, v in self.memory.items()},
             "machine_memory_bytes": int(self.machine_memory),
             "gpu_memory_bytes": {k: int(v) for k, v in self.gpu_memory.items()},
             "disk_bytes": {k: int(v) for k, v in self.disk.items()},
-            "gpu_hours": round(self.gpu_hours, 4), "basis": self.basis,
-        }  # fmt: skip
+            "gpu_hours": round(self.gpu_hours, 4),
+            "basis": self.basis,
+        }
 
 
 # -- FLOPs and bytes -------------------------------------------------------------------------
@@ -274,8 +277,13 @@ def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
         step = max(generate, trainer_side)
     else:  # one set of cores: overlapping only fills what the other leaves idle
         step = max(generate, trainer_side) + OVERLAP_ON_SHARED_CORES * min(generate, trainer_side)
-    return {"generate": generate, "wait": max(step - generate, 0.0), "train": train,
-            "publish": publish, "step": step}  # fmt: skip
+    return {
+        "generate": generate,
+        "wait": max(step - generate, 0.0),
+        "train": train,
+        "publish": publish,
+        "step": step,
+    }
 
 
 def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
@@ -375,8 +383,15 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
         host = LAUNCHER_BASE + sum(memory.values())
     gpus = job.trainer_gpus + (0 if job.sft else job.inference_gpus)
     return Forecast(
-        phases={k: v for k, v in mid.items() if k != "step"}, step_s=mid["step"],
-        start_s=start, end_s=end, wall_s=wall, wall_range=wall_range,
-        memory=memory, machine_memory=host, gpu_memory=gpu_memory,
-        disk=disk(job, shape, job.answer_mean), gpu_hours=gpus * wall / 3600,
-    )  # fmt: skip
+        phases={k: v for k, v in mid.items() if k != "step"},
+        step_s=mid["step"],
+        start_s=start,
+        end_s=end,
+        wall_s=wall,
+        wall_range=wall_range,
+        memory=memory,
+        machine_memory=host,
+        gpu_memory=gpu_memory,
+        disk=disk(job, shape, job.answer_mean),
+        gpu_hours=gpus * wall / 3600,
+    )

@@ -135,9 +135,10 @@ def status_line(state: dict, records: list, now: float) -> str | None:
             rest = ""
             if isinstance(ratios, dict):
                 rest = "; " + ", ".join(
-                    f"{k} {v:.2f}x" for k, v in ratios.items()
+                    f"{k} {v:.2f}x"
+                    for k, v in ratios.items()
                     if k != "wall" and isinstance(v, int | float)
-                )  # fmt: skip
+                )
             return f"estimated {duration(wall)}, took {duration(actual)}{ratio}{rest}"
     progress = state.get("progress")
     progress_state = progress if isinstance(progress, dict) else {}

@@ -56,10 +56,15 @@ def lora_trainable(lora, shape: ModelShape) -> int | None:
     head_dim = shape.head_dim or shape.hidden // heads
     attention, kv = heads * head_dim, (shape.kv_heads or heads) * head_dim
     mlp = shape.intermediate or 4 * shape.hidden
-    sides = {"q_proj": (shape.hidden, attention), "k_proj": (shape.hidden, kv),
-             "v_proj": (shape.hidden, kv), "o_proj": (attention, shape.hidden),
-             "gate_proj": (shape.hidden, mlp), "up_proj": (shape.hidden, mlp),
-             "down_proj": (mlp, shape.hidden)}  # fmt: skip
+    sides = {
+        "q_proj": (shape.hidden, attention),
+        "k_proj": (shape.hidden, kv),
+        "v_proj": (shape.hidden, kv),
+        "o_proj": (attention, shape.hidden),
+        "gate_proj": (shape.hidden, mlp),
+        "up_proj": (shape.hidden, mlp),
+        "down_proj": (mlp, shape.hidden),
+    }
     per_layer = sum(sum(sides.get(t, (shape.hidden, shape.hidden))) for t in lora.target_modules)
     return lora.rank * per_layer * shape.layers
 
@@ -208,19 +213,35 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
     micro = data.micro_batch_tokens or max(seq_len, 2048)
     trainable = lora_trainable(config.lora, shape)
     ac = config.model.activation_checkpointing is True
-    peak = trainer_peak(shape, min(micro, tokens * data.batch_size), DTYPE_BYTES.get(dtype, 4),
-                        ac, trainable=trainable,
-                        head_chunk=config.model.logprob_chunk_tokens)  # fmt: skip
+    peak = trainer_peak(
+        shape,
+        min(micro, tokens * data.batch_size),
+        DTYPE_BYTES.get(dtype, 4),
+        ac,
+        trainable=trainable,
+        head_chunk=config.model.logprob_chunk_tokens,
+    )
     saved, kept = checkpoint_counts(config.ckpt, config.max_steps)
     return Job(
-        max_steps=config.max_steps, rollouts=data.batch_size, rollouts_per_example=data.batch_size,
-        prompt_tokens=0, answer_tokens=tokens, seq_len=seq_len, train_dtype=dtype,
-        trainable=trainable, micro_batch_tokens=micro, on_gpu=on_gpu,
-        trainer_gpus=1 if on_gpu else 0, checkpoints_kept=kept, checkpoints_saved=saved,
-        policy_folders=1, archive=False, sft=True,
+        max_steps=config.max_steps,
+        rollouts=data.batch_size,
+        rollouts_per_example=data.batch_size,
+        prompt_tokens=0,
+        answer_tokens=tokens,
+        seq_len=seq_len,
+        train_dtype=dtype,
+        trainable=trainable,
+        micro_batch_tokens=micro,
+        on_gpu=on_gpu,
+        trainer_gpus=1 if on_gpu else 0,
+        checkpoints_kept=kept,
+        checkpoints_saved=saved,
+        policy_folders=1,
+        archive=False,
+        sft=True,
         trainer_peak=TRAINER_RESIDENT * sum(peak.values()),
         answer_fill=1.0,
-    )  # fmt: skip
+    )
 
 
 def sft_forecast(config) -> tuple[Forecast | None, list[str]]:

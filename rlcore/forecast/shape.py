@@ -73,20 +73,34 @@ def folder_shape(folder: Path) -> ModelShape | None:
         if not params:
             return None
         return ModelShape(
-            params, config["hidden_size"], config["num_hidden_layers"], config["vocab_size"],
+            params,
+            config["hidden_size"],
+            config["num_hidden_layers"],
+            config["vocab_size"],
             heads=config.get("num_attention_heads") or 0,
             kv_heads=config.get("num_key_value_heads") or 0,
             head_dim=config.get("head_dim") or 0,
             intermediate=config.get("intermediate_size") or 0,
             tied=bool(config.get("tie_word_embeddings", True)),
-        )  # fmt: skip
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
         return None
 
 
 # GGUF value types (the format's own numbering) and the struct code of each fixed-size one.
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
-                 11: "q", 12: "d"}  # fmt: skip
+_GGUF_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
@@ -186,7 +200,7 @@ def shape_of(name: str) -> tuple[ModelShape | None, str]:
         shape = folder_shape(folder)
         return shape, "its config.json and safetensors headers" if shape else (
             f"{folder} has no readable config.json and safetensors headers"
-        )  # fmt: skip
+        )
     if name == DEFAULT_MODEL:
         try:
             shape = gguf_shape(bundled_gguf_path())

@@ -28,18 +28,33 @@ from typing import Literal
 
 LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16", "amx")
 """x86 ISA levels that change what runs fast, lowest first."""
-AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-            "MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # fmt: skip
+AVX2_ENV = {
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 """Environment that gives a process an AVX2-only machine's kernels on any x86 CPU (oneDNN,
 ATen, MKL; vLLM through the probe)."""
 ONEDNN_CAPS = {
-    "SSE41": "baseline", "AVX": "baseline", "AVX2": "avx2", "AVX2_VNNI": "avx2",
-    "AVX2_VNNI_2": "avx2", "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512",
-    "AVX512_CORE_BF16": "avx512_bf16", "AVX10_1_512": "avx512_bf16",
-    "AVX512_CORE_FP16": "avx512_bf16", "AVX512_CORE_AMX": "amx",
-    "AVX512_CORE_AMX_FP16": "amx", "AVX10_1_512_AMX": "amx", "AVX10_1_512_AMX_FP16": "amx",
-    "AVX10_2_512": "amx", "AVX10_2_512_AMX_2": "amx", "ALL": "amx", "DEFAULT": "amx",
-}  # fmt: skip
+    "SSE41": "baseline",
+    "AVX": "baseline",
+    "AVX2": "avx2",
+    "AVX2_VNNI": "avx2",
+    "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512",
+    "AVX512_CORE_VNNI": "avx512",
+    "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX10_1_512": "avx512_bf16",
+    "AVX512_CORE_FP16": "avx512_bf16",
+    "AVX512_CORE_AMX": "amx",
+    "AVX512_CORE_AMX_FP16": "amx",
+    "AVX10_1_512_AMX": "amx",
+    "AVX10_1_512_AMX_FP16": "amx",
+    "AVX10_2_512": "amx",
+    "AVX10_2_512_AMX_2": "amx",
+    "ALL": "amx",
+    "DEFAULT": "amx",
+}
 ATEN_CAPS = {"default": "baseline", "avx2": "avx2", "avx512": "amx"}
 """ATen's capability names; `avx512` caps nothing we distinguish (its bf16 goes by oneDNN)."""
 AVX512_CORE = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
@@ -48,8 +63,19 @@ Dtype = Literal["bfloat16", "float16", "float32"]
 MatmulDtype = Literal["auto", "model", "bfloat16"]
 """What inference's CPU linear layers compute in (`inference.cpu.matmul_dtype`)."""
 GPU_DTYPE: Dtype = "bfloat16"
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
-               "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}  # fmt: skip
+DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "int64": 8,
+    "int32": 4,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
 """Bytes per element of each dtype, by its name as a config, torch (`str(dtype)` less `torch.`)
 or vLLM (`half`, `float`) spells it: the one table every size, estimate and transfer reads."""
 
@@ -155,8 +181,13 @@ def x86_facts(flags: set[str], env: dict[str, str]) -> dict:
 
 def arm_facts(flags: set[str]) -> dict:
     native = "bf16" in flags  # Armv8.6 BF16 (Graviton3, Apple M2 and later)
-    return {"isa": "aarch64", "hardware_isa": "aarch64", "capped_by": "",
-            "bf16_matmul": native, "bf16_native": native}  # fmt: skip
+    return {
+        "isa": "aarch64",
+        "hardware_isa": "aarch64",
+        "capped_by": "",
+        "bf16_matmul": native,
+        "bf16_native": native,
+    }
 
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
@@ -179,8 +210,14 @@ def gpus(root: Path = NVIDIA_GPUS) -> tuple[int, str]:
             info = (folders[0] / "information").read_text()
         except OSError:
             info = ""
-        name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
-                     if line.startswith("Model:")), "")  # fmt: skip
+        name = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in info.splitlines()
+                if line.startswith("Model:")
+            ),
+            "",
+        )
     return count, name
 
 
@@ -238,9 +275,12 @@ def compute_dtype(
 
 
 def serving_dtypes(
-    model_dtype: Dtype | Literal["auto"], matmul_dtype: MatmulDtype, on_gpu: bool,
-    machine: Machine, trainer_dtype: str | None = None,
-) -> tuple[Dtype, MatmulDtype]:  # fmt: skip
+    model_dtype: Dtype | Literal["auto"],
+    matmul_dtype: MatmulDtype,
+    on_gpu: bool,
+    machine: Machine,
+    trainer_dtype: str | None = None,
+) -> tuple[Dtype, MatmulDtype]:
     """(served dtype, CPU linear layers' dtype) for inference's `model.dtype` and
     `cpu.matmul_dtype`: `auto` serves bf16 on a GPU and fp32 on a CPU (the trainer's fp32
     master weights arrive whole), whose linear layers compute in bf16 where the trainer does
@@ -260,9 +300,10 @@ def slow_bf16_warning(key: str, dtype: str, machine: Machine) -> str | None:
     if dtype != "bfloat16" or machine.bf16_native:
         return None
     how = (
-        "are emulated, no faster than fp32" if machine.bf16_matmul
+        "are emulated, no faster than fp32"
+        if machine.bf16_matmul
         else "run on a generic fallback, about 4x slower than fp32"
-    )  # fmt: skip
+    )
     return (
         f"{key} = bfloat16 on a CPU without native bf16 ({machine.isa}): bf16 products {how} "
         f"here; set {key} = auto (float32 on this machine) for speed"

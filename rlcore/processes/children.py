@@ -112,15 +112,19 @@ def start(name: str, command: list[str], log: Path, env: dict[str, str] | None =
     with log.open("a") as f:
         f.write(f"\n{HEADER} {time.strftime('%Y-%m-%d %H:%M:%S')} : {' '.join(command)}\n")
         f.flush()
-        proc = popen(command, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                     env=full_env)  # fmt: skip
+        proc = popen(
+            command, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env
+        )
     return Child(name, proc, log, identity=procs.identity(proc.pid))
 
 
 def run(
-    command: list[str], grace_s: float = 10.0, timeout: float | None = None, check: bool = False,
+    command: list[str],
+    grace_s: float = 10.0,
+    timeout: float | None = None,
+    check: bool = False,
     **kwargs: Any,
-) -> subprocess.CompletedProcess:  # fmt: skip
+) -> subprocess.CompletedProcess:
     """`subprocess.run` for a short child (`timeout`, `check` and `kwargs` as for it:
     capture_output, text, stdout, env): started as every child is, and stopped (`stop`) when
     it outlasts `timeout` (subprocess.TimeoutExpired) or this process is interrupted."""
@@ -165,9 +169,10 @@ def is_resource_tracker(process: psutil.Process) -> bool:
 
 
 def stop_descendants(
-    grace_s: float, spare: Callable[[psutil.Process], bool] = is_resource_tracker,
+    grace_s: float,
+    spare: Callable[[psutil.Process], bool] = is_resource_tracker,
     say: Callable[[str], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """SIGTERM to every process this one started, directly or not, but those `spare` picks
     (default: a resource tracker); SIGKILL (said to `say`) to those still alive after
     `grace_s`, then reap. The descendants are listed again while waiting: one may still be
@@ -190,8 +195,9 @@ def stop_descendants(
     except TimeoutError:
         alive = [p for p in known.values() if procs.running(p)]
         if say is not None:
-            names = ", ".join(f"{p.pid} {_suppressed(psutil.Process.name, p) or '?'}"
-                              for p in alive)  # fmt: skip
+            names = ", ".join(
+                f"{p.pid} {_suppressed(psutil.Process.name, p) or '?'}" for p in alive
+            )
             say(f"killing child processes that ignored SIGTERM: {names}")
         for process in alive:
             _suppressed(psutil.Process.kill, process)

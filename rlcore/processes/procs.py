@@ -37,8 +37,11 @@ START_TOLERANCE_S = 0.01
 """How far two readings of one process's start time may differ: the kernel keeps it in clock
 ticks (1/100 s), and psutil turns it into seconds with the boot time."""
 _FIELDS: dict[str, type | tuple[type, ...]] = {
-    "pid": int, "host": str, "create_time": (int, float), "cmdline_sha256": str
-}  # fmt: skip
+    "pid": int,
+    "host": str,
+    "create_time": (int, float),
+    "cmdline_sha256": str,
+}
 
 MAX_PID = 2**22
 """Linux's largest pid (`/proc/sys/kernel/pid_max` cannot be set above it)."""
@@ -63,8 +66,12 @@ def identity(pid: int | None = None) -> dict[str, Any] | None:
             started, cmdline = proc.create_time(), proc.cmdline()
     except psutil.Error:
         return None
-    return {"pid": proc.pid, "host": socket.gethostname(), "create_time": started,
-            "cmdline_sha256": fingerprint(cmdline)}  # fmt: skip
+    return {
+        "pid": proc.pid,
+        "host": socket.gethostname(),
+        "create_time": started,
+        "cmdline_sha256": fingerprint(cmdline),
+    }
 
 
 def started(pid: int) -> float | None:

@@ -114,9 +114,13 @@ def is_training_step(record: dict[str, Any]) -> bool:
 
 
 def step_line(
-    step: int, time_s: float, reward: float, num_tokens: int, num_samples: int,
+    step: int,
+    time_s: float,
+    reward: float,
+    num_tokens: int,
+    num_samples: int,
     num_errors: int = 0,
-) -> str:  # fmt: skip
+) -> str:
     """The one console line per training step; failed rollouts are named when there are any."""
     throughput = num_tokens / time_s if time_s > 0 else 0.0
     seq_len = num_tokens / num_samples if num_samples else 0.0

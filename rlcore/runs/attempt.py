@@ -36,8 +36,12 @@ def attempt_id() -> str | None:
 def stamp() -> dict[str, Any]:
     """Who writes now: the attempt and the writing process."""
     pid = os.getpid()
-    return {"attempt": attempt_id(), "host": socket.gethostname(), "pid": pid,
-            "started": procs.started(pid)}  # fmt: skip
+    return {
+        "attempt": attempt_id(),
+        "host": socket.gethostname(),
+        "pid": pid,
+        "started": procs.started(pid),
+    }
 
 
 def writer(stamp_: dict[str, Any]) -> tuple:

@@ -23,9 +23,22 @@ from rlcore.files.readback import MARKER, Damaged, read_object
 RUN_MARKER = ".rl-run"
 WEIGHTS_MARKER = ".rl-weights"
 RUN_ENTRIES = (
-    "configs", "logs", "rollouts", "weights", "checkpoints", "metrics.jsonl", "run.json",
-    "admin_token", "slurm", "wandb", "plot.png", "transfer", "state", "samples", "evals",
-)  # fmt: skip
+    "configs",
+    "logs",
+    "rollouts",
+    "weights",
+    "checkpoints",
+    "metrics.jsonl",
+    "run.json",
+    "admin_token",
+    "slurm",
+    "wandb",
+    "plot.png",
+    "transfer",
+    "state",
+    "samples",
+    "evals",
+)
 """What a run creates directly inside its folder; nothing else there is ever deleted."""
 _TEMPORARY = re.compile(
     rf"\.(?:{'|'.join(re.escape(name) for name in RUN_ENTRIES)})\.tmp[0-9]+"
@@ -79,8 +92,9 @@ def _contents(folder: Path, limit: int = 5) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def claim(root: Path, key: str = "output_dir", kind: str | None = None,
-          entry: str | None = None) -> str:  # fmt: skip
+def claim(
+    root: Path, key: str = "output_dir", kind: str | None = None, entry: str | None = None
+) -> str:
     """Make sure `root` is a run folder and return its id: a run's folder as it is; a new or
     empty folder gets the marker (recording the run's `kind` and the `entry` point that made
     it, rlcore.runs.runguard); anything else (a file, a protected folder, a folder with other
@@ -233,8 +247,10 @@ class Removal:
                 f"`rl delete {runs[0]}` (or move it out), then `{again}` removes the rest"
             )
         if self.kept:
-            lines.append(f"kept {', '.join(self.kept)} in {root}: not made by rl (left for "
-                         "you to keep or remove)")  # fmt: skip
+            lines.append(
+                f"kept {', '.join(self.kept)} in {root}: not made by rl (left for "
+                "you to keep or remove)"
+            )
         return lines
 
 

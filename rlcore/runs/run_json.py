@@ -49,8 +49,9 @@ class RunJson:
 def parse(data: dict[str, Any], where: Path | str = "run.json") -> RunJson:
     """`data` (a JSON object read back) as a RunJson; Damaged naming the first bad field."""
     status = data.get("status")
-    if status is not None and (not isinstance(status, str) or len(status) > MAX_STATUS_CHARS
-                               or not status.isprintable()):  # fmt: skip
+    if status is not None and (
+        not isinstance(status, str) or len(status) > MAX_STATUS_CHARS or not status.isprintable()
+    ):
         raise Damaged(where, "status is not a short word")
     launcher_pid = data.get("launcher_pid")
     if launcher_pid is not None and not is_pid(launcher_pid):
@@ -71,8 +72,15 @@ def parse(data: dict[str, Any], where: Path | str = "run.json") -> RunJson:
         isinstance(url, str) and SERVER_URL.fullmatch(url) for url in urls
     ):
         raise Damaged(where, "inference_urls is not a list of server addresses (http://HOST:PORT)")
-    return RunJson(data, status, launcher_pid, dict(pids), dict(identities),
-                   None if job is None else str(job), list(urls))  # fmt: skip
+    return RunJson(
+        data,
+        status,
+        launcher_pid,
+        dict(pids),
+        dict(identities),
+        None if job is None else str(job),
+        list(urls),
+    )
 
 
 def read(path: Path, root: Path | None = None) -> RunJson | None:

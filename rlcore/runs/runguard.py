@@ -44,11 +44,28 @@ from rlcore.runs.runlock import LAUNCHER_ENV, check_not_held, hold_run, locked
 
 KINDS = ("rl", "sft", "eval")
 """What a run folder holds: an RL run, a supervised fine-tuning run, or evaluations."""
-EVAL_ENTRIES = ("eval.toml", "results.jsonl", "summary.json", "inference.toml",
-                "inference.log", "server", "policy")  # fmt: skip
+EVAL_ENTRIES = (
+    "eval.toml",
+    "results.jsonl",
+    "summary.json",
+    "inference.toml",
+    "inference.log",
+    "server",
+    "policy",
+)
 """What `evals` writes directly inside its output folder (besides `step_<n>/` when watching)."""
-_FOLDERS = ("configs", "logs", "rollouts", "weights", "checkpoints", "transfer", "state",
-            "slurm", "server", "policy")  # fmt: skip
+_FOLDERS = (
+    "configs",
+    "logs",
+    "rollouts",
+    "weights",
+    "checkpoints",
+    "transfer",
+    "state",
+    "slurm",
+    "server",
+    "policy",
+)
 """Entries that are folders written into: a link directly inside one is refused too (a log
 appended through it, a checkpoint written through it would land outside the run)."""
 
@@ -252,5 +269,6 @@ def find_run(name: str, what: str = "RUN") -> Path:
     else:
         found = f"{str(candidates[0])!r} is not a run folder"
     prefix = "" if what == "RUN" else f"{what}: "
-    raise ConfigError(f"{prefix}no run {name!r}: {found}; `rl list` shows the runs under "
-                      f"{RUNS_ROOT}/")  # fmt: skip
+    raise ConfigError(
+        f"{prefix}no run {name!r}: {found}; `rl list` shows the runs under {RUNS_ROOT}/"
+    )

@@ -94,10 +94,22 @@ class Board:
 
     def write(self) -> None:
         """The record, under the lock (the temporary file's name is per process)."""
-        waits = [{"id": e.id, "waiting_for": e.waiting_for, "peer": e.peer, "server": e.server,
-                  "detail": e.detail} for e in self.entries.values()]  # fmt: skip
-        record = {"component": self.component, "pid": os.getpid(), "attempt": attempt_id(),
-                  "waits": waits}  # fmt: skip
+        waits = [
+            {
+                "id": e.id,
+                "waiting_for": e.waiting_for,
+                "peer": e.peer,
+                "server": e.server,
+                "detail": e.detail,
+            }
+            for e in self.entries.values()
+        ]
+        record = {
+            "component": self.component,
+            "pid": os.getpid(),
+            "attempt": attempt_id(),
+            "waits": waits,
+        }
         try:
             atomic_write_text(self.file, json.dumps(record), sync=False)
         except OSError:

@@ -19,8 +19,10 @@ def start_chromium(width: int = 1280, height: int = 900):
     """A headless Chromium session; pytest.skip (fail in CI) when the browser is not here."""
     browser, driver = found(CHROMIUM, "chromium"), found(DRIVER, "chromedriver")
     if browser is None or driver is None:
-        message = "Debian's chromium and chromium-driver are not installed (apt-get install " \
-                  "chromium chromium-driver)"  # fmt: skip
+        message = (
+            "Debian's chromium and chromium-driver are not installed (apt-get install "
+            "chromium chromium-driver)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -29,8 +31,14 @@ def start_chromium(width: int = 1280, height: int = 900):
 
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 f"--window-size={width},{height}", "--disable-extensions"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+        "--disable-extensions",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(driver), options=options)
 

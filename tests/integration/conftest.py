@@ -17,8 +17,13 @@ from tests.integration.helpers import SHARED_SERVER_TOKEN
 
 def pytest_collection_modifyitems(config, items):
     here = os.path.dirname(__file__) + os.sep
-    unmarked = sorted({str(item.path) for item in items if str(item.path).startswith(here)
-                       and not item.get_closest_marker("integration")})  # fmt: skip
+    unmarked = sorted(
+        {
+            str(item.path)
+            for item in items
+            if str(item.path).startswith(here) and not item.get_closest_marker("integration")
+        }
+    )
     if unmarked:
         raise pytest.UsageError(
             "modules in tests/integration without `pytestmark = pytest.mark.integration`: "
@@ -64,8 +69,11 @@ def shared_server(tiny_model_dir, tmp_path_factory):
     process.start()
     try:
         process.wait_ready(timeout_s=600)
-        engine = [child for child in psutil.Process(process.proc.pid).children(recursive=True)
-                  if "resource_tracker" not in " ".join(child.cmdline())]  # fmt: skip
+        engine = [
+            child
+            for child in psutil.Process(process.proc.pid).children(recursive=True)
+            if "resource_tracker" not in " ".join(child.cmdline())
+        ]
         assert engine, "vLLM's engine core should run in a child process"
         # the model worker runs inside the engine core (inference.cpu.separate_worker = false)
         assert len(engine) == 1 and "EngineCore" in engine[0].name(), engine

@@ -29,8 +29,14 @@ class CpuCap:
         try:
             if v2.exists() and "cpu" in v2.read_text().split():
                 return cls.create_v2(name, quota), ""
-            v1 = next((p for p in (CGROUP_ROOT / "cpu", CGROUP_ROOT / "cpu,cpuacct")
-                       if (p / "cpu.cfs_quota_us").exists()), None)  # fmt: skip
+            v1 = next(
+                (
+                    p
+                    for p in (CGROUP_ROOT / "cpu", CGROUP_ROOT / "cpu,cpuacct")
+                    if (p / "cpu.cfs_quota_us").exists()
+                ),
+                None,
+            )
             if v1 is None:
                 return None, "no cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us)"
             return cls.create_v1(v1, name, quota), ""

@@ -181,8 +181,11 @@ def small_disk(folder: Path, size: str, read_only: tuple[str, ...] | None = None
     import pytest
 
     folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
     try:
@@ -233,7 +236,8 @@ def assert_archive_holds_every_step(run: "RunDir", max_steps: int = 4) -> None:
     special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
     batch_size = orchestrator["batch_size"]
     assert sorted(p.name for p in run.samples.iterdir()) == [
-        f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)]  # fmt: skip
+        f"step_{n}.parquet" for n in sorted(range(max_steps), key=str)
+    ]
     for step in range(max_steps):
         rows = samples_store.read_step(samples_store.step_file(run.samples, step)).to_pylist()
         assert len(rows) == batch_size and {r["step"] for r in rows} == {step}

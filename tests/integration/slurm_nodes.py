@@ -122,7 +122,9 @@ class MultiNodeCluster:
             if (done := run(["ip", "netns", "add", ns])).returncode != 0:
                 return f"ip netns add {ns}: {done.stderr.strip()}"
             self.made_namespaces.append(ns)
-            if (done := run(["ip", "link", "add", veth, "type", "veth", "peer", "name", veth + "p"])).returncode != 0:  # fmt: skip  # noqa: E501
+            if (
+                done := run(["ip", "link", "add", veth, "type", "veth", "peer", "name", veth + "p"])
+            ).returncode != 0:  # noqa: E501
                 return f"ip link add {veth}: {done.stderr.strip()}"
             self.made_links.append(veth)
             inside = ["ip", "netns", "exec", ns, "ip"]
@@ -208,8 +210,16 @@ MinJobAge=3600
             (self.state / node).mkdir()
             hosts = self.state / f"hosts-{node}"
             inner = f"mount --bind {hosts} /etc/hosts && hostname {node} && exec slurmd -D -N {node} -f {self.conf}"  # noqa: E501
-            cmd = ["nsenter", f"--net=/run/netns/{self.namespaces[node]}", "unshare", "--uts",
-                   "--mount", "sh", "-c", inner]  # fmt: skip
+            cmd = [
+                "nsenter",
+                f"--net=/run/netns/{self.namespaces[node]}",
+                "unshare",
+                "--uts",
+                "--mount",
+                "sh",
+                "-c",
+                inner,
+            ]
             self.spawn(cmd, self.state / f"slurmd-{node}.out")
         deadline = time.monotonic() + 120
         states = ""
@@ -228,8 +238,11 @@ MinJobAge=3600
 
     def spawn(self, cmd: list[str], log: Path) -> None:
         with log.open("w") as out:
-            self.daemons.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                                 start_new_session=True, env=self.env))  # fmt: skip
+            self.daemons.append(
+                subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
+                )
+            )
 
     def client(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         """A SLURM client command against this cluster."""
@@ -270,8 +283,11 @@ MinJobAge=3600
     def leftovers(self) -> list[str]:
         """Namespaces and links of this cluster that still exist."""
         names = run(["ip", "netns", "list"]).stdout + run(["ip", "-o", "link"]).stdout
-        return [name for name in (*self.namespaces.values(), *self.veths.values(), self.bridge)
-                if name in names]  # fmt: skip
+        return [
+            name
+            for name in (*self.namespaces.values(), *self.veths.values(), self.bridge)
+            if name in names
+        ]
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 20) -> None:

@@ -48,8 +48,12 @@ def test_a_writer_seen_alive_stays_current_after_it_exits():
     try:
         its_start = started(writer.pid)
         assert its_start is not None
-        its_stamp = {"attempt": None, "host": stamp()["host"], "pid": writer.pid,
-                     "started": its_start}  # fmt: skip
+        its_stamp = {
+            "attempt": None,
+            "host": stamp()["host"],
+            "pid": writer.pid,
+            "started": its_start,
+        }
         reader = AttemptFilter(None)
         assert reader.current(its_stamp)
     finally:

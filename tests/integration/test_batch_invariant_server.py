@@ -23,10 +23,15 @@ async def request(http, url: str, model: str, index: int, delay_s: float) -> tup
     await asyncio.sleep(delay_s)
     prompt = f"What is {index % 2} + {index // 2 % 3}? words " * (1 + index % 3)
     body = {
-        "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 8,
-        "temperature": 1.0, "top_p": 1.0, "logprobs": True, "seed": 1000 + index,
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "logprobs": True,
+        "seed": 1000 + index,
         "return_token_ids": True,
-    }  # fmt: skip
+    }
     answer = await http.post(url + "/v1/chat/completions", json=body)
     answer.raise_for_status()
     choice = answer.json()["choices"][0]
@@ -37,17 +42,30 @@ async def one_round(url: str, model: str, jitter_s: float, draw: random.Random) 
     import httpx
 
     async with httpx.AsyncClient(timeout=600) as http:
-        return await asyncio.gather(*(
-            request(http, url, model, i, draw.uniform(0, jitter_s)) for i in range(NUM_REQUESTS)
-        ))  # fmt: skip
+        return await asyncio.gather(
+            *(request(http, url, model, i, draw.uniform(0, jitter_s)) for i in range(NUM_REQUESTS))
+        )
 
 
 def test_random_arrivals_give_the_same_bits(tiny_model_dir, tmp_path):
     model = str(tiny_model_dir)
-    args = ["--model.name", model, "--model.dtype", "float32", "--deterministic",
-            "--output-dir", str(tmp_path / "run"), "--weight-transfer.type", "filesystem",
-            "--server.port", str(free_port()), "--cpu.kvcache-space-gib", "1",
-            "--cpu.matmul-dtype", "model"]  # fmt: skip
+    args = [
+        "--model.name",
+        model,
+        "--model.dtype",
+        "float32",
+        "--deterministic",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--weight-transfer.type",
+        "filesystem",
+        "--server.port",
+        str(free_port()),
+        "--cpu.kvcache-space-gib",
+        "1",
+        "--cpu.matmul-dtype",
+        "model",
+    ]
     with InferenceProcess(args, tmp_path / "inference.log") as server:
         server.wait_ready(timeout_s=900)
         jitters = [(0.0, 0.02, 0.05, 0.2)[r % 4] for r in range(ROUNDS)]

@@ -58,10 +58,13 @@ time.sleep(60)
 def test_a_child_goes_with_its_launcher_killed_with_sigkill(tmp_path):
     mark = uuid.uuid4().hex
     launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(tmp_path / "child.log"), SLEEPER], cwd=REPO,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "child.log"), SLEEPER],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, MARK_ENV: mark},
-    )  # fmt: skip
+    )
     try:
         pid = int(launcher.stdout.readline())
         assert os.getsid(pid) == pid  # a session (and process group) of its own
@@ -82,11 +85,19 @@ def test_descendants_in_sessions_of_their_own_go_with_the_launcher(tmp_path, sig
     live on)."""
     mark = uuid.uuid4().hex
     launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(tmp_path / "child.log"),
-         SWEEPING.replace("sys.argv[1]", repr(sigterm))], cwd=REPO,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            LAUNCHER,
+            str(tmp_path / "child.log"),
+            SWEEPING.replace("sys.argv[1]", repr(sigterm)),
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, MARK_ENV: mark},
-    )  # fmt: skip
+    )
     try:
         int(launcher.stdout.readline())
         assert len(marked(mark)) == 4  # launcher, child, two sleeps

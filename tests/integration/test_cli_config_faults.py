@@ -21,38 +21,143 @@ REPO = Path(__file__).resolve().parents[2]
 GOOD_TRAIN = "max_steps = 3\n"
 # (name, files {name: text}, argv, words the message must contain)
 CASES = [
-    ("unquoted string", {"t.toml": "[model]\nname = Qwen/Qwen3-0.6B\n"}, ["--trainer", "@", "t.toml"], ["t.toml:2:", '"Qwen/Qwen3-0.6B"']),
-    ("unclosed table", {"t.toml": "[model\nname = 'x'\n"}, ["--trainer", "@", "t.toml"], ["t.toml:1:"]),
-    ("duplicate key", {"t.toml": "max_steps = 1\nmax_steps = 2\n"}, ["--trainer", "@", "t.toml"], ["t.toml:2:"]),
-    ("unknown top-level key", {"rl.toml": "max_stepz = 3\n"}, ["@", "rl.toml"], ["max_stepz", "rl.toml", "max_steps"]),
-    ("unknown key in trainer file", {"t.toml": "[optim]\nlrate = 1\n"}, ["--trainer", "@", "t.toml"], ["trainer.optim.lrate", "t.toml", "lr"]),
-    ("unknown flag", {}, ["--trainer.optim.lrr", "1"], ["--trainer.optim.lrr", "--trainer.optim.lr"]),
-    ("unknown section", {"t.toml": GOOD_TRAIN}, ["--trainr", "@", "t.toml"], ["--trainr", "--trainer"]),
+    (
+        "unquoted string",
+        {"t.toml": "[model]\nname = Qwen/Qwen3-0.6B\n"},
+        ["--trainer", "@", "t.toml"],
+        ["t.toml:2:", '"Qwen/Qwen3-0.6B"'],
+    ),
+    (
+        "unclosed table",
+        {"t.toml": "[model\nname = 'x'\n"},
+        ["--trainer", "@", "t.toml"],
+        ["t.toml:1:"],
+    ),
+    (
+        "duplicate key",
+        {"t.toml": "max_steps = 1\nmax_steps = 2\n"},
+        ["--trainer", "@", "t.toml"],
+        ["t.toml:2:"],
+    ),
+    (
+        "unknown top-level key",
+        {"rl.toml": "max_stepz = 3\n"},
+        ["@", "rl.toml"],
+        ["max_stepz", "rl.toml", "max_steps"],
+    ),
+    (
+        "unknown key in trainer file",
+        {"t.toml": "[optim]\nlrate = 1\n"},
+        ["--trainer", "@", "t.toml"],
+        ["trainer.optim.lrate", "t.toml", "lr"],
+    ),
+    (
+        "unknown flag",
+        {},
+        ["--trainer.optim.lrr", "1"],
+        ["--trainer.optim.lrr", "--trainer.optim.lr"],
+    ),
+    (
+        "unknown section",
+        {"t.toml": GOOD_TRAIN},
+        ["--trainr", "@", "t.toml"],
+        ["--trainr", "--trainer"],
+    ),
     ("wrong type flag", {}, ["--max-steps", "ten"], ["--max-steps", "'ten'", "integer"]),
-    ("wrong type in file", {"o.toml": "[sampling]\ntemperature = 'hot'\n"}, ["--orchestrator", "@", "o.toml"], ["o.toml", "sampling.temperature"]),
-    ("gpu ids not integers", {}, ["--inference-gpu-ids", "a,b"], ["inference_gpu_ids", "--inference-gpu-ids"]),
-    ("negative temperature", {}, ["--orchestrator.sampling.temperature", "-0.5"], ["--orchestrator.sampling.temperature", "greater than 0"]),
-    ("greedy temperature", {}, ["--orchestrator.sampling.temperature", "0"], ["--orchestrator.sampling.temperature", "greedy", "> 0"]),
-    ("batch not divisible", {}, ["--orchestrator.batch-size", "10", "--orchestrator.rollouts-per-example", "4"], ["batch_size", "divisible"]),
-    ("max_tokens > seq_len", {}, ["--seq-len", "128", "--orchestrator.sampling.max-tokens", "129"], ["max_tokens", "above seq_len"]),
+    (
+        "wrong type in file",
+        {"o.toml": "[sampling]\ntemperature = 'hot'\n"},
+        ["--orchestrator", "@", "o.toml"],
+        ["o.toml", "sampling.temperature"],
+    ),
+    (
+        "gpu ids not integers",
+        {},
+        ["--inference-gpu-ids", "a,b"],
+        ["inference_gpu_ids", "--inference-gpu-ids"],
+    ),
+    (
+        "negative temperature",
+        {},
+        ["--orchestrator.sampling.temperature", "-0.5"],
+        ["--orchestrator.sampling.temperature", "greater than 0"],
+    ),
+    (
+        "greedy temperature",
+        {},
+        ["--orchestrator.sampling.temperature", "0"],
+        ["--orchestrator.sampling.temperature", "greedy", "> 0"],
+    ),
+    (
+        "batch not divisible",
+        {},
+        ["--orchestrator.batch-size", "10", "--orchestrator.rollouts-per-example", "4"],
+        ["batch_size", "divisible"],
+    ),
+    (
+        "max_tokens > seq_len",
+        {},
+        ["--seq-len", "128", "--orchestrator.sampling.max-tokens", "129"],
+        ["max_tokens", "above seq_len"],
+    ),
     ("zero interval", {}, ["--ckpt.interval", "0"], ["ckpt.interval", "greater than 0"]),
     ("resume step below -1", {}, ["--ckpt.resume-step", "-2"], ["resume_step", "-1"]),
-    ("top level vs section", {}, ["--max-steps", "3", "--trainer.max-steps", "4"], ["--max-steps", "--trainer.max-steps"]),
-    ("trainer vs orchestrator files", {"t.toml": "seq_len = 512\n", "o.toml": "seq_len = 1024\n"}, ["--trainer", "@", "t.toml", "--orchestrator", "@", "o.toml"], ["t.toml", "o.toml", "seq_len"]),
-    ("overlapping gpu ids", {}, ["--inference-gpu-ids", "0,1", "--trainer-gpu-ids", "1"], ["--inference-gpu-ids", "--trainer-gpu-ids", "[1]"]),
-    ("gpu count vs dp x tp", {}, ["--inference-gpu-ids", "0,1,2", "--inference.parallel.tp", "2"], ["--inference-gpu-ids", "tp"]),
+    (
+        "top level vs section",
+        {},
+        ["--max-steps", "3", "--trainer.max-steps", "4"],
+        ["--max-steps", "--trainer.max-steps"],
+    ),
+    (
+        "trainer vs orchestrator files",
+        {"t.toml": "seq_len = 512\n", "o.toml": "seq_len = 1024\n"},
+        ["--trainer", "@", "t.toml", "--orchestrator", "@", "o.toml"],
+        ["t.toml", "o.toml", "seq_len"],
+    ),
+    (
+        "overlapping gpu ids",
+        {},
+        ["--inference-gpu-ids", "0,1", "--trainer-gpu-ids", "1"],
+        ["--inference-gpu-ids", "--trainer-gpu-ids", "[1]"],
+    ),
+    (
+        "gpu count vs dp x tp",
+        {},
+        ["--inference-gpu-ids", "0,1,2", "--inference.parallel.tp", "2"],
+        ["--inference-gpu-ids", "tp"],
+    ),
     ("gpu listed twice", {}, ["--trainer-gpu-ids", "3,3"], ["--trainer-gpu-ids", "twice"]),
     ("missing file", {}, ["--trainer", "@", "nope.toml"], ["nope.toml", "does not exist"]),
     ("@ without file", {}, ["--trainer", "@"], ["--trainer @", "TOML file"]),
     ("directory as file", {"d/x.toml": ""}, ["@", "d"], ["d is a directory"]),
     ("positional without @", {}, ["rl.toml"], ["@ rl.toml"]),
     ("unknown loss type", {}, ["--trainer.loss.type", "ppo"], ["loss", "ratio_clip"]),
-    ("vllm_args clash", {"i.toml": "[vllm_args]\nport = 9\n"}, ["--inference", "@", "i.toml"], ["vllm_args", "server.port"]),
-    ("base url vs inference port", {}, ["--orchestrator.client.base-url", "http://127.0.0.1:9999/v1"], ["base_url", "inference.server.port"]),
-    ("missing environment", {"o.toml": "[[env]]\nid = 'someone/not-installed-env'\n"}, ["--orchestrator", "@", "o.toml"], ["someone/not-installed-env", "not installed", "install"]),
-    ("model folder missing", {}, ["--model.name", "./no/such/model"], ["./no/such/model", "does not exist"]),
+    (
+        "vllm_args clash",
+        {"i.toml": "[vllm_args]\nport = 9\n"},
+        ["--inference", "@", "i.toml"],
+        ["vllm_args", "server.port"],
+    ),
+    (
+        "base url vs inference port",
+        {},
+        ["--orchestrator.client.base-url", "http://127.0.0.1:9999/v1"],
+        ["base_url", "inference.server.port"],
+    ),
+    (
+        "missing environment",
+        {"o.toml": "[[env]]\nid = 'someone/not-installed-env'\n"},
+        ["--orchestrator", "@", "o.toml"],
+        ["someone/not-installed-env", "not installed", "install"],
+    ),
+    (
+        "model folder missing",
+        {},
+        ["--model.name", "./no/such/model"],
+        ["./no/such/model", "does not exist"],
+    ),
     ("resume a step with no checkpoint", {}, ["--ckpt.resume-step", "5"], ["step 5", "-1"]),
-]  # fmt: skip
+]
 
 
 def snapshot(root: Path) -> set[str]:
@@ -96,14 +201,29 @@ def test_malformed_config_is_a_clear_user_error(tmp_path, name, files, argv, wor
 
 
 REFUSED_AT_START = [
-    ("bad .env line", {".env": 'GOOD=1\nBAD LINE "open\n'}, [], [".env, line 2", "NAME=value", "#"]),
-    ("unset $VAR", {"o.toml": "[[env]]\nid = 'rl-add-digits'\nargs = { api_key = '$RL_TEST_UNSET' }\n"}, ["--orchestrator", "@", "o.toml"], ["orchestrator.env[0].args.api_key = '$RL_TEST_UNSET'", "$RL_TEST_UNSET is not set", ".env"]),
-]  # fmt: skip
+    (
+        "bad .env line",
+        {".env": 'GOOD=1\nBAD LINE "open\n'},
+        [],
+        [".env, line 2", "NAME=value", "#"],
+    ),
+    (
+        "unset $VAR",
+        {"o.toml": "[[env]]\nid = 'rl-add-digits'\nargs = { api_key = '$RL_TEST_UNSET' }\n"},
+        ["--orchestrator", "@", "o.toml"],
+        [
+            "orchestrator.env[0].args.api_key = '$RL_TEST_UNSET'",
+            "$RL_TEST_UNSET is not set",
+            ".env",
+        ],
+    ),
+]
 
 
 @pytest.mark.parametrize("mode", [[], ["--dry-run"]], ids=["start", "dry"])
-@pytest.mark.parametrize(("name", "files", "argv", "words"), REFUSED_AT_START,
-                         ids=[c[0] for c in REFUSED_AT_START])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "files", "argv", "words"), REFUSED_AT_START, ids=[c[0] for c in REFUSED_AT_START]
+)
 def test_a_dry_run_refuses_what_a_start_refuses(tmp_path, name, files, argv, words, mode):
     """A `.env` line that cannot be read and a `$VAR` set nowhere were found by the processes
     once started (a dry run said nothing), as `rl init` refuses them before anything."""
@@ -128,10 +248,17 @@ def test_a_read_only_output_folder_is_refused_by_start_and_dry_run(tmp_path, out
         code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
         result = subprocess.run(
             [sys.executable, "-c", code, "--output-dir", str(root), *mode],
-            capture_output=True, text=True, cwd=tmp_path, timeout=120,
-            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-             "RL_CACHE_DIR": str(MACHINE_CACHE)},
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={
+                "PYTHONPATH": str(REPO),
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path),
+                "RL_CACHE_DIR": str(MACHINE_CACHE),
+            },
+        )
         assert result.returncode == 2, result.stdout + result.stderr
         assert "Traceback" not in result.stderr
         holder = "it" if out == "out" else f"'{disk / 'out'}', which would hold it,"
@@ -178,8 +305,9 @@ HOLD = (
 def hold(root: Path) -> subprocess.Popen:
     """A process that holds the run in `root` the way a running rl does."""
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE,
-                            text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -214,10 +342,17 @@ def test_an_orchestrator_alone_leaves_a_running_rl_alone(tmp_path):
         before = snapshot(tmp_path)
         result = subprocess.run(
             [sys.executable, "-m", "orchestrator.main", "--output-dir", str(run.root)],
-            capture_output=True, text=True, cwd=tmp_path, timeout=120,
-            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-             "RL_CACHE_DIR": str(MACHINE_CACHE)},
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={
+                "PYTHONPATH": str(REPO),
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path),
+                "RL_CACHE_DIR": str(MACHINE_CACHE),
+            },
+        )
         assert result.returncode == 2, result.stdout + result.stderr
         assert f"in use by pid {holder.pid}" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr

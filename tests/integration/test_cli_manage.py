@@ -39,8 +39,12 @@ def test_status_reports_steps_and_checkpoints(tmp_path):
         (run.checkpoint_dir(step)).mkdir(parents=True)
     (run.checkpoint_dir(2) / "MANIFEST").write_text("{}")
     run.append_metrics("trainer", 3, {"loss": 0.1})
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     launcher_pid = int(gone.stdout)  # a pid that has ended (999999999 is no pid: damaged)
     run.run_json.write_text(json.dumps({"status": "failed", "launcher_pid": launcher_pid}))
     result = rl("status", str(run.root))
@@ -55,12 +59,27 @@ def test_status_names_what_a_live_component_waits_for(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for name, pid in (("trainer", holder.pid), ("orchestrator", 999999999)):
-            record = {"component": name, "pid": pid, "attempt": None, "waits": [
-                {"id": 1, "waiting_for": "batch 3", "peer": "orchestrator", "server": None,
-                 "detail": None},
-                {"id": 2, "waiting_for": "policy step 2", "peer": "inference", "server": 1,
-                 "detail": None},
-            ]}  # fmt: skip
+            record = {
+                "component": name,
+                "pid": pid,
+                "attempt": None,
+                "waits": [
+                    {
+                        "id": 1,
+                        "waiting_for": "batch 3",
+                        "peer": "orchestrator",
+                        "server": None,
+                        "detail": None,
+                    },
+                    {
+                        "id": 2,
+                        "waiting_for": "policy step 2",
+                        "peer": "inference",
+                        "server": 1,
+                        "detail": None,
+                    },
+                ],
+            }
             waits.state_file(run.root, name).parent.mkdir(exist_ok=True)
             waits.state_file(run.root, name).write_text(json.dumps(record))
         result = rl("status", str(run.root))

@@ -22,11 +22,15 @@ def project(tmp_path):
 def rl(*args: str, cwd: Path, close_stdin: bool) -> subprocess.CompletedProcess:
     """The real CLI; with `close_stdin` its standard input is closed, not just empty."""
     return subprocess.run(
-        [sys.executable, "-m", "launcher.rl", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-m", "launcher.rl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         stdin=None if close_stdin else subprocess.DEVNULL,
         preexec_fn=(lambda: os.close(0)) if close_stdin else None,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("close_stdin", [True, False])

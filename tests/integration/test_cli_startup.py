@@ -41,14 +41,27 @@ def test_rl_checks_a_run_without_the_environments_libraries(tmp_path, quick_star
     """`rl` stays up for the whole run: its checks (a dry run does them all) import neither
     torch nor verifiers, datasets or the OpenAI client, also where the run's tasks file is
     checked through rl_tasks (that import cost the launcher ~5 s and 0.15 GiB)."""
-    argv = ["--trainer", "@", "configs/quickstart/train.toml", "--orchestrator", "@",
-            "configs/quickstart/orch.toml", "--inference", "@", "configs/quickstart/infer.toml",
-            "--output-dir", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
+    argv = [
+        "--trainer",
+        "@",
+        "configs/quickstart/train.toml",
+        "--orchestrator",
+        "@",
+        "configs/quickstart/orch.toml",
+        "--inference",
+        "@",
+        "configs/quickstart/infer.toml",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+    ]
     if not quick_start:
         tasks = tmp_path / "tasks.json"
-        tasks.write_text('[{"id": "t", "prompt": "say hi", "mcp_config": {"s": {"url": '
-                         '"http://127.0.0.1:9/mcp"}}, "setup_tool": null, '
-                         '"evaluate_tool": {"name": "check", "arguments": {}}}]')  # fmt: skip
+        tasks.write_text(
+            '[{"id": "t", "prompt": "say hi", "mcp_config": {"s": {"url": '
+            '"http://127.0.0.1:9/mcp"}}, "setup_tool": null, '
+            '"evaluate_tool": {"name": "check", "arguments": {}}}]'
+        )
         argv += ["--orchestrator.env", f'[{{id = "rl-tasks", args = {{tasks = "{tasks}"}}}}]']
     code = f"import sys\nfrom launcher.rl import main\ntry: main({argv!r})\nexcept SystemExit as e:"
     code += " assert not e.code, e.code\n"

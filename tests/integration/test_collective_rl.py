@@ -60,8 +60,9 @@ def test_rl_collective_on_policy(tiny_model_dir, tmp_path):
 
 
 def test_rl_collective_two_replicas(tiny_model_dir, tmp_path):
-    rl, out, log = run_collective(tmp_path, tiny_model_dir, "--inference.replicas", "2",
-                                  "--async-level", "0")  # fmt: skip
+    rl, out, log = run_collective(
+        tmp_path, tiny_model_dir, "--inference.replicas", "2", "--async-level", "0"
+    )
     check_on_policy_run(rl, out, log)
     for name in ("inference", "inference-1"):
         text = (out / "logs" / f"{name}.log").read_text()
@@ -71,9 +72,17 @@ def test_rl_collective_two_replicas(tiny_model_dir, tmp_path):
 def test_rl_collective_inference_killed_is_a_clear_error(tiny_model_dir, tmp_path):
     rl, out, log = run_collective(tmp_path, tiny_model_dir, max_steps=50)
     try:
-        wait_for(lambda: any(r.get("transfer_send_s", 0) > 0 for r in trainer_records(out))
-                 if (out / "metrics.jsonl").exists() else False, 600, "a first collective update",
-                 proc=rl, log=log)  # fmt: skip
+        wait_for(
+            lambda: (
+                any(r.get("transfer_send_s", 0) > 0 for r in trainer_records(out))
+                if (out / "metrics.jsonl").exists()
+                else False
+            ),
+            600,
+            "a first collective update",
+            proc=rl,
+            log=log,
+        )
         os.kill(run_state(out)["pids"]["inference"], signal.SIGKILL)
         code = rl.wait(timeout=300)
     finally:

@@ -131,8 +131,9 @@ def test_sender_gone_mid_update_is_an_error_not_a_hang(collective_server, tiny_m
     port = free_port()
     group = collective.new_group("127.0.0.1", port, "gloo", 1, 5.0, 2**20)
     # the trainer's half of the rendezvous, and then nothing
-    store = dist.TCPStore("127.0.0.1", port, 2, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=60))  # fmt: skip
+    store = dist.TCPStore(
+        "127.0.0.1", port, 2, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+    )
     info = {"names": ["model.norm.weight"], "dtype_names": ["float32"], "shapes": [[64]]}
     collective.write_offer(run_dir.transfer, 3, group, info)
     receiver = CollectiveReceiver(run_dir)

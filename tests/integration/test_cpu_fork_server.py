@@ -14,8 +14,11 @@ pytestmark = pytest.mark.integration
 
 
 def engine_core(server) -> psutil.Process:
-    engine = [child for child in psutil.Process(server.process.proc.pid).children(recursive=True)
-              if "EngineCore" in child.name()]  # fmt: skip
+    engine = [
+        child
+        for child in psutil.Process(server.process.proc.pid).children(recursive=True)
+        if "EngineCore" in child.name()
+    ]
     assert len(engine) == 1, engine
     return engine[0]
 

@@ -25,10 +25,16 @@ pytestmark = [
 ]
 
 TARGETS = (
-    ".rl-run", "run.json", "state/trainer.json", "metrics.jsonl", "logs/trainer.log",
-    "samples/step_1.parquet", "evals/step_2/summary.json", "evals/step_2/results.jsonl",
+    ".rl-run",
+    "run.json",
+    "state/trainer.json",
+    "metrics.jsonl",
+    "logs/trainer.log",
+    "samples/step_1.parquet",
+    "evals/step_2/summary.json",
+    "evals/step_2/results.jsonl",
     "configs/rl.toml",
-)  # fmt: skip
+)
 DAMAGES = ("bytes", "fifo", "dev-zero", "sparse", "deep", "bad-name")
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT = 500 * 2**20
@@ -93,9 +99,13 @@ def bounded_call(call, what: str):
 
 def check_commands(run: Path, copy: Path) -> None:
     image = str(run.parent / "p.png")
-    for name, args in (("status", [str(run)]), ("list", [str(run.parent)]),
-                       ("logs", [str(run)]), ("plot", [str(run), "--out", image]),
-                       ("delete", [str(copy), "--yes"])):  # fmt: skip
+    for name, args in (
+        ("status", [str(run)]),
+        ("list", [str(run.parent)]),
+        ("logs", [str(run)]),
+        ("plot", [str(run), "--out", image]),
+        ("delete", [str(copy), "--yes"]),
+    ):
         code, text = bounded_call(lambda n=name, a=args: run_command(n, a), f"rl {name}")
         assert code in (0, 1, 2), f"rl {name} returned {code!r}"
         assert len(text) < 200_000, f"rl {name} printed {len(text)} characters"
@@ -108,10 +118,16 @@ def view_paths(client) -> list[str]:
     paths = ["/", "/api/runs"]
     for run in runs:
         rid = run["id"]
-        paths += [f"/run/{rid}", f"/api/run/{rid}/curves", f"/api/run/{rid}/logs",
-                  f"/run/{rid}/rollouts", f"/run/{rid}/rollouts?step=1&tokens=true",
-                  f"/api/run/{rid}/rollouts?step=1", f"/run/{rid}/evals",
-                  f"/api/run/{rid}/evals?step=2"]  # fmt: skip
+        paths += [
+            f"/run/{rid}",
+            f"/api/run/{rid}/curves",
+            f"/api/run/{rid}/logs",
+            f"/run/{rid}/rollouts",
+            f"/run/{rid}/rollouts?step=1&tokens=true",
+            f"/api/run/{rid}/rollouts?step=1",
+            f"/run/{rid}/evals",
+            f"/api/run/{rid}/evals?step=2",
+        ]
     if len(runs) >= 2:
         paths.append(f"/compare?runs={runs[0]['id']},{runs[1]['id']}")
     return paths
@@ -170,8 +186,12 @@ except AssertionError as err:
 os._exit(0)
 """
     args = [os.fsencode(p) for p in (run, copy, parent)]
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          timeout=TIME_LIMIT_S * 30, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        timeout=TIME_LIMIT_S * 30,
+        cwd=ROOT,
+    )
     said = (
         done.stdout.decode(errors="replace")[-3000:] + done.stderr.decode(errors="replace")[-3000:]
     )

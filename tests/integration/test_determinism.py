@@ -44,7 +44,7 @@ COMPARED = {
         "policy_step",
         "tokens_digest",
         "logprobs_digest",
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -123,8 +123,12 @@ def test_two_runs_and_a_restarted_one_give_the_same_numbers(tiny_model_dir, tmp_
     # every rollout kept readable, the restarted attempt's regenerated steps alike
     assert_archive_holds_every_step(RunDir(cut))
     for step in range(4):
-        rows = [samples_store.read_step(samples_store.step_file(RunDir(folder).samples, step))
-                .to_pylist() for folder in (whole, cut)]  # fmt: skip
+        rows = [
+            samples_store.read_step(
+                samples_store.step_file(RunDir(folder).samples, step)
+            ).to_pylist()
+            for folder in (whole, cut)
+        ]
         assert rows[0] == rows[1], step
 
 
@@ -136,8 +140,7 @@ def interrupt(config: Path, out: Path, flags: tuple[str, ...], how: str, log: Pa
     extra = ("--max-restarts", "1") if how == "restart" else ()
     rl = start_rl(config, *flags, *extra, log=log, env=env_with_test_envs())
     try:
-        wait_for(lambda: (run.latest_checkpoint() or 0) >= 2, 600, "checkpoint 2", proc=rl,
-                 log=log)  # fmt: skip
+        wait_for(lambda: (run.latest_checkpoint() or 0) >= 2, 600, "checkpoint 2", proc=rl, log=log)
         pids = run_state(out)["pids"]
         if how == "restart":
             os.kill(pids["trainer"], signal.SIGKILL)

@@ -30,8 +30,13 @@ def test_a_tiny_runs_time_left_reaches_zero_and_run_json_holds_both(tmp_path, ti
     assert {"trainer", "inference", "orchestrator"} <= set(state["measured"]["peak_memory_bytes"])
     assert {"wall", "disk", "memory trainer"} <= set(state["estimate_accuracy"])
     assert "rl: estimated " in text and "measured / estimated" in text
-    status = subprocess.run([sys.executable, "-m", "launcher.rl", "status", str(out)], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    status = subprocess.run(
+        [sys.executable, "-m", "launcher.rl", "status", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stderr
     assert "time:         estimated " in status.stdout
 
@@ -39,10 +44,21 @@ def test_a_tiny_runs_time_left_reaches_zero_and_run_json_holds_both(tmp_path, ti
 def test_an_estimate_that_cannot_be_made_says_why_and_the_dry_run_goes_on(tmp_path):
     out = tmp_path / "run"
     dry = subprocess.run(
-        [sys.executable, "-m", "launcher.rl", "--model.name", "some-org/unknown-model",
-         "--output-dir", str(out), "--dry-run"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "launcher.rl",
+            "--model.name",
+            "some-org/unknown-model",
+            "--output-dir",
+            str(out),
+            "--dry-run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0, dry.stderr
     assert "Estimate: not made (no local folder for 'some-org/unknown-model'" in dry.stdout
     assert "Traceback" not in dry.stdout + dry.stderr

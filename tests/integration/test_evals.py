@@ -33,11 +33,28 @@ def eval_toml(tmp_path: Path, model: Path, out: Path) -> Path:
 def sft_run(tmp_path: Path, model: Path, *flags: str) -> Path:
     """A finished `rl sft` run of the tiny model on 8 prompt/completion rows."""
     run, data = tmp_path / "sft", tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n"
-                            for i in range(8)))  # fmt: skip
-    sft = [sys.executable, "-m", "launcher.rl", "sft", "--model.name", str(model),
-           "--model.dtype", "float32", "--data.name", str(data), "--seq-len", "64",
-           "--output-dir", str(run), *flags]  # fmt: skip
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) + "\n" for i in range(8)
+        )
+    )
+    sft = [
+        sys.executable,
+        "-m",
+        "launcher.rl",
+        "sft",
+        "--model.name",
+        str(model),
+        "--model.dtype",
+        "float32",
+        "--data.name",
+        str(data),
+        "--seq-len",
+        "64",
+        "--output-dir",
+        str(run),
+        *flags,
+    ]
     done = subprocess.run(sft, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return run
@@ -61,17 +78,34 @@ def test_folder_server_and_run_checkpoint_agree(tiny_model_dir, tmp_path):
     own = rl_eval("@", str(eval_toml(tmp_path, folder, tmp_path / "own")))
     assert own.returncode == 0, own.stderr[-3000:]
     assert "rl-add-digits" in own.stdout and "pass@1" in own.stdout
-    from_run = rl_eval("@", str(eval_toml(tmp_path, folder, tmp_path / "run")), "--run", str(run),
-                       "--step", "1")  # fmt: skip
+    from_run = rl_eval(
+        "@", str(eval_toml(tmp_path, folder, tmp_path / "run")), "--run", str(run), "--step", "1"
+    )
     assert from_run.returncode == 0, from_run.stderr[-3000:]
     port = free_port()
-    args = ["--model.name", str(folder), "--model.dtype", "float32", "--server.port", str(port),
-            "--deterministic", "--output-dir", str(tmp_path / "served"), "--model.max-model-len",
-            "256", "--cpu.kvcache-space-gib", "1"]  # fmt: skip
+    args = [
+        "--model.name",
+        str(folder),
+        "--model.dtype",
+        "float32",
+        "--server.port",
+        str(port),
+        "--deterministic",
+        "--output-dir",
+        str(tmp_path / "served"),
+        "--model.max-model-len",
+        "256",
+        "--cpu.kvcache-space-gib",
+        "1",
+    ]
     with InferenceProcess(args, tmp_path / "inference.log") as server:
         server.wait_ready(timeout_s=600)
-        served = rl_eval("@", str(eval_toml(tmp_path, folder, tmp_path / "server")),
-                         "--client.base-url", f"{server.url}/v1")  # fmt: skip
+        served = rl_eval(
+            "@",
+            str(eval_toml(tmp_path, folder, tmp_path / "server")),
+            "--client.base-url",
+            f"{server.url}/v1",
+        )
     assert served.returncode == 0, served.stderr[-3000:]
 
     own_rows, own_summary = results(tmp_path / "own")
@@ -99,14 +133,29 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
     lock = os.open(run / RUN_MARKER, os.O_RDONLY)
     fcntl.flock(lock, fcntl.LOCK_SH)  # the run is live
     config = eval_toml(tmp_path, tiny_model_dir, out)
-    cmd = [sys.executable, "-m", "launcher.rl", "eval", "@", str(config), "--watch", str(run),
-           "--watch-interval-s", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.rl",
+        "eval",
+        "@",
+        str(config),
+        "--watch",
+        str(run),
+        "--watch-interval-s",
+        "1",
+    ]
     log = tmp_path / "watch.log"
     with log.open("w") as sink:
         watcher = subprocess.Popen(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: (out / "step_1" / "summary.json").is_file(), 600, "step 1",
-                 proc=watcher, log=log)  # fmt: skip
+        wait_for(
+            lambda: (out / "step_1" / "summary.json").is_file(),
+            600,
+            "step 1",
+            proc=watcher,
+            log=log,
+        )
         for part in ("checkpoints", "weights"):
             (hidden / part).rename(run / part / "step_2")
         os.close(lock)  # the run ends
@@ -115,8 +164,11 @@ def test_watch_evaluates_each_new_policy_of_a_live_run(tiny_model_dir, tmp_path)
         watcher.kill()
     server_log = (out / "inference.log").read_text()
     assert server_log.count("now serving") == 1 and "step_2" in server_log
-    evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-             if r["component"] == "evals"]  # fmt: skip
+    evals = [
+        r
+        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if r["component"] == "evals"
+    ]
     assert [r["step"] for r in evals] == [1, 2]
     for record in evals:
         summary = json.loads((out / f"step_{record['step']}" / "summary.json").read_text())

@@ -126,9 +126,13 @@ def test_sigkill_component(tmp_path, setup, component, moment):
     rl, run = start(tmp_path, setup, log="first.log", delay_s=delay)
     try:
         wait_for(
-            lambda: MOMENTS[moment](run), 600, f"the moment {moment}", interval_s=0.1,
-            proc=rl, log=tmp_path / "first.log",
-        )  # fmt: skip
+            lambda: MOMENTS[moment](run),
+            600,
+            f"the moment {moment}",
+            interval_s=0.1,
+            proc=rl,
+            log=tmp_path / "first.log",
+        )
         latest_before = run.latest_checkpoint()
         os.kill(run_state(run.root)["pids"][component], signal.SIGKILL)
         said = [f"rl: error: {component} was killed (SIGKILL)", "stopped the other components."]
@@ -147,19 +151,27 @@ def test_sigkill_component(tmp_path, setup, component, moment):
 
 
 SIGNAL_IN_DEFAULT_RUN = None  # all slow; test_rl.py's SIGTERM case is in the default run
-SIGNALS = {"SIGINT": [signal.SIGINT], "SIGTERM": [signal.SIGTERM], "SIGHUP": [signal.SIGHUP],
-           "SIGINT-twice": [signal.SIGINT] * 2}  # fmt: skip
+SIGNALS = {
+    "SIGINT": [signal.SIGINT],
+    "SIGTERM": [signal.SIGTERM],
+    "SIGHUP": [signal.SIGHUP],
+    "SIGINT-twice": [signal.SIGINT] * 2,
+}
 
 
 @pytest.mark.parametrize(
     ("setup", "signals"),
     [
-        pytest.param(setup, SIGNALS[name], id=f"{setup}-{name}",
-                     marks=() if (setup, name) == SIGNAL_IN_DEFAULT_RUN else pytest.mark.slow)
+        pytest.param(
+            setup,
+            SIGNALS[name],
+            id=f"{setup}-{name}",
+            marks=() if (setup, name) == SIGNAL_IN_DEFAULT_RUN else pytest.mark.slow,
+        )
         for setup in SETUPS
         for name in SIGNALS
     ],
-)  # fmt: skip
+)
 def test_signals_to_rl(tmp_path, setup, signals):
     rl, run = start(tmp_path, setup, log="first.log")
     try:

@@ -21,10 +21,23 @@ pytestmark = pytest.mark.integration
 
 def run_orchestrator(out: Path, model: Path, base_url: str, *flags: str) -> tuple[int, str, float]:
     cmd = [
-        sys.executable, "-m", "orchestrator.main", "--output-dir", str(out),
-        "--model.name", str(model), "--client.base-url", base_url, "--max-steps", "2",
-        "--batch-size", "2", "--rollouts-per-example", "2", *flags,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "orchestrator.main",
+        "--output-dir",
+        str(out),
+        "--model.name",
+        str(model),
+        "--client.base-url",
+        base_url,
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--rollouts-per-example",
+        "2",
+        *flags,
+    ]
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started

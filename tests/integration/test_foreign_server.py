@@ -60,8 +60,11 @@ server.serve_forever()
 
 
 def start_stranger(port: int, model: Path, record: Path) -> subprocess.Popen:
-    stranger = subprocess.Popen([sys.executable, "-c", STRANGER, str(port), str(model),
-                                 str(record)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", STRANGER, str(port), str(model), str(record)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert stranger.stdout.readline().strip() == "listening", "the stranger could not bind"
     return stranger
 
@@ -80,15 +83,19 @@ def assert_only_challenged_health(record: Path) -> None:
 def start_rl(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     rl = subprocess.Popen(
-        [sys.executable, "-m", "launcher.rl", "@", str(config)], cwd=REPO, stdout=log.open("w"),
-        stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, MARK_ENV: mark},
-    )  # fmt: skip
+        [sys.executable, "-m", "launcher.rl", "@", str(config)],
+        cwd=REPO,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, MARK_ENV: mark},
+    )
     return rl, mark
 
 
 def test_a_stranger_on_the_port_before_the_start_is_named_and_nothing_starts(
     tiny_model_dir, tmp_path
-):  # fmt: skip
+):
     port, out, log = free_port(), tmp_path / "run", tmp_path / "rl.log"
     config = tmp_path / "rl.toml"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, port))
@@ -113,7 +120,7 @@ def test_a_stranger_on_the_port_before_the_start_is_named_and_nothing_starts(
 
 def test_a_stranger_that_takes_the_port_during_the_start_is_never_taken_for_inference(
     tiny_model_dir, tmp_path
-):  # fmt: skip
+):
     """The stranger binds the port right after `rl` started inference, before inference binds
     it (vLLM takes seconds to import): inference dies on bind, the stranger answers /health."""
     port, out, log = free_port(), tmp_path / "run", tmp_path / "rl.log"
@@ -123,8 +130,14 @@ def test_a_stranger_that_takes_the_port_during_the_start_is_never_taken_for_infe
     rl, mark = start_rl(config, log)
     stranger = None
     try:
-        wait_for(lambda: "inference" in run_state(out).get("pids", {}), 300, "inference started",
-                 interval_s=0.05, proc=rl, log=log)  # fmt: skip
+        wait_for(
+            lambda: "inference" in run_state(out).get("pids", {}),
+            300,
+            "inference started",
+            interval_s=0.05,
+            proc=rl,
+            log=log,
+        )
         stranger = start_stranger(port, tiny_model_dir, record)
         assert rl.wait(timeout=300) == 2, log.read_text()
         took_s = gone_within(mark, 30)

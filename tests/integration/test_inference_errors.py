@@ -48,9 +48,13 @@ def test_port_in_use(tmp_path, tiny_model_dir):
         sock.bind(("127.0.0.1", PORT))
         sock.listen()
         result = run_inference(
-            "--model.name", str(tiny_model_dir), "--server.port", str(PORT),
-            "--output-dir", str(tmp_path),
-        )  # fmt: skip
+            "--model.name",
+            str(tiny_model_dir),
+            "--server.port",
+            str(PORT),
+            "--output-dir",
+            str(tmp_path),
+        )
     assert_user_error(result, "server.port", str(PORT), "in use")
 
 
@@ -113,7 +117,7 @@ def test_startup_timeout_stops_the_server(tmp_path, tiny_model_dir):
         str(tmp_path),
         "--server.startup-timeout-s",
         "0.5",
-    )  # fmt: skip  (forked, vLLM serves the tiny model about 3 s after the watchdog starts)
+    )  # forked, vLLM serves the tiny model about 3 s after the watchdog starts
     assert result.returncode == 1, result.stderr[-2000:]
     assert "not ready after 0.5 s (server.startup_timeout_s)" in result.stderr
 

@@ -77,8 +77,13 @@ def test_a_reserved_explicit_port_is_refused_at_once_and_the_reservation_dies_wi
     first_started = time.monotonic()
     first = start_rl(first_config, log=first_log, env={MARK_ENV: first_mark})
     try:
-        wait_for(lambda: "reserved for this run" in first_log.read_text(), 120,
-                 "the first run's reservation", proc=first, log=first_log)  # fmt: skip
+        wait_for(
+            lambda: "reserved for this run" in first_log.read_text(),
+            120,
+            "the first run's reservation",
+            proc=first,
+            log=first_log,
+        )
         time.sleep(max(0.0, first_started + 2 - time.monotonic()))  # 2 s apart (or more)
         started = time.monotonic()
         second = start_rl(second_config, log=second_log, env={MARK_ENV: second_mark})
@@ -106,8 +111,17 @@ def test_a_reserved_explicit_port_is_refused_at_once_and_the_reservation_dies_wi
 
 def inference_alone(model_dir: Path, tmp_path: Path, port: int) -> subprocess.CompletedProcess:
     """`inference` started alone on `port`: refused before vLLM loads."""
-    cmd = [sys.executable, "-m", "inference.main", "--model.name", str(model_dir),
-           "--server.port", str(port), "--output-dir", str(tmp_path / "alone")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "inference.main",
+        "--model.name",
+        str(model_dir),
+        "--server.port",
+        str(port),
+        "--output-dir",
+        str(tmp_path / "alone"),
+    ]
     env = {k: v for k, v in os.environ.items() if k != ports.HELD_ENV}
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
 

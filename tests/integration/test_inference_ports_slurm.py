@@ -46,8 +46,9 @@ def test_the_inference_port_on_the_inference_node(cluster, tiny_model_dir, tmp_p
         text + '[slurm]\nnodes = 3\ntrainer_nodes = 2\ngpus_per_node = 0\ntime = "00:30:00"\n'
     )
     netns = f"--net=/run/netns/{cluster.namespaces['node1']}"
-    stranger = subprocess.Popen(["nsenter", netns, sys.executable, "-c", LISTEN],
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    stranger = subprocess.Popen(
+        ["nsenter", netns, sys.executable, "-c", LISTEN], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert stranger.stdout.readline().strip() == "up"
         started = time.monotonic()

@@ -43,8 +43,10 @@ def test_lora_run_serves_adapters_and_resumes(tiny_model_dir, tmp_path):
     base_bytes = (tiny_model_dir / "model.safetensors").stat().st_size
     adapter = run.weight_dir(3)
     assert sorted(p.name for p in adapter.iterdir()) == [
-        "STABLE", "adapter_config.json", "adapter_model.safetensors"
-    ]  # fmt: skip
+        "STABLE",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
     assert (adapter / "adapter_model.safetensors").stat().st_size < base_bytes / 10
     policy_steps = [r["policy_step"] for r in orchestrator_records(run)]
     assert policy_steps == sorted(policy_steps) and policy_steps[-1] >= 1, policy_steps

@@ -64,7 +64,18 @@ def test_two_ranks_train_the_same_adapter_and_resume_in_one(tiny_model_dir, tmp_
     ckpt_bytes = sum(f.stat().st_size for f in ckpt.iterdir())
     assert ckpt_bytes < (Path(tiny_model_dir) / "model.safetensors").stat().st_size / 10
 
-    out = run([sys.executable, "-m", "trainer.main", "@", str(config), "--output-dir",
-               str(sharded.root), "--ckpt.resume-step", "-1"])  # fmt: skip
+    out = run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.main",
+            "@",
+            str(config),
+            "--output-dir",
+            str(sharded.root),
+            "--ckpt.resume-step",
+            "-1",
+        ]
+    )
     assert "resumed from checkpoint step 2" in out
     assert_same_adapter(single, sharded, 3)

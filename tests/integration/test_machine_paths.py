@@ -16,15 +16,21 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(probe().arch != "x86_64", reason="the ISA caps are x86's"),
 ]
-QUICKSTART = [f"--{c} @ configs/quickstart/{f}.toml" for c, f in
-              (("trainer", "train"), ("orchestrator", "orch"), ("inference", "infer"))]  # fmt: skip
+QUICKSTART = [
+    f"--{c} @ configs/quickstart/{f}.toml"
+    for c, f in (("trainer", "train"), ("orchestrator", "orch"), ("inference", "infer"))
+]
 
 
 def run(args: list[str], env: dict | None = None, timeout_s: float = 300):
     return subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def rl_dry_run(*flags: str, env: dict | None = None):
@@ -97,11 +103,23 @@ def test_bf16_linear_layers_on_avx2_are_refused_by_rl_before_anything_starts():
 
 def test_bf16_linear_layers_on_avx2_are_refused_by_inference_alone(tmp_path, tiny_model_dir):
     out = tmp_path / "run"
-    result = run([
-        "-m", "inference.main", "--model.name", str(tiny_model_dir), "--model.dtype", "float32",
-        "--cpu.matmul-dtype", "bfloat16", "--server.port", str(free_port()),
-        "--output-dir", str(out),
-    ], AVX2_ENV)  # fmt: skip
+    result = run(
+        [
+            "-m",
+            "inference.main",
+            "--model.name",
+            str(tiny_model_dir),
+            "--model.dtype",
+            "float32",
+            "--cpu.matmul-dtype",
+            "bfloat16",
+            "--server.port",
+            str(free_port()),
+            "--output-dir",
+            str(out),
+        ],
+        AVX2_ENV,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("inference: error")]

@@ -17,7 +17,7 @@ from tests.integration.helpers import (
     run_state,
     start_rl,
     tiny_rl_toml,
-)  # fmt: skip
+)
 
 pytestmark = pytest.mark.integration
 SERVER = str(REPO / "examples" / "mcp_tasks" / "server.py")
@@ -38,8 +38,17 @@ def tasks_data(tmp_path: Path, tasks: list[dict]) -> tuple[Path, str]:
     tasks_file = tmp_path / "tasks.json"
     tasks_file.write_text(json.dumps(tasks))
     data = tmp_path / "tasks_data"
-    cmd = [sys.executable, "-m", "launcher.rl", "tasks", str(tasks_file), "--name", "t",
-           "--out", str(data)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.rl",
+        "tasks",
+        str(tasks_file),
+        "--name",
+        "t",
+        "--out",
+        str(data),
+    ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f'dataset = "{data}"' in done.stdout, done.stderr
     return data, done.stdout
@@ -92,11 +101,22 @@ def test_every_rollout_sets_up_and_evaluates_its_task(tiny_model_dir, tmp_path):
 
 def test_bad_task_files_exit_2_naming_task_and_field(tmp_path):
     tasks_file = tmp_path / "tasks.json"
-    tasks_file.write_text(json.dumps([
-        {"prompt": "ok", "mcp_config": {"s": {"command": "x"}}, "evaluate_tool": {"name": "e"}},
-        {"prompt": "ok", "mcp_config": {"s": {"url": "http://h", "command": "x"}},
-         "evaluate_tool": {"name": "e"}},
-    ]))  # fmt: skip
+    tasks_file.write_text(
+        json.dumps(
+            [
+                {
+                    "prompt": "ok",
+                    "mcp_config": {"s": {"command": "x"}},
+                    "evaluate_tool": {"name": "e"},
+                },
+                {
+                    "prompt": "ok",
+                    "mcp_config": {"s": {"url": "http://h", "command": "x"}},
+                    "evaluate_tool": {"name": "e"},
+                },
+            ]
+        )
+    )
     cmd = [sys.executable, "-m", "launcher.rl", "tasks", str(tasks_file), "--name", "bad"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr

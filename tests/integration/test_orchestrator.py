@@ -99,10 +99,23 @@ def env_toml(out: Path, *entries: str, extra: str = "") -> str:
 
 def orchestrator(out: Path, model: Path, base_url: str, *flags: str, timeout: float = 300):
     cmd = [
-        sys.executable, "-m", "orchestrator.main", "--model.name", str(model),
-        "--client.base-url", base_url, "--output-dir", str(out), "--seq-len", "512",
-        "--sampling.max-tokens", "12", "--client.health-timeout-s", "60", *flags,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "orchestrator.main",
+        "--model.name",
+        str(model),
+        "--client.base-url",
+        base_url,
+        "--output-dir",
+        str(out),
+        "--seq-len",
+        "512",
+        "--sampling.max-tokens",
+        "12",
+        "--client.health-timeout-s",
+        "60",
+        *flags,
+    ]
     return subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=SERVER_ENV
     )
@@ -147,9 +160,22 @@ def test_batches_on_disk(served, tmp_path):
         out, 'id = "rl-add-digits"', 'id = "rl-guess-number", weight = 2.0', extra=evals
     )
     done = run_with_trainer(
-        out, model, base_url, "--max-steps", "3", "--async-level", "1", "--batch-size", "8",
-        "--rollouts-per-example", "4", "@", envs, "--num-saved-samples", "8",
-    )  # fmt: skip
+        out,
+        model,
+        base_url,
+        "--max-steps",
+        "3",
+        "--async-level",
+        "1",
+        "--batch-size",
+        "8",
+        "--rollouts-per-example",
+        "4",
+        "@",
+        envs,
+        "--num-saved-samples",
+        "8",
+    )
     lines = re.findall(STEP_LINE, done.stdout, re.M)
     assert len(lines) == 3, done.stdout
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -234,8 +260,18 @@ def prompts_by_step(out: Path) -> dict[int, list]:
 def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     model, root, base_url = served
     envs = env_toml(root / "resume", 'id = "rl-add-digits"', 'id = "rl-repeat-word"')
-    common = ("--batch-size", "4", "--rollouts-per-example", "2", "--num-saved-samples", "4",
-              "--ckpt.interval", "2", "@", envs)  # fmt: skip
+    common = (
+        "--batch-size",
+        "4",
+        "--rollouts-per-example",
+        "2",
+        "--num-saved-samples",
+        "4",
+        "--ckpt.interval",
+        "2",
+        "@",
+        envs,
+    )
     whole = fresh_run(served)
     run_with_trainer(whole, model, base_url, "--max-steps", "4", *common)
     uninterrupted = prompts_by_step(whole)
@@ -245,15 +281,20 @@ def test_resume_repeats_the_uninterrupted_example_order(served, tmp_path):
     assert RunDir(parts).latest_checkpoint() == 2
     first = prompts_by_step(parts)
     shutil.rmtree(RunDir(parts).rollout_dir(1))  # as if the trainer consumed it
-    done = run_with_trainer(parts, model, base_url, "--max-steps", "4", "--ckpt.resume-step",
-                            "-1", *common)  # fmt: skip
+    done = run_with_trainer(
+        parts, model, base_url, "--max-steps", "4", "--ckpt.resume-step", "-1", *common
+    )
     assert "Step 0 " not in done.stdout and "Step 2 " in done.stdout
     resumed = {**first, **prompts_by_step(parts)}
     assert resumed == uninterrupted
     assert len({json.dumps(p) for p in resumed.values()}) == 4  # the steps differ
     assert RunDir(parts).latest_checkpoint() == 4
-    run_ids = {json.loads((parts / f"checkpoints/step_{s}/orchestrator/state.json").read_text())[
-        "wandb_run_id"] for s in (2, 4)}  # fmt: skip
+    run_ids = {
+        json.loads((parts / f"checkpoints/step_{s}/orchestrator/state.json").read_text())[
+            "wandb_run_id"
+        ]
+        for s in (2, 4)
+    }
     assert len(run_ids) == 1 and None not in run_ids
     assert len(list((parts / "wandb").glob(f"offline-run-*-{run_ids.pop()}"))) == 2
 
@@ -264,9 +305,22 @@ def test_requests_are_capped_to_fit_seq_len(served, tmp_path):
     out = root / "run_capped"
     envs = env_toml(out, 'id = "rl-add-digits"')
     run_with_trainer(
-        out, model, base_url, "--max-steps", "1", "--batch-size", "4",
-        "--rollouts-per-example", "2", "--seq-len", "64", "--sampling.max-tokens", "64", "@", envs,
-    )  # fmt: skip
+        out,
+        model,
+        base_url,
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--rollouts-per-example",
+        "2",
+        "--seq-len",
+        "64",
+        "--sampling.max-tokens",
+        "64",
+        "@",
+        envs,
+    )
     [step] = [m for m in metrics(out) if "reward" in m]
     assert step["num_capped_requests"] == 4  # max_tokens = seq_len leaves no room otherwise
     batch = read_batch(RunDir(out).rollout_dir(0))
@@ -277,9 +331,20 @@ def test_missing_weights_end_with_a_message(served, tmp_path):
     model, _, base_url = served
     start = time.monotonic()
     done = orchestrator(
-        tmp_path / "run", model, base_url, "--max-steps", "3", "--async-level", "1",
-        "--batch-size", "2", "--rollouts-per-example", "2", "--weights-timeout-s", "2",
-    )  # fmt: skip
+        tmp_path / "run",
+        model,
+        base_url,
+        "--max-steps",
+        "3",
+        "--async-level",
+        "1",
+        "--batch-size",
+        "2",
+        "--rollouts-per-example",
+        "2",
+        "--weights-timeout-s",
+        "2",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "weights/step_1/STABLE" in done.stderr and "weights_timeout_s" in done.stderr
     assert "Traceback" not in done.stderr
@@ -288,8 +353,9 @@ def test_missing_weights_end_with_a_message(served, tmp_path):
 
 def test_unreachable_server_ends_with_a_message(tmp_path):
     start = time.monotonic()
-    done = orchestrator(tmp_path / "run", tmp_path, "http://127.0.0.1:8299/v1",
-                        "--client.health-timeout-s", "2")  # fmt: skip
+    done = orchestrator(
+        tmp_path / "run", tmp_path, "http://127.0.0.1:8299/v1", "--client.health-timeout-s", "2"
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "http://127.0.0.1:8299" in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - start < 60
@@ -328,9 +394,20 @@ def test_requests_move_off_a_server_that_hangs(served, tmp_path):
     envs = env_toml(out, 'id = "rl-add-digits"')
     try:
         done = orchestrator(
-            out, model, urls, "--max-steps", "2", "--batch-size", "8",
-            "--rollouts-per-example", "2", "--client.timeout-s", "5", "@", envs,
-        )  # fmt: skip
+            out,
+            model,
+            urls,
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "8",
+            "--rollouts-per-example",
+            "2",
+            "--client.timeout-s",
+            "5",
+            "@",
+            envs,
+        )
     finally:
         stand_in.shutdown()
     output = done.stdout + done.stderr
@@ -357,9 +434,20 @@ def test_a_v1_taskset_samples_through_the_generate_route(served):
     )
     envs = env_toml(out, 'type = "v1", id = "rl-add-digits-v1"', extra=evals)
     done = run_with_trainer(
-        out, model, base_url, "--max-steps", "2", "--batch-size", "8",
-        "--rollouts-per-example", "4", "@", envs, "--num-saved-samples", "8",
-    )  # fmt: skip
+        out,
+        model,
+        base_url,
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--rollouts-per-example",
+        "4",
+        "@",
+        envs,
+        "--num-saved-samples",
+        "8",
+    )
     assert (
         "'rl-add-digits-v1' is a verifiers v1 taskset: loading it as type v1"
         in done.stdout + done.stderr
@@ -401,9 +489,22 @@ def test_a_full_disk_stops_the_orchestrator_cleanly(served, small_disk):
     model, _, base_url = served
     out = small_disk / "run"
     done = orchestrator(
-        out, model, base_url, "--max-steps", "64", "--async-level", "64", "--batch-size", "8",
-        "--rollouts-per-example", "4", "--ckpt.interval", "2", "--num-saved-samples", "8",
-    )  # fmt: skip
+        out,
+        model,
+        base_url,
+        "--max-steps",
+        "64",
+        "--async-level",
+        "64",
+        "--batch-size",
+        "8",
+        "--rollouts-per-example",
+        "4",
+        "--ckpt.interval",
+        "2",
+        "--num-saved-samples",
+        "8",
+    )
     assert done.returncode == DISK_FULL_EXIT_CODE, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"the disk is full: writing {out}/" in done.stderr and "Traceback" not in done.stderr
     run_dir = RunDir(out)

@@ -39,9 +39,13 @@ def launch(argv: list[str], log: Path, mark: str | None = None) -> tuple[subproc
     (process, mark)."""
     mark = mark or uuid.uuid4().hex
     proc = subprocess.Popen(
-        [sys.executable, "-m", *argv], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True, env={**os.environ, MARK_ENV: mark},
-    )  # fmt: skip
+        [sys.executable, "-m", *argv],
+        cwd=REPO,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, MARK_ENV: mark},
+    )
     return proc, mark
 
 
@@ -69,9 +73,9 @@ RL_MOMENTS = {
 
 
 @pytest.mark.parametrize(
-    "moment", ["engine-loading", *(pytest.param(m, marks=pytest.mark.slow)
-                                   for m in ("starting", "running"))]
-)  # fmt: skip
+    "moment",
+    ["engine-loading", *(pytest.param(m, marks=pytest.mark.slow) for m in ("starting", "running"))],
+)
 def test_kill_9_of_rl_leaves_no_process(tiny_model_dir, tmp_path, moment):
     out, config, log = tmp_path / "run", tmp_path / "rl.toml", tmp_path / "rl.log"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
@@ -86,11 +90,20 @@ def test_kill_9_of_rl_leaves_no_process(tiny_model_dir, tmp_path, moment):
 # -- rl sft ------------------------------------------------------------------------------------
 def sft_config(tmp_path: Path, model: Path, out: Path) -> Path:
     rows = tmp_path / "train.jsonl"
-    rows.write_text("".join(
-        json.dumps({"messages": [{"role": "user", "content": f"What is {i} + 1?"},
-                                 {"role": "assistant", "content": str(i + 1)}]}) + "\n"
-        for i in range(16)
-    ))  # fmt: skip
+    rows.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"What is {i} + 1?"},
+                        {"role": "assistant", "content": str(i + 1)},
+                    ]
+                }
+            )
+            + "\n"
+            for i in range(16)
+        )
+    )
     config = tmp_path / "sft.toml"
     config.write_text(
         f'max_steps = 2000\nseq_len = 64\noutput_dir = "{out}"\n'
@@ -114,8 +127,9 @@ def test_kill_9_of_rl_sft_leaves_no_trainer(tiny_model_dir, tmp_path, moment):
     config = sft_config(tmp_path, tiny_model_dir, out)
     rl_sft, mark = launch(["launcher.rl", "sft", "@", str(config)], log)
     try:
-        wait_for(lambda: SFT_MOMENTS[moment](out), 600, moment, interval_s=0.1, proc=rl_sft,
-                 log=log)  # fmt: skip
+        wait_for(
+            lambda: SFT_MOMENTS[moment](out), 600, moment, interval_s=0.1, proc=rl_sft, log=log
+        )
         kill_9_and_measure(rl_sft, mark, f"rl sft ({moment})")
     finally:
         kill_marked(mark)
@@ -149,14 +163,15 @@ def server_starting(out: Path) -> bool:
 )
 def test_kill_9_of_an_evaluation_starting_its_server_leaves_no_server(
     tiny_model_dir, tmp_path, command
-):  # fmt: skip
+):
     """The server (1.9 GB resident) served on, with no owner, on its port."""
     out, log = tmp_path / "eval", tmp_path / "eval.log"
     config = eval_config(tmp_path, tiny_model_dir, out)
     proc, mark = launch([*command, "@", str(config)], log)
     try:
-        wait_for(lambda: server_starting(out), 600, "its server", interval_s=0.1, proc=proc,
-                 log=log)  # fmt: skip
+        wait_for(
+            lambda: server_starting(out), 600, "its server", interval_s=0.1, proc=proc, log=log
+        )
         kill_9_and_measure(proc, mark, f"{' '.join(command)} (its server starting)")
     finally:
         kill_marked(mark)
@@ -186,8 +201,14 @@ def test_kill_9_of_rl_leaves_no_tool_server(tiny_model_dir, tmp_path):
     )
     rl, _ = launch(["launcher.rl", "@", str(config)], log, mark)
     try:
-        wait_for(lambda: tool_server_running(mark), 600, "a tool server", interval_s=0.2,
-                 proc=rl, log=log)  # fmt: skip
+        wait_for(
+            lambda: tool_server_running(mark),
+            600,
+            "a tool server",
+            interval_s=0.2,
+            proc=rl,
+            log=log,
+        )
         kill_9_and_measure(rl, mark, "rl (its orchestrator's tool servers running)")
     finally:
         kill_marked(mark)
@@ -213,16 +234,33 @@ def test_kill_9_of_the_launcher_leaves_no_torchrun_rank(tiny_model_dir, tmp_path
         f'max_steps = 100000\nseq_len = 32\noutput_dir = "{out}"\n[model]\n'
         f'name = "{tiny_model_dir}"\ndtype = "float32"\n[data.fake]\nbatch_size = 2\n'
     )
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", "-m", "trainer.main", "@", str(config)]  # fmt: skip
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "trainer.main",
+        "@",
+        str(config),
+    ]
     mark = uuid.uuid4().hex
     launcher = subprocess.Popen(
-        [sys.executable, "-c", TORCHRUN_LAUNCHER, str(log), *torchrun], cwd=REPO,
-        stdin=subprocess.PIPE, env={**os.environ, MARK_ENV: mark, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        [sys.executable, "-c", TORCHRUN_LAUNCHER, str(log), *torchrun],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        env={**os.environ, MARK_ENV: mark, "OMP_NUM_THREADS": "1"},
+    )
     try:
-        wait_for(lambda: (out / "metrics.jsonl").exists(), 300, "the ranks' first step",
-                 interval_s=0.2, proc=launcher, log=log)  # fmt: skip
+        wait_for(
+            lambda: (out / "metrics.jsonl").exists(),
+            300,
+            "the ranks' first step",
+            interval_s=0.2,
+            proc=launcher,
+            log=log,
+        )
         ranks = [pid for pid in marked(mark) if "trainer.main" in describe([pid])]
         assert len(ranks) == 3, describe(marked(mark))  # torchrun and its two ranks
         kill_9_and_measure(launcher, mark, "a launcher of torchrun (its ranks training)")

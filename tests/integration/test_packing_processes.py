@@ -43,11 +43,22 @@ print(digest.hexdigest())
 def test_two_processes_with_other_hash_seeds_pack_alike():
     procs = []
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed,
-               "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "environments")])}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONHASHSEED": seed,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "environments")]),
+        }
         command = [sys.executable, "-c", PACK]
-        procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     answers = [proc.communicate(timeout=300) for proc in procs]
     for proc, (_, err) in zip(procs, answers, strict=True):
         assert proc.returncode == 0, err[-3000:]

@@ -45,8 +45,12 @@ def trainer_alone(tmp_path, monkeypatch):
     def start() -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k != LAUNCHER_ENV}
         env["PYTHONPATH"] = str(REPO)
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(cwd / "outputs" / "sibling")],
-                                env=env, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(cwd / "outputs" / "sibling")],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         assert proc.stdout.readline().strip() == "held"
         return proc

@@ -42,9 +42,12 @@ TRANSPORTS = ("collective", "filesystem")
 
 def cases(all_cases: list[tuple], in_default_run: set) -> list:
     """Test parameters: the cases outside `in_default_run` are slow."""
-    return [pytest.param(*case, id="-".join(case),
-                         marks=() if case in in_default_run else (pytest.mark.slow,))
-            for case in all_cases]  # fmt: skip
+    return [
+        pytest.param(
+            *case, id="-".join(case), marks=() if case in in_default_run else (pytest.mark.slow,)
+        )
+        for case in all_cases
+    ]
 
 
 # All slow: the default run's restart after a kill (the trainer's, on the collective transport,
@@ -73,8 +76,16 @@ def job(
     layered = [
         part for c, f in files.items() for part in (f"--{c}", "@", str(QUICKSTART / f"{f}.toml"))
     ]
-    flags = ("--model.name", str(model), "--max-steps", str(max_steps), "--output-dir", str(out),
-             "--ckpt.interval", "1")  # fmt: skip
+    flags = (
+        "--model.name",
+        str(model),
+        "--max-steps",
+        str(max_steps),
+        "--output-dir",
+        str(out),
+        "--ckpt.interval",
+        "1",
+    )
     return config, out, (*layered, *flags)
 
 
@@ -134,9 +145,16 @@ def engine_kernels(inference_pid: int) -> set[str]:
 
 @pytest.mark.parametrize(
     "machine",
-    [pytest.param(m, marks=pytest.mark.skipif(m == "avx2" and probe().arch != "x86_64",
-                                              reason="the ISA caps are x86's")) for m in MACHINES],
-)  # fmt: skip
+    [
+        pytest.param(
+            m,
+            marks=pytest.mark.skipif(
+                m == "avx2" and probe().arch != "x86_64", reason="the ISA caps are x86's"
+            ),
+        )
+        for m in MACHINES
+    ],
+)
 def test_sigterm_to_rl_leaves_no_process(tiny_model_dir, tmp_path, machine):
     """The quick start's own three files with the tiny model, as a user runs them, train a
     step, on this CPU and on an AVX2 one (fp32 everywhere, vLLM's AVX2 kernels); SIGTERM to rl
@@ -232,8 +250,13 @@ def test_a_trainer_slowed_but_moving_is_not_stopped(tiny_model_dir, tmp_path):
     log = tmp_path / "rl.log"
     rl = start_rl(config, log=log)
     try:
-        wait_for(lambda: "trainer" in run_state(out).get("pids", {}), 120, "the trainer", proc=rl,
-                 log=log)  # fmt: skip
+        wait_for(
+            lambda: "trainer" in run_state(out).get("pids", {}),
+            120,
+            "the trainer",
+            proc=rl,
+            log=log,
+        )
         trainer = run_state(out)["pids"]["trainer"]
         with contextlib.suppress(ProcessLookupError):
             while rl.poll() is None:
@@ -260,8 +283,9 @@ def test_a_hanging_inference_server_is_named_and_dumped(tiny_model_dir, tmp_path
 
 
 @pytest.mark.parametrize(("transport", "component"), RESTART_CASES)
-def test_max_restarts_resumes_after_a_kill_and_finishes(tiny_model_dir, tmp_path, transport,
-                                                        component):  # fmt: skip
+def test_max_restarts_resumes_after_a_kill_and_finishes(
+    tiny_model_dir, tmp_path, transport, component
+):
     config, out, flags = job(tmp_path, tiny_model_dir, transport)
     log = tmp_path / "rl.log"
     rl = start_rl(config, "--max-restarts", "1", *flags, log=log)
@@ -306,9 +330,11 @@ def test_model_folder_sampling_defaults_do_not_break_parity(tiny_model_dir, tmp_
     config_file.write_text(json.dumps({**existing, **defaults}))
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=3).replace(
-        "async_level = 1", "async_level = 0"
-    ))  # fmt: skip
+    config.write_text(
+        tiny_rl_toml(model, out, free_port(), max_steps=3).replace(
+            "async_level = 1", "async_level = 0"
+        )
+    )
     log = tmp_path / "rl.log"
     secret, server_key = "sekrit-api-key-3141", "sekrit-server-key-2718"
     rl = start_rl(config, "--wandb-api-key", secret, log=log, env={"VLLM_API_KEY": server_key})
@@ -337,9 +363,11 @@ def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_mode
     config = tmp_path / "rl.toml"
     # async_level 0: every batch waits for the previous step's policy, so each update is served
     # (with 1, a fast trainer may publish step 2 before batch 2 asks and step 1 is skipped)
-    config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4).replace(
-        "async_level = 1", "async_level = 0"
-    ))  # fmt: skip
+    config.write_text(
+        tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4).replace(
+            "async_level = 1", "async_level = 0"
+        )
+    )
     log = tmp_path / "rl.log"
     rl = start_rl(config, "--inference.replicas", "2", log=log)
     try:
@@ -351,11 +379,16 @@ def test_two_inference_replicas_share_requests_and_every_weight_update(tiny_mode
     served = [sum(r.get(f"requests/server_{i}", 0) for r in records) for i in (0, 1)]
     assert min(served) > 0, served  # both servers generated
     swaps = [
-        [line.split("now serving ")[1].split()[0] for line in
-         (out / "logs" / f"{name}.log").read_text().splitlines() if "now serving" in line]
+        [
+            line.split("now serving ")[1].split()[0]
+            for line in (out / "logs" / f"{name}.log").read_text().splitlines()
+            if "now serving" in line
+        ]
         for name in ("inference", "inference-1")
-    ]  # fmt: skip
+    ]
     assert len(swaps[0]) == 3 and swaps[0] == swaps[1], swaps  # every update reached both
-    ports = [tomllib.loads((out / "configs" / f"{n}.toml").read_text())["server"]["port"]
-             for n in ("inference", "inference-1")]  # fmt: skip
+    ports = [
+        tomllib.loads((out / "configs" / f"{n}.toml").read_text())["server"]["port"]
+        for n in ("inference", "inference-1")
+    ]
     assert ports[1] == ports[0] + 1, ports  # each replica's own resolved config, none overwritten

@@ -143,8 +143,9 @@ def test_sbatch_submits_with_the_runs_comment(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(tmp_path)
     argv = ["--slurm.nodes", "1", "--slurm.gpus-per-node", "0", "--output-dir", "run"]
-    config, _ = parse_config(RLConfig, "rl", argv, sections=("trainer", "orchestrator",
-                                                             "inference"))  # fmt: skip
+    config, _ = parse_config(
+        RLConfig, "rl", argv, sections=("trainer", "orchestrator", "inference")
+    )
     plan = build_plan(config, dry_run=False)
     try:
         assert slurm.submit(plan, lambda plan: None) == 0

@@ -28,8 +28,17 @@ def cluster(tmp_path_factory):
 
 
 def sleeper(cluster, comment: str, workdir) -> str:
-    done = cluster.client(["sbatch", "--parsable", f"--comment={comment}", f"--chdir={workdir}",
-                           "--output=/dev/null", "--wrap", "sleep 600"])  # fmt: skip
+    done = cluster.client(
+        [
+            "sbatch",
+            "--parsable",
+            f"--comment={comment}",
+            f"--chdir={workdir}",
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 600",
+        ]
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 60

@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 def rl(*args: str) -> subprocess.CompletedProcess:
     code = "import sys; from launcher.rl import main; main(sys.argv[1:])"
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env, timeout=150)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=150
+    )
 
 
 def start_reaped(command: list[str]) -> subprocess.Popen:
@@ -113,8 +114,9 @@ def test_stop_signals_nothing_that_is_not_the_runs_launcher(tmp_path, stranger, 
 def test_stop_refuses_a_folder_without_the_run_marker(tmp_path, stranger, capsys):
     folder = tmp_path / "copied"
     folder.mkdir()
-    (folder / "run.json").write_text(json.dumps({"status": "finished",
-                                                 "launcher_pid": stranger.pid}))  # fmt: skip
+    (folder / "run.json").write_text(
+        json.dumps({"status": "finished", "launcher_pid": stranger.pid})
+    )
     assert run_command("stop", [str(folder)]) == 2
     err = capsys.readouterr().err
     assert alive(stranger), err
@@ -133,8 +135,12 @@ time.sleep(60)
 
 def test_stop_names_the_holder_of_a_run_whose_launcher_it_cannot_prove(tmp_path, stranger, capsys):
     run = marked_run(tmp_path / "run", legacy(stranger.pid))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run.root)], stdout=subprocess.PIPE,
-                              text=True, env={"PYTHONPATH": str(REPO)})  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run.root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(REPO)},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert run_command("stop", [str(run.root)]) == 1
@@ -150,9 +156,12 @@ def test_stop_names_the_holder_of_a_run_whose_launcher_it_cannot_prove(tmp_path,
 def test_status_and_list_do_not_report_a_stranger_as_the_run(tmp_path, stranger, capsys):
     pid = stranger.pid
     reused, other = record_of(pid, create_time=1e9), record_of(pid, cmdline_sha256="0" * 16)
-    state = {"status": "running", "launcher_pid": pid,
-             "pids": {"trainer": pid, "orchestrator": pid, "inference": pid},
-             "identities": {"launcher": reused, "trainer": reused, "inference": other}}  # fmt: skip
+    state = {
+        "status": "running",
+        "launcher_pid": pid,
+        "pids": {"trainer": pid, "orchestrator": pid, "inference": pid},
+        "identities": {"launcher": reused, "trainer": reused, "inference": other},
+    }
     run = marked_run(tmp_path / "runs" / "r", state)
     assert run_command("status", [str(run.root)]) == 0
     out = capsys.readouterr().out
@@ -162,9 +171,10 @@ def test_status_and_list_do_not_report_a_stranger_as_the_run(tmp_path, stranger,
     assert f"pid {pid} is not this run's trainer: it started at" in lines["trainer"], out
     assert "command line" in lines["inference"], out
     assert "no identity" in lines["orchestrator"], out
-    assert not any(line.split(":", 1)[1].strip().startswith("running") for line in
-                   (lines["launcher"], lines["trainer"], lines["orchestrator"],
-                    lines["inference"])), out  # fmt: skip
+    assert not any(
+        line.split(":", 1)[1].strip().startswith("running")
+        for line in (lines["launcher"], lines["trainer"], lines["orchestrator"], lines["inference"])
+    ), out
 
     assert run_command("list", [str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
@@ -207,9 +217,12 @@ except Stop as stop:
 
 def test_the_launcher_records_every_process_and_rl_stop_stops_it(tmp_path, stranger, capsys):
     root = tmp_path / "run"
-    launcher = subprocess.Popen([sys.executable, "-c", STAND_IN, str(root)],
-                                stdout=subprocess.PIPE, text=True,
-                                env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN, str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     try:
         assert launcher.stdout.readline().strip() == "running"
         state = json.loads((root / "run.json").read_text())
@@ -259,8 +272,9 @@ sys.exit(sft_run.exit_code(sft_run.run_attempt(run, config, step, clock)))
 def test_rl_sft_records_itself_and_its_child_and_rl_stop_stops_it(tmp_path, capsys):
     root = tmp_path / "sft-run"
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-    launcher = subprocess.Popen([sys.executable, "-c", SFT_STAND_IN, str(root)],
-                                stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", SFT_STAND_IN, str(root)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert launcher.stdout.readline().strip() == "started"
         state = json.loads((root / "run.json").read_text())
@@ -285,9 +299,13 @@ def test_rl_sft_says_a_killed_child_and_status_and_logs_show_its_processes(tmp_p
     with -9")."""
     root = tmp_path / "sft-run"
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-    launcher = subprocess.Popen([sys.executable, "-c", SFT_STAND_IN, str(root)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env)  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", SFT_STAND_IN, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert launcher.stdout.readline().strip() == "started"
         sft = json.loads((root / "run.json").read_text())["pids"]["sft"]

@@ -53,8 +53,9 @@ def held(tmp_path):
     procs: list[subprocess.Popen] = []
 
     def hold(root: Path) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], env=env(),
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(root)], env=env(), stdout=subprocess.PIPE, text=True
+        )
         procs.append(proc)
         assert proc.stdout.readline().strip() == "held"
         return proc
@@ -66,8 +67,9 @@ def held(tmp_path):
 
 
 def start(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300
+    )
 
 
 def assert_refused(done: subprocess.CompletedProcess, root: Path, *words: str) -> None:
@@ -90,11 +92,21 @@ def test_inference_evals_and_rl_plot_refuse_a_run_another_process_holds(
     holders = [held(rl_run), held(eval_run)]
     wait = ("is in use by pid", "Wait for it to finish")
 
-    done = start("-m", "inference.main", "--model.name", str(tiny_model_dir), "--output-dir",
-                 str(rl_run), "--server.port", str(free_port()), cwd=tmp_path)  # fmt: skip
+    done = start(
+        "-m",
+        "inference.main",
+        "--model.name",
+        str(tiny_model_dir),
+        "--output-dir",
+        str(rl_run),
+        "--server.port",
+        str(free_port()),
+        cwd=tmp_path,
+    )
     assert_refused(done, rl_run, f"pid {holders[0].pid}", *wait)
-    done = start("-m", "orchestrator.evals.main", "@", str(config), "--run", str(rl_run),
-                 cwd=tmp_path)  # fmt: skip
+    done = start(
+        "-m", "orchestrator.evals.main", "@", str(config), "--run", str(rl_run), cwd=tmp_path
+    )
     assert_refused(done, eval_run, f"pid {holders[1].pid}", *wait)
     done = start("-m", "launcher.rl", "plot", str(rl_run), cwd=tmp_path)
     assert_refused(done, rl_run, f"pid {holders[0].pid}", "--out plot.png")
@@ -106,8 +118,19 @@ def test_rl_sft_refuses_to_resume_an_rl_runs_checkpoint(tmp_path, tiny_model_dir
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "completion": "2"}) + "\n")
     before = snapshot(tmp_path)
-    done = start("-m", "launcher.rl", "sft", "--model.name", str(tiny_model_dir), "--data.name",
-                 str(data), "--output-dir", str(rl_run), "--ckpt.resume-step", "-1",
-                 cwd=tmp_path)  # fmt: skip
+    done = start(
+        "-m",
+        "launcher.rl",
+        "sft",
+        "--model.name",
+        str(tiny_model_dir),
+        "--data.name",
+        str(data),
+        "--output-dir",
+        str(rl_run),
+        "--ckpt.resume-step",
+        "-1",
+        cwd=tmp_path,
+    )
     assert_refused(done, rl_run, "is an rl run (made by `rl`), not an sft run", "--output-dir")
     assert snapshot(tmp_path) == before

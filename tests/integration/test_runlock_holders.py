@@ -39,8 +39,13 @@ def attempt(root: Path, how: str, under_rl: bool = False, flags=()) -> subproces
     if under_rl:
         env[LAUNCHER_ENV] = "1"
     (root.parent / "try.py").write_text(TRY)
-    return subprocess.Popen([sys.executable, "try.py", *flags, str(root), how], env=env,
-                            cwd=root.parent, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "try.py", *flags, str(root), how],
+        env=env,
+        cwd=root.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def answer(proc: subprocess.Popen) -> str:

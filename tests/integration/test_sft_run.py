@@ -25,10 +25,14 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 def addition_rows(count: int, start: int = 0) -> list[dict]:
     return [
-        {"messages": [{"role": "user", "content": f"What is {i} + {i % 7}?"},
-                      {"role": "assistant", "content": str(i + i % 7)}]}
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {i} + {i % 7}?"},
+                {"role": "assistant", "content": str(i + i % 7)},
+            ]
+        }
         for i in range(start, start + count)
-    ]  # fmt: skip
+    ]
 
 
 def sft_toml(tmp_path: Path, model: Path, out: Path, max_steps: int = 8) -> Path:
@@ -94,8 +98,16 @@ def test_sft_learns_resumes_bit_exact_and_writes_a_plain_model(tiny_model_dir, t
 def test_bad_data_exits_2_naming_the_file_and_row(tiny_model_dir, tmp_path):
     bad = write_rows(tmp_path / "bad.jsonl", addition_rows(2) + [{"question": "q"}])
     out = tmp_path / "run"
-    done = rl_sft("--model.name", str(tiny_model_dir), "--data.name", str(bad),
-                  "--output-dir", str(out), "--max-steps", "1")  # fmt: skip
+    done = rl_sft(
+        "--model.name",
+        str(tiny_model_dir),
+        "--data.name",
+        str(bad),
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        "1",
+    )
     assert done.returncode == 2, done.stderr
     assert f"data.name = '{bad}', row 2: has columns ['question']" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()  # nothing written

@@ -67,12 +67,17 @@ ANSWER_S = 10.0
 
 
 def test_no_sigint_is_lost_while_the_supervisor_starts_children(tmp_path):
-    launcher = subprocess.Popen([sys.executable, "-c", STAND_IN, str(tmp_path / "run")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=REPO)  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN, str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x.strip()) for x in launcher.stdout],
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=lambda: [lines.put(x.strip()) for x in launcher.stdout], daemon=True
+    ).start()
     rng = random.Random(0)
     try:
         assert lines.get(timeout=60) == "ready"
@@ -119,22 +124,24 @@ ANCHORS = {
 
 @pytest.mark.parametrize(
     "seed", [*DEFAULT_SEEDS, *(pytest.param(s, marks=pytest.mark.slow) for s in SLOW_SEEDS)]
-)  # fmt: skip
+)
 def test_sigint_at_a_random_moment_stops_everything_within_the_grace_period(
     tiny_model_dir, tmp_path, seed
-):  # fmt: skip
+):
     anchor, delay_s, count = moment(seed)
     out, config, log = tmp_path / "run", tmp_path / "rl.toml", tmp_path / "rl.log"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=50))
     mark = uuid.uuid4().hex
     rl = subprocess.Popen(
-        [sys.executable, "-m", "launcher.rl", "@", str(config), "--shutdown-grace-s",
-         str(GRACE_S)], cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True, env={**os.environ, MARK_ENV: mark},
-    )  # fmt: skip
+        [sys.executable, "-m", "launcher.rl", "@", str(config), "--shutdown-grace-s", str(GRACE_S)],
+        cwd=REPO,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, MARK_ENV: mark},
+    )
     try:
-        wait_for(lambda: ANCHORS[anchor](out, log), 600, anchor, interval_s=0.02, proc=rl,
-                 log=log)  # fmt: skip
+        wait_for(lambda: ANCHORS[anchor](out, log), 600, anchor, interval_s=0.02, proc=rl, log=log)
         time.sleep(delay_s)
         assert rl.poll() is None, log.read_text()
         sent = time.monotonic()
@@ -145,8 +152,10 @@ def test_sigint_at_a_random_moment_stops_everything_within_the_grace_period(
         left_s = GRACE_S + MARGIN_S - (time.monotonic() - sent)
         gone_within(mark, max(0.0, left_s))
         took_s = time.monotonic() - sent
-        print(f"seed {seed}: SIGINT x{count} {delay_s:.2f} s after {anchor}: all gone in "
-              f"{took_s:.1f} s")  # fmt: skip
+        print(
+            f"seed {seed}: SIGINT x{count} {delay_s:.2f} s after {anchor}: all gone in "
+            f"{took_s:.1f} s"
+        )
         text = log.read_text()
         assert code == 130, text
         assert "rl: got SIGINT, stopping all components" in text, text

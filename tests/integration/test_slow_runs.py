@@ -107,8 +107,10 @@ def run_held(tiny_model_dir: Path, tmp_path: Path, case: str, caps: dict[str, Cp
         kill_sessions({rl.pid, *run_state(out).get("pids", {}).values()})
     text = log.read_text()
     capped_s, total_s = time.monotonic() - capped_at, time.monotonic() - started
-    print(f"{case}: {total_s:.0f} s in all, {capped_s:.0f} s held to {SHARE} of a core "
-          f"({throttled} periods throttled); waits seen: {sorted(seen)}")  # fmt: skip
+    print(
+        f"{case}: {total_s:.0f} s in all, {capped_s:.0f} s held to {SHARE} of a core "
+        f"({throttled} periods throttled); waits seen: {sorted(seen)}"
+    )
     assert rl.returncode == 0, text
     assert all(throttled.values()), throttled  # the caps bit
     # The limit bit too: a component went longer than it without a record.

@@ -58,8 +58,11 @@ def test_a_job_runs_to_completion(cluster, tiny_model_dir, tmp_path):
     assert json.loads((out / "run.json").read_text())["status"] == "finished"
     status = subprocess.run(
         [sys.executable, "-m", "launcher.rl", "status", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert f"slurm job:    {job_id} (COMPLETED)" in status.stdout, status.stdout
     assert not run_processes(out)
 

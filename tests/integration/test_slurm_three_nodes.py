@@ -43,8 +43,7 @@ def cluster(tmp_path_factory):
 def rl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "launcher.rl", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=env)  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def submit(config: Path, out: Path, *flags: str) -> str:
@@ -76,8 +75,9 @@ def run_processes(out: Path) -> list[psutil.Process]:
 
 def trainer_on(cluster: MultiNodeCluster, node: str) -> psutil.Process | None:
     """The trainer's worker process running on `node` (inside that node's namespace)."""
-    pids = subprocess.run(["ip", "netns", "pids", cluster.namespaces[node]],
-                          capture_output=True, text=True).stdout.split()  # fmt: skip
+    pids = subprocess.run(
+        ["ip", "netns", "pids", cluster.namespaces[node]], capture_output=True, text=True
+    ).stdout.split()
     for pid in pids:
         try:
             proc = psutil.Process(int(pid))
@@ -127,8 +127,9 @@ def test_three_real_nodes(cluster, tiny_model_dir, tmp_path, transport):
     assert logs.returncode == 0 and "world size 2" in logs.stdout, logs.stdout[-2000:]
 
     # resume from the latest checkpoint to step 5
-    job_id, times["resume to 5"] = run_job(config, out, "--ckpt.resume-step", "-1",
-                                           "--max-steps", "5")  # fmt: skip
+    job_id, times["resume to 5"] = run_job(
+        config, out, "--ckpt.resume-step", "-1", "--max-steps", "5"
+    )
     assert trainer_steps(out)[-2:] == [4, 5], job_log(out, job_id)
 
     # the trainer on node3 killed mid-run; --max-restarts brings the run back
@@ -160,8 +161,9 @@ def test_three_real_nodes(cluster, tiny_model_dir, tmp_path, transport):
 
 
 @pytest.mark.timeout(1200)
-def test_a_node_that_cannot_reach_the_group_is_named_with_the_fix(cluster, tiny_model_dir,
-                                                                   tmp_path):  # fmt: skip
+def test_a_node_that_cannot_reach_the_group_is_named_with_the_fix(
+    cluster, tiny_model_dir, tmp_path
+):
     """weight_transfer.host set to a name only the trainer's node resolves (the cluster's
     `private_names`; a name missing from the other nodes' DNS): inference on node1
     cannot resolve it, and the job fails at the first swap naming node1, the address and the
@@ -180,8 +182,10 @@ def test_a_node_that_cannot_reach_the_group_is_named_with_the_fix(cluster, tiny_
     log = job_log(out, job_id)
     assert state == "FAILED", log
     orchestrator_log = (out / "logs" / "orchestrator.log").read_text()
-    for words in ("node node1 cannot resolve weight_transfer.host 'trainer-only'",
-                  "--weight-transfer.host"):  # fmt: skip
+    for words in (
+        "node node1 cannot resolve weight_transfer.host 'trainer-only'",
+        "--weight-transfer.host",
+    ):
         assert words in orchestrator_log, orchestrator_log[-3000:]
     assert "rl: error: orchestrator" in log, log
     assert time.monotonic() - started < 600  # the group's timeout (600 s) was not waited out

@@ -57,11 +57,25 @@ def test_two_ranks_match_one_process_and_resume_in_one(tiny_model_dir, tmp_path)
     flags = ["@", str(config), "--output-dir", str(sharded.root), "--max-steps", "2"]
     run([*TORCHRUN, "-m", "trainer.main", *flags])
     assert sorted(p.name for p in (sharded.checkpoint_dir(2) / "trainer").iterdir()) == [
-        "DONE", "dcp", "rank_0.pt", "rank_1.pt"
-    ]  # fmt: skip
+        "DONE",
+        "dcp",
+        "rank_0.pt",
+        "rank_1.pt",
+    ]
     assert_same_weights(single, sharded, 2)
 
-    out = run([sys.executable, "-m", "trainer.main", "@", str(config), "--output-dir",
-               str(sharded.root), "--ckpt.resume-step", "-1"])  # fmt: skip
+    out = run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.main",
+            "@",
+            str(config),
+            "--output-dir",
+            str(sharded.root),
+            "--ckpt.resume-step",
+            "-1",
+        ]
+    )
     assert "resumed from checkpoint step 2" in out
     assert_same_weights(single, sharded, 3)

@@ -39,12 +39,12 @@ def submit_and_run(config: Path, out: Path, *flags: str) -> str:
     """`rl @ config` (which writes and submits the job script), then the script itself; the
     job's log."""
     cmd = [sys.executable, "-m", "launcher.rl", "@", str(config), *flags]
-    done = subprocess.run(cmd, cwd=REPO, env=job_env(), capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "submitted SLURM job 4242" in done.stdout, done.stderr
     script = out / "slurm" / "job.sbatch"
-    job = subprocess.run(["bash", str(script)], cwd="/", env=job_env(), capture_output=True,
-                         text=True, timeout=900)  # fmt: skip
+    job = subprocess.run(
+        ["bash", str(script)], cwd="/", env=job_env(), capture_output=True, text=True, timeout=900
+    )
     log = job.stdout + job.stderr
     assert job.returncode == 0, log[-4000:]
     return log
@@ -58,8 +58,10 @@ def trainer_steps(out: Path) -> list[tuple[int, float]]:
 def test_three_nodes_train_and_resume(tiny_model_dir, tmp_path):
     reason = unavailable()
     if reason is None:
-        pytest.skip("a real 3-node SLURM cluster can start here: test_slurm_three_nodes.py runs "
-                    "this job on it; the stand-in scheduler runs only where it cannot")  # fmt: skip
+        pytest.skip(
+            "a real 3-node SLURM cluster can start here: test_slurm_three_nodes.py runs "
+            "this job on it; the stand-in scheduler runs only where it cannot"
+        )
     print(f"stand-in scheduler (tests/integration/fake_slurm): {reason}")
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"

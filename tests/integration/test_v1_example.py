@@ -18,10 +18,21 @@ def test_the_v1_example_trains(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     log = tmp_path / "rl.log"
     flags = [
-        "--model.name", str(tiny_model_dir), "--output-dir", str(out), "--max-steps", "2",
-        "--inference.server.port", str(free_port()), "--orchestrator.batch-size", "8",
-        "--orchestrator.rollouts-per-example", "4", "--orchestrator.eval.interval", "2",
-    ]  # fmt: skip
+        "--model.name",
+        str(tiny_model_dir),
+        "--output-dir",
+        str(out),
+        "--max-steps",
+        "2",
+        "--inference.server.port",
+        str(free_port()),
+        "--orchestrator.batch-size",
+        "8",
+        "--orchestrator.rollouts-per-example",
+        "4",
+        "--orchestrator.eval.interval",
+        "2",
+    ]
     rl = start_rl(REPO / "examples" / "v1_taskset" / "rl.toml", *flags, log=log)
     try:
         code = rl.wait(timeout=900)

@@ -72,10 +72,17 @@ def tree(tmp_path_factory) -> Path:
 
 
 def pages(rid: str) -> list[str]:
-    return [f"/run/{rid}", f"/api/run/{rid}/curves", f"/api/run/{rid}/logs",
-            f"/run/{rid}/rollouts", f"/run/{rid}/rollouts?step=0&tokens=1",
-            f"/api/run/{rid}/rollouts?step=0", f"/run/{rid}/evals", f"/api/run/{rid}/evals?step=2",
-            f"/api/run/{rid}/text?step=0&row=0&part=completion&start=1000000"]  # fmt: skip
+    return [
+        f"/run/{rid}",
+        f"/api/run/{rid}/curves",
+        f"/api/run/{rid}/logs",
+        f"/run/{rid}/rollouts",
+        f"/run/{rid}/rollouts?step=0&tokens=1",
+        f"/api/run/{rid}/rollouts?step=0",
+        f"/run/{rid}/evals",
+        f"/api/run/{rid}/evals?step=2",
+        f"/api/run/{rid}/text?step=0&row=0&part=completion&start=1000000",
+    ]
 
 
 def rest_of_output(server: ViewServer) -> str:

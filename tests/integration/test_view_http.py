@@ -43,11 +43,23 @@ def server(tree):
 def test_it_prints_a_loopback_url_and_answers_every_route(tree, server):
     root, a, b = tree
     assert server.url.startswith("http://127.0.0.1:") and "token" not in server.url
-    urls = ["/", "/api/runs", f"/run/{a}", f"/api/run/{a}/curves", f"/api/run/{a}/logs",
-            f"/run/{a}/rollouts", f"/run/{a}/rollouts?step=2", f"/api/run/{a}/rollouts?step=3",
-            f"/run/{a}/evals", f"/run/{a}/evals?step=4", f"/api/run/{a}/evals?step=4",
-            f"/compare?runs={a},{b}", f"/run/{b}", "/static/plotly.min.js",
-            "/static/app.js"]  # fmt: skip
+    urls = [
+        "/",
+        "/api/runs",
+        f"/run/{a}",
+        f"/api/run/{a}/curves",
+        f"/api/run/{a}/logs",
+        f"/run/{a}/rollouts",
+        f"/run/{a}/rollouts?step=2",
+        f"/api/run/{a}/rollouts?step=3",
+        f"/run/{a}/evals",
+        f"/run/{a}/evals?step=4",
+        f"/api/run/{a}/evals?step=4",
+        f"/compare?runs={a},{b}",
+        f"/run/{b}",
+        "/static/plotly.min.js",
+        "/static/app.js",
+    ]
     before = snapshot(root)
     with httpx.Client(base_url=server.base) as web:
         for url in urls:

@@ -46,8 +46,13 @@ def project(tmp_path, monkeypatch):
 
 
 def rl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.rl", *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.rl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.slow
@@ -59,11 +64,16 @@ def test_init_hf_and_two_steps_from_the_yaml(project, tiny_model_dir, monkeypatc
     assert "<tool>NAME(ARGUMENTS)</tool>" in workflow["system_prompt"]
     assert "submit(word)" in workflow["system_prompt"]
     assert workflow["action_mappings"]["submit"] == {
-        "_tool": "submit", "_parser": {"positional": ["word"]}, "word": {"from_arg": "word"}
-    }  # fmt: skip
+        "_tool": "submit",
+        "_parser": {"positional": ["word"]},
+        "word": {"from_arg": "word"},
+    }
     assert set(workflow["parser"]) == {"use_thinking", "xml_weight", "action_weight"}
-    assert set(workflow["rubric"]["weights"]) == {"task_completion", "tool_execution",
-                                                  "format_compliance"}  # fmt: skip
+    assert set(workflow["rubric"]["weights"]) == {
+        "task_completion",
+        "tool_execution",
+        "format_compliance",
+    }
     assert yaml.safe_load(Path("rl.lock.yaml").read_text())["image"] == "my-env:latest"
     again = rl("init", "my-env:latest")
     assert again.returncode == 2 and "--force" in again.stderr
@@ -89,8 +99,9 @@ def hf_with_a_fake_hub(monkeypatch) -> list:
 
     pushed = []
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-    monkeypatch.setattr(hf, "push_to_hub", lambda folder, name, private, token:
-                        pushed.append((name, private)))  # fmt: skip
+    monkeypatch.setattr(
+        hf, "push_to_hub", lambda folder, name, private, token: pushed.append((name, private))
+    )
     assert run_command("hf", ["tasks.json", "--name", "my-org/my-tasks", "--private"]) == 0
     return pushed
 
@@ -106,10 +117,23 @@ def train_two_steps(project: Path, tiny_model_dir: Path) -> None:
     log = project / "rl.log"
     with log.open("w") as handle:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.rl", "--config", "configs/my-env.yaml", "--model",
-             str(tiny_model_dir), "@", str(small), "--max-steps", "2"],
-            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "launcher.rl",
+                "--config",
+                "configs/my-env.yaml",
+                "--model",
+                str(tiny_model_dir),
+                "@",
+                str(small),
+                "--max-steps",
+                "2",
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         code = proc.wait(timeout=900)
     finally:

@@ -18,9 +18,13 @@ class ViewServer:
     def __init__(self, *args: str, env: dict | None = None):
         cmd = [sys.executable, "-m", "launcher.rl", "view", *args, "--port", "0"]
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, **(env or {})},
-        )  # fmt: skip
+            cmd,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
         self.output = ""
         self.url = self.wait_url(timeout_s=60)
         self.base = self.url.split("?")[0].rstrip("/")

@@ -63,8 +63,9 @@ def no_process(monkeypatch, request):
     if request.node.stash.get(CALL_FAILED, False):
         return  # it has failed already
     if calls:
-        pytest.fail(f"this unit test started a process ({', '.join(calls)}); "
-                    "move it to tests/integration")  # fmt: skip
+        pytest.fail(
+            f"this unit test started a process ({', '.join(calls)}); move it to tests/integration"
+        )
     if not had_vllm and "vllm" in sys.modules:
         pytest.fail("this unit test imported vLLM; move it to tests/integration")
 
@@ -79,8 +80,11 @@ def no_calibration(monkeypatch):
 def pytest_collection_modifyitems(config, items):
     """No test under tests/unit is marked `integration` (those start processes)."""
     here = os.path.dirname(__file__) + os.sep
-    marked = [item.nodeid for item in items if str(item.path).startswith(here)
-              and item.get_closest_marker("integration")]  # fmt: skip
+    marked = [
+        item.nodeid
+        for item in items
+        if str(item.path).startswith(here) and item.get_closest_marker("integration")
+    ]
     if marked:
         raise pytest.UsageError(f"integration tests under tests/unit: {', '.join(marked)}")
 

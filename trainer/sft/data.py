@@ -186,10 +186,12 @@ def render(tokenizer: Any, messages: list, where: str, generation_prompt: bool =
     try:
         return list(
             tokenizer.apply_chat_template(
-                messages, tokenize=True, add_generation_prompt=generation_prompt,
+                messages,
+                tokenize=True,
+                add_generation_prompt=generation_prompt,
                 return_dict=False,
             )
-        )  # fmt: skip
+        )
     except Exception as err:  # the template's own error (jinja), or no template at all
         raise ConfigError(f"{where}: the model's chat template failed: {err}") from None
 
@@ -224,8 +226,12 @@ class PackedRow:
     attention_mask: None = None  # examples are told apart by their restarting positions
 
     def to(self, device: torch.device) -> "PackedRow":
-        return PackedRow(self.input_ids.to(device), self.position_ids.to(device),
-                         self.target_ids.to(device), self.loss_mask.to(device))  # fmt: skip
+        return PackedRow(
+            self.input_ids.to(device),
+            self.position_ids.to(device),
+            self.target_ids.to(device),
+            self.loss_mask.to(device),
+        )
 
 
 def pack(examples: list[Example], tokens: int) -> list[PackedRow]:
@@ -255,9 +261,11 @@ def packed_row(examples: list[Example]) -> PackedRow:
         targets += ex.ids[1:] + [0]
         mask += ex.targets[1:] + [False]
     return PackedRow(
-        torch.tensor([ids]), torch.tensor([positions]), torch.tensor(targets),
+        torch.tensor([ids]),
+        torch.tensor([positions]),
+        torch.tensor(targets),
         torch.tensor(mask, dtype=torch.bool),
-    )  # fmt: skip
+    )
 
 
 def empty_row() -> PackedRow:

@@ -92,10 +92,12 @@ def setup_sft(config: SFTConfig, world: World) -> SFT:
     if config.model.serving_dtype is None:  # the final folder keeps the fp32 master weights
         model.serving_dtype = torch.float32
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
-    checkpointer = Checkpointer(run_dir, world, ("trainer",), config.ckpt.keep,
-                                config.ckpt.background)  # fmt: skip
-    sft = SFT(config, world, run_dir, model, optimizer, scheduler, checkpointer, examples,
-              val_examples)  # fmt: skip
+    checkpointer = Checkpointer(
+        run_dir, world, ("trainer",), config.ckpt.keep, config.ckpt.background
+    )
+    sft = SFT(
+        config, world, run_dir, model, optimizer, scheduler, checkpointer, examples, val_examples
+    )
     saved: dict[str, Any] = {}
     if resume_step is not None:
         saved = load_checkpoint(run_dir, resume_step, model, optimizer, scheduler, world)
@@ -159,10 +161,15 @@ def sft_step(sft: SFT, step: int) -> None:
     sft.scheduler.step()
     release_freed_memory(world)
     elapsed = time.perf_counter() - start
-    metrics = {"loss": loss, "grad_norm": float(grad_norm), "lr": lr,
-               "num_tokens": float(sum(len(e.ids) for e in batch)),
-               "num_loss_tokens": float(num_targets), "step_time_s": elapsed,
-               "peak_memory_gib": peak_memory_gib(world)}  # fmt: skip
+    metrics = {
+        "loss": loss,
+        "grad_norm": float(grad_norm),
+        "lr": lr,
+        "num_tokens": float(sum(len(e.ids) for e in batch)),
+        "num_loss_tokens": float(num_targets),
+        "step_time_s": elapsed,
+        "peak_memory_gib": peak_memory_gib(world),
+    }
     metrics["tokens_per_s"] = metrics["num_tokens"] / elapsed
     val = config.val
     due = val is not None and (step % val.interval == 0 or step == config.max_steps)
@@ -171,8 +178,9 @@ def sft_step(sft: SFT, step: int) -> None:
     if is_checkpoint_step(step, config.ckpt.interval, config.max_steps, config.ckpt.enabled):
         run = sft.logger.wandb_run if sft.logger is not None else None
         extra = {"wandb_run_id": run.id} if run is not None else {}
-        sft.checkpointer.save(step, sft.model, sft.optimizer, sft.scheduler, extra,
-                              last=step == config.max_steps)  # fmt: skip
+        sft.checkpointer.save(
+            step, sft.model, sft.optimizer, sft.scheduler, extra, last=step == config.max_steps
+        )
     if sft.logger:
         sft.logger.log(step, metrics)
 
@@ -250,8 +258,9 @@ def merged_copy(sft: SFT, adapter: dict, source: str) -> TrainerModel:
 
     cpu = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
     model = load_model(sft.config.model, source, cpu, sft.config.lora)
-    missing = [k for k in model.load_state_dict(adapter, strict=False).missing_keys
-               if ".lora_" in k]  # fmt: skip
+    missing = [
+        k for k in model.load_state_dict(adapter, strict=False).missing_keys if ".lora_" in k
+    ]
     assert not missing, f"adapters not restored before merging: {missing[:3]}"
     merge_lora(model)
     model.serving_dtype = sft.model.serving_dtype
@@ -266,8 +275,9 @@ def write_full(run_dir: RunDir, step: int, model: TrainerModel, state: dict | No
 
     dtype = model.serving_dtype
     if state is None:
-        state = drop_tied_copies(model, {k: cast(v.detach(), dtype)
-                                         for k, v in model.state_dict().items()})  # fmt: skip
+        state = drop_tied_copies(
+            model, {k: cast(v.detach(), dtype) for k, v in model.state_dict().items()}
+        )
     with atomic_folder(run_dir.weight_dir(step)) as tmp:
         write_model_folder(tmp, model, state, source_dir(source), source)
         fix_architectures(tmp / "config.json", None, dtype)

@@ -16,11 +16,10 @@ CHILDREN_MODULE = "rlcore/processes/children.py"
 """The one module that starts processes."""
 STARTS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput"},
-    "os": {"fork", "forkpty", "system", "popen", "spawnv", "spawnl", "posix_spawn",
-           "posix_spawnp"},
+    "os": {"fork", "forkpty", "system", "popen", "spawnv", "spawnl", "posix_spawn", "posix_spawnp"},
     "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
     "multiprocessing": {"Process"},
-}  # fmt: skip
+}
 """module -> its functions that start a process (`os.exec*` replaces this one: not a start)."""
 CLOCKS = {"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"}
 SLEEPS = {"sleep", "wait_procs"}
@@ -40,9 +39,11 @@ def proc_paths(source: str) -> list[int]:
     return sorted(
         node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        and id(node) not in bare and names_proc(node.value)
-    )  # fmt: skip
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in bare
+        and names_proc(node.value)
+    )
 
 
 def names_proc(text: str) -> bool:
@@ -58,7 +59,7 @@ def clock_loops(source: str) -> list[int]:
         if isinstance(node, (ast.While, ast.For, ast.AsyncFor))
         and any(is_sleep(n) for n in loop_nodes(node))
         and any(is_clock(n) for n in loop_nodes(node))
-    )  # fmt: skip
+    )
 
 
 def loop_nodes(loop: ast.AST):

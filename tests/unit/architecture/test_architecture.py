@@ -59,9 +59,7 @@ def allowed(source: str, dest: str) -> bool:
         return source in ENVIRONMENTS or source in MAY_IMPORT_ENVIRONMENTS
     if source in ENVIRONMENTS:
         return dest == "rl_files"
-    return PRODUCT_FLOORS[dest] < PRODUCT_FLOORS[source] and not (
-        source in ROLES and dest in ROLES
-    )
+    return PRODUCT_FLOORS[dest] < PRODUCT_FLOORS[source] and not (source in ROLES and dest in ROLES)
 
 
 def test_every_import_goes_down_a_floor():
@@ -163,7 +161,9 @@ def test_the_top_level_modules_of_rlcore_import_no_subpackage():
     found = {
         module: sorted(t for t in targets if rlcore_part(t) != t)
         for module, targets in import_graph().items()
-        if package_of(module) == "rlcore" and module.count(".") == 1 and rlcore_part(module) == module
+        if package_of(module) == "rlcore"
+        and module.count(".") == 1
+        and rlcore_part(module) == module
     }
     assert {m: t for m, t in found.items() if t} == {}
 

@@ -95,8 +95,10 @@ def test_the_tests_and_benchmarks_import_only_what_the_project_declares():
     """Tests, benchmarks and scripts (the docs' generator) may use the product's dependencies,
     the bundled environments and the `dev` group, nothing that only happens to be installed."""
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    dev = {normalized(re.match(r"[A-Za-z0-9._-]+", r).group())
-           for r in data["dependency-groups"]["dev"]}  # fmt: skip
+    dev = {
+        normalized(re.match(r"[A-Za-z0-9._-]+", r).group())
+        for r in data["dependency-groups"]["dev"]
+    }
     declared = ROOT_DECLARED | ENVS_DECLARED | dev | {"rl-envs"}
     own = ROOT_OWN | ENVS_OWN | {"tests", "benchmarks", "scripts", "helpers", "conftest"}
     local = {p.stem for p in (REPO / "tests").rglob("*.py")}  # test modules import each other

@@ -10,8 +10,12 @@ from rlcore.config.base import WeightTransferConfig
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = ("rlcore", "launcher", "trainer", "orchestrator", "inference")
-REGISTRIES = {"rlcore/config/base.py", "trainer/weights.py", "orchestrator/weights.py",
-              "inference/weights.py"}  # fmt: skip
+REGISTRIES = {
+    "rlcore/config/base.py",
+    "trainer/weights.py",
+    "orchestrator/weights.py",
+    "inference/weights.py",
+}
 
 
 def transport_tags() -> set[str]:

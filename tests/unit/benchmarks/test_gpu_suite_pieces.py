@@ -19,10 +19,25 @@ def test_the_suite_table_from_cpu_runs_of_every_step(tiny_model_dir, tmp_path, c
     assert hand["attention"] == "sdpa" and hand["tokens_per_step"] == 2 * 64
     assert hand["tokens_s"] > 0 and hand["peak_memory_gib"] > 0
     ours = tmp_path / f"ours-{JOB}.json"
-    trainer_throughput.main([
-        *model, "--dtypes", "float32", "--batch-size", "2", "--seq-len", "64", "--steps", "1",
-        "--ckpt-interval", "1000", "--threads", str(torch.get_num_threads()), "--json", str(ours),
-    ])  # fmt: skip
+    trainer_throughput.main(
+        [
+            *model,
+            "--dtypes",
+            "float32",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "64",
+            "--steps",
+            "1",
+            "--ckpt-interval",
+            "1000",
+            "--threads",
+            str(torch.get_num_threads()),
+            "--json",
+            str(ours),
+        ]
+    )
     capsys.readouterr()
     assert gpu_table.main(["--other-compile", str(ours)]) == 0
     assert capsys.readouterr().out.strip() == "--compile"  # auto compiled nothing here
@@ -36,8 +51,9 @@ def test_the_suite_table_from_cpu_runs_of_every_step(tiny_model_dir, tmp_path, c
     row = table["rows"][0]
     assert row["speedup"] == row["default"]["tokens_s"] / hand["tokens_s"]
     assert [c["check"].split(":")[0] for c in table["checks"]] == [JOB, JOB]
-    assert all(("PASS  " if c["passed"] else "FAIL  ") + c["check"] in printed
-               for c in table["checks"])  # fmt: skip
+    assert all(
+        ("PASS  " if c["passed"] else "FAIL  ") + c["check"] in printed for c in table["checks"]
+    )
 
 
 def test_a_missing_step_output_is_named(tmp_path, capsys):

@@ -7,15 +7,21 @@ from rl_tasks.actions import ActionError, Workflow, format_score, parse_call, to
 
 MAPPINGS = {
     "left": {"_tool": "move", "_parser": {"positional": []}, "direction": {"static": "left"}},
-    "move": {"_tool": "move", "_parser": {"positional": ["direction"]},
-             "direction": {"from_arg": "direction"}},
-}  # fmt: skip
+    "move": {
+        "_tool": "move",
+        "_parser": {"positional": ["direction"]},
+        "direction": {"from_arg": "direction"},
+    },
+}
 PARAMS = {"move": ["direction"], "submit": ["word", "note"]}
 
 
 def workflow(**parser) -> Workflow:
-    return Workflow.from_args(parser, MAPPINGS, {"weights": {"task_completion": 0.8,
-                              "tool_execution": 0.1, "format_compliance": 0.1}})  # fmt: skip
+    return Workflow.from_args(
+        parser,
+        MAPPINGS,
+        {"weights": {"task_completion": 0.8, "tool_execution": 0.1, "format_compliance": 0.1}},
+    )
 
 
 def test_text_calls_parse_with_bare_words_literals_and_keywords():

@@ -18,16 +18,20 @@ def test_the_usual_syntax(tmp_path):
         "E=\nDECLARED_ONLY\nF = spaced\n"
     )
     assert read_dotenv(path) == {
-        "A": "1", "B": "two words", "C": "x # y", "D": "plain", "E": "", "F": "spaced"
-    }  # fmt: skip
+        "A": "1",
+        "B": "two words",
+        "C": "x # y",
+        "D": "plain",
+        "E": "",
+        "F": "spaced",
+    }
 
 
 def test_no_file_sets_nothing(tmp_path):
     assert read_dotenv(tmp_path / ".env") == {}
 
 
-@pytest.mark.parametrize("line", [f"TOKEN='{SECRET}", f"not a line {SECRET}",
-                                  f'TOKEN="{SECRET}'])  # fmt: skip
+@pytest.mark.parametrize("line", [f"TOKEN='{SECRET}", f"not a line {SECRET}", f'TOKEN="{SECRET}'])
 def test_a_bad_line_names_the_file_and_line_not_its_value(tmp_path, line):
     path = tmp_path / ".env"
     path.write_text(f"GOOD=1\n# fine\n{line}\n")

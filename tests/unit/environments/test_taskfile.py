@@ -24,8 +24,9 @@ def write(tmp_path, data):
 def test_one_task_or_a_list(tmp_path):
     assert load_tasks(write(tmp_path, GOOD))[0]["id"] == "task-000"
     assert [t["id"] for t in load_tasks(write(tmp_path, [GOOD, {**GOOD, "id": "x"}]))] == [
-        "task-000", "x"
-    ]  # fmt: skip
+        "task-000",
+        "x",
+    ]
 
 
 @pytest.mark.parametrize(

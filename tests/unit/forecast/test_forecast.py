@@ -15,9 +15,13 @@ from rlcore.forecast.shape import ModelShape, folder_shape, gguf_shape
 # A known small model: 1,000 parameters of which a 50 x 10 tied embedding, 2 layers.
 SMALL = ModelShape(params=1000, hidden=10, layers=2, vocab=50, heads=2, kv_heads=1)
 FLAT = Speeds(
-    matmul_flops={"float32": 1e9}, stream_bytes={"float32": 1e9}, op_s=0.0, copy_bytes=1e9,
-    import_s=1.0, threads=1,
-)  # fmt: skip
+    matmul_flops={"float32": 1e9},
+    stream_bytes={"float32": 1e9},
+    op_s=0.0,
+    copy_bytes=1e9,
+    import_s=1.0,
+    threads=1,
+)
 
 
 def test_forward_flops_are_two_per_parameter_and_token_plus_attention():
@@ -36,8 +40,14 @@ def test_an_untied_head_counts_once_and_the_embedding_lookup_never():
 
 
 def test_train_seconds_by_hand():
-    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10,
-              answer_tokens=8, micro_batch_tokens=1000)  # fmt: skip
+    job = Job(
+        max_steps=1,
+        rollouts=4,
+        rollouts_per_example=2,
+        prompt_tokens=10,
+        answer_tokens=8,
+        micro_batch_tokens=1000,
+    )
     answer = 8.0
     tokens = 2 * 10 + 4 * 8  # each group's prompt once, every answer
     assert model.train_tokens(job, answer) == tokens
@@ -48,8 +58,16 @@ def test_train_seconds_by_hand():
 
 
 def test_checkpoint_and_disk_bytes_by_hand():
-    job = Job(max_steps=10, rollouts=4, prompt_tokens=10, answer_tokens=8, checkpoints_kept=2,
-              policy_folders=1, served_bytes=4, tokenizer_bytes=300.0)  # fmt: skip
+    job = Job(
+        max_steps=10,
+        rollouts=4,
+        prompt_tokens=10,
+        answer_tokens=8,
+        checkpoints_kept=2,
+        policy_folders=1,
+        served_bytes=4,
+        tokenizer_bytes=300.0,
+    )
     # fp32 weights and two moments, and the tied 50 x 10 embedding saved a second time
     one = 12 * 1000 + 4 * 500 + model.CHECKPOINT_FIXED
     assert model.checkpoint_bytes(job, SMALL) == one
@@ -63,8 +81,9 @@ def test_checkpoint_and_disk_bytes_by_hand():
 
 
 def test_inference_memory_counts_weights_a_packed_copy_and_the_kv_cache():
-    job = Job(max_steps=1, rollouts=1, served_bytes=4, decode_dtype="bfloat16",
-              kv_cache_bytes=5000.0)  # fmt: skip
+    job = Job(
+        max_steps=1, rollouts=1, served_bytes=4, decode_dtype="bfloat16", kv_cache_bytes=5000.0
+    )
     # fp32 weights, oneDNN's bf16 packed copy, the whole KV cache, vLLM's own processes
     assert model.inference_memory(job, SMALL) == 4000 + 2000 + 5000 + model.INFERENCE_BASE
     fp32 = Job(max_steps=1, rollouts=1, served_bytes=4, kv_cache_bytes=5000.0)
@@ -87,9 +106,15 @@ def test_steps_overlap_on_gpus_and_add_up_on_shared_cores():
 
 def test_the_whole_estimate_adds_its_parts():
     job = Job(
-        max_steps=10, rollouts=8, answer_tokens=16, trainer_peak=2.0 * model.GIB, on_gpu=True,
-        trainer_gpus=1, inference_gpus=1, gpu_memory_bytes=80 * model.GIB,
-    )  # fmt: skip
+        max_steps=10,
+        rollouts=8,
+        answer_tokens=16,
+        trainer_peak=2.0 * model.GIB,
+        on_gpu=True,
+        trainer_gpus=1,
+        inference_gpus=1,
+        gpu_memory_bytes=80 * model.GIB,
+    )
     result = model.estimate(job, SMALL, FLAT)
     assert result.wall_s == pytest.approx(result.start_s + 10 * result.step_s + result.end_s)
     assert result.wall_range[0] < result.wall_s < result.wall_range[1]
@@ -173,8 +198,16 @@ def test_a_hub_model_is_not_estimated_and_says_why():
 
 
 # -- the calibration's cache -------------------------------------------------------------
-MACHINE = {"arch": "x86_64", "model": "CPU", "isa": "avx512_bf16", "hardware_isa": "avx512_bf16",
-           "capped_by": "", "num_cpus": 2, "num_gpus": 0, "gpu_name": ""}  # fmt: skip
+MACHINE = {
+    "arch": "x86_64",
+    "model": "CPU",
+    "isa": "avx512_bf16",
+    "hardware_isa": "avx512_bf16",
+    "capped_by": "",
+    "num_cpus": 2,
+    "num_gpus": 0,
+    "gpu_name": "",
+}
 
 
 def test_the_fingerprint_changes_with_the_machine_caps_and_versions(monkeypatch):
@@ -190,8 +223,14 @@ def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_pat
     from rlcore.host.models import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    measured = {"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9},
-                "op_s": 1e-6, "copy_bytes": 5e9, "import_s": 2.0, "threads": 2}  # fmt: skip
+    measured = {
+        "matmul_flops": {"float32": 2e9},
+        "stream_bytes": {"float32": 1e9},
+        "op_s": 1e-6,
+        "copy_bytes": 5e9,
+        "import_s": 2.0,
+        "threads": 2,
+    }
     runs = []
     monkeypatch.setattr(
         calibrate, "run_child", lambda dtypes, device: runs.append((dtypes, device)) or measured
@@ -252,8 +291,10 @@ def test_the_time_left_without_an_estimate_is_measured_only():
 
 
 def test_status_words_from_a_run_json_and_its_records():
-    state = {"estimate": {"step_s": 2.0, "end_s": 1.0, "wall_s": 30.0},
-             "progress": {"max_steps": 4}}  # fmt: skip
+    state = {
+        "estimate": {"step_s": 2.0, "end_s": 1.0, "wall_s": 30.0},
+        "progress": {"max_steps": 4},
+    }
     records = [{"component": "trainer", "step": s, "time": 1000.0 + 2 * s} for s in (1, 2, 3)]
     records.append({"component": "trainer", "step": "x", "time": "damaged"})
     records.append({"component": "trainer", "step": 3, "time": float("nan")})
@@ -269,13 +310,24 @@ def test_status_words_from_a_run_json_and_its_records():
 
 
 def test_accuracy_is_measured_over_estimated():
-    estimate = {"wall_s": 100.0, "step_s": 4.0, "disk_bytes": {"a": 50, "b": 50},
-                "memory_bytes": {"trainer": 200, "inference": 0}}  # fmt: skip
-    measured = {"wall_s": 110.0, "step_s": 4.0, "disk_bytes": 90,
-                "peak_memory_bytes": {"trainer": 150}}  # fmt: skip
+    estimate = {
+        "wall_s": 100.0,
+        "step_s": 4.0,
+        "disk_bytes": {"a": 50, "b": 50},
+        "memory_bytes": {"trainer": 200, "inference": 0},
+    }
+    measured = {
+        "wall_s": 110.0,
+        "step_s": 4.0,
+        "disk_bytes": 90,
+        "peak_memory_bytes": {"trainer": 150},
+    }
     assert progress.accuracy(estimate, measured) == {
-        "wall": 1.1, "step": 1.0, "disk": 0.9, "memory trainer": 0.75,
-    }  # fmt: skip
+        "wall": 1.1,
+        "step": 1.0,
+        "disk": 0.9,
+        "memory trainer": 0.75,
+    }
 
 
 @pytest.mark.parametrize(

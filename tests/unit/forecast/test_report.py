@@ -13,16 +13,33 @@ from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.model import Job
 from rlcore.forecast.shape import ModelShape
 
-SHAPE = ModelShape(params=10_000, hidden=16, layers=2, vocab=100, heads=2, kv_heads=1,
-                   intermediate=32)  # fmt: skip
-FLAT = Speeds(matmul_flops={"bfloat16": 1e9}, stream_bytes={"bfloat16": 1e9}, op_s=1e-6,
-              copy_bytes=1e9, import_s=1.0, threads=2)  # fmt: skip
+SHAPE = ModelShape(
+    params=10_000, hidden=16, layers=2, vocab=100, heads=2, kv_heads=1, intermediate=32
+)
+FLAT = Speeds(
+    matmul_flops={"bfloat16": 1e9},
+    stream_bytes={"bfloat16": 1e9},
+    op_s=1e-6,
+    copy_bytes=1e9,
+    import_s=1.0,
+    threads=2,
+)
 
 
 def gpu_job(**extra) -> Job:
-    return Job(max_steps=10, rollouts=8, answer_tokens=16, on_gpu=True, trainer_gpus=1,
-               inference_gpus=1, trainer_peak=1e9, train_dtype="bfloat16",
-               decode_dtype="bfloat16", gpu_memory_bytes=8e10, **extra)  # fmt: skip
+    return Job(
+        max_steps=10,
+        rollouts=8,
+        answer_tokens=16,
+        on_gpu=True,
+        trainer_gpus=1,
+        inference_gpus=1,
+        trainer_peak=1e9,
+        train_dtype="bfloat16",
+        decode_dtype="bfloat16",
+        gpu_memory_bytes=8e10,
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("price", [None, 2.5])
@@ -38,8 +55,14 @@ def test_the_block_prices_gpu_hours_only_when_given_a_price(price):
 
 
 def test_an_sft_block_has_no_generation():
-    job = Job(max_steps=3, rollouts=4, answer_tokens=32, sft=True, trainer_peak=1e9,
-              train_dtype="bfloat16")  # fmt: skip
+    job = Job(
+        max_steps=3,
+        rollouts=4,
+        answer_tokens=32,
+        sft=True,
+        trainer_peak=1e9,
+        train_dtype="bfloat16",
+    )
     lines = report.describe(model.estimate(job, SHAPE, FLAT), job, 16.0, None)
     assert "(train: forward, backward and AdamW)" in lines[1] and "generate" not in lines[1]
 

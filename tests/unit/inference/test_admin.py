@@ -41,8 +41,9 @@ def config(host, out):
 
 
 @pytest.mark.parametrize("client_host", ["127.0.0.1", "::1", "10.1.2.3"])
-def test_every_caller_needs_the_run_token_loopback_included(tmp_path, caplog, monkeypatch,
-                                                            client_host):  # fmt: skip
+def test_every_caller_needs_the_run_token_loopback_included(
+    tmp_path, caplog, monkeypatch, client_host
+):
     """A request from the server's own machine is no more trusted than one from elsewhere."""
     monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
     caplog.set_level(logging.INFO)

@@ -10,9 +10,13 @@ from inference.kv_check import check_cpu_kv_cache
 from rlcore.errors import ConfigError
 
 SMOLLM2 = {
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-    "hidden_size": 576, "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
-}  # fmt: skip
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "hidden_size": 576,
+    "max_position_embeddings": 8192,
+    "torch_dtype": "bfloat16",
+}
 
 
 def folder(tmp_path, **changes):
@@ -21,8 +25,13 @@ def folder(tmp_path, **changes):
 
 
 def args(gib=0.125, max_len=256, block=32, dtype="float32", kv_dtype="auto"):
-    return Namespace(kv_cache_memory_bytes=int(gib * 2**30), max_model_len=max_len,
-                     block_size=block, dtype=dtype, kv_cache_dtype=kv_dtype)  # fmt: skip
+    return Namespace(
+        kv_cache_memory_bytes=int(gib * 2**30),
+        max_model_len=max_len,
+        block_size=block,
+        dtype=dtype,
+        kv_cache_dtype=kv_dtype,
+    )
 
 
 def test_the_quick_start_fits_and_a_longer_request_is_refused_with_vllms_count(tmp_path):
@@ -48,9 +57,10 @@ def test_blocks_dtype_and_the_models_own_length_count(tmp_path):
 
 
 LAYOUTS = [
-    {"kv_lora_rank": 512}, {"sliding_window": 4096},
+    {"kv_lora_rank": 512},
+    {"sliding_window": 4096},
     {"layer_types": ["full_attention", "sliding_attention"]},
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("changes", LAYOUTS)

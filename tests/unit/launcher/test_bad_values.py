@@ -82,9 +82,12 @@ def test_one_rollout_per_example_gives_no_signal(capsys):
 
 
 def test_slurm_node_counts_must_add_up():
-    for bad in ({"nodes": 1, "trainer_nodes": 2}, {"nodes": 1, "inference_nodes": 2},
-                {"nodes": 3, "inference_nodes": 1, "trainer_nodes": 1},
-                {"nodes": 2, "trainer_nodes": 2}):  # fmt: skip
+    for bad in (
+        {"nodes": 1, "trainer_nodes": 2},
+        {"nodes": 1, "inference_nodes": 2},
+        {"nodes": 3, "inference_nodes": 1, "trainer_nodes": 1},
+        {"nodes": 2, "trainer_nodes": 2},
+    ):
         with pytest.raises(ValueError, match="slurm.nodes"):
             SlurmConfig.model_validate(bad)
     assert SlurmConfig.model_validate({"inference_nodes": 2}).nodes == 3

@@ -160,8 +160,13 @@ def test_every_shipped_config_parses(path):
     from orchestrator.evals.config import EvalsConfig
     from trainer.sft.config import SFTConfig
 
-    model = {"train": TrainerConfig, "orch": OrchestratorConfig, "infer": InferenceConfig,
-             "sft": SFTConfig, "eval": EvalsConfig}[name]  # fmt: skip
+    model = {
+        "train": TrainerConfig,
+        "orch": OrchestratorConfig,
+        "infer": InferenceConfig,
+        "sft": SFTConfig,
+        "eval": EvalsConfig,
+    }[name]
     parse(model, ["@", path])
 
 
@@ -246,10 +251,21 @@ def test_orchestrator_validation(argv, words, capsys):
 def test_a_rule_across_keys_names_its_keys_not_the_first_key_of_the_file(tmp_path, capsys):
     """A validator of the whole [orchestrator] table was blamed on the first key the file set in
     it (`orchestrator.batch_size`), whatever the rule was about."""
-    config = write(tmp_path, "rl.toml", "[orchestrator]\nbatch_size = 8\n[orchestrator.eval]\n"
-                   "interval = 2\n[[orchestrator.eval.env]]\nid = 'rl-add-digits'\n")  # fmt: skip
-    argv = ["@", config, "--deterministic", "--async-level", "2",
-            "--orchestrator.weight-transfer.type", "collective"]  # fmt: skip
+    config = write(
+        tmp_path,
+        "rl.toml",
+        "[orchestrator]\nbatch_size = 8\n[orchestrator.eval]\n"
+        "interval = 2\n[[orchestrator.eval.env]]\nid = 'rl-add-digits'\n",
+    )
+    argv = [
+        "@",
+        config,
+        "--deterministic",
+        "--async-level",
+        "2",
+        "--orchestrator.weight-transfer.type",
+        "collective",
+    ]
     err = user_error(RLConfig, argv, capsys)
     assert "batch_size" not in err, err
     assert err.startswith("test: error: `orchestrator`: weight_transfer.type = 'collective' "), err
@@ -281,10 +297,22 @@ def test_a_dry_run_names_a_hub_environment_that_is_not_installed(tmp_path, capsy
     from launcher.rl import main
 
     with pytest.raises(SystemExit) as end:
-        main(["--trainer", "@", str(REPO / "configs/examples/train.toml"),
-              "--orchestrator", "@", str(REPO / "configs/examples/orch.toml"),
-              "--inference", "@", str(REPO / "configs/examples/infer.toml"),
-              "--output-dir", str(tmp_path / "run"), "--dry-run"])  # fmt: skip
+        main(
+            [
+                "--trainer",
+                "@",
+                str(REPO / "configs/examples/train.toml"),
+                "--orchestrator",
+                "@",
+                str(REPO / "configs/examples/orch.toml"),
+                "--inference",
+                "@",
+                str(REPO / "configs/examples/infer.toml"),
+                "--output-dir",
+                str(tmp_path / "run"),
+                "--dry-run",
+            ]
+        )
     assert end.value.code == 2
     err = capsys.readouterr().err
     assert "'harleycooper/dakota1890' (module `dakota1890`)" in err
@@ -295,13 +323,28 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path, capsys, hub_environmen
     from launcher.rl import main
 
     out = tmp_path / "run"
-    main([
-        "--trainer", "@", str(REPO / "configs/examples/train.toml"),
-        "--orchestrator", "@", str(REPO / "configs/examples/orch.toml"),
-        "--inference", "@", str(REPO / "configs/examples/infer.toml"),
-        "--inference-gpu-ids", "0,1,2,3,4,5", "--trainer-gpu-ids", "6,7",
-        "--inference.parallel.dp", "6", "--output-dir", str(out), "--dry-run",
-    ])  # fmt: skip
+    main(
+        [
+            "--trainer",
+            "@",
+            str(REPO / "configs/examples/train.toml"),
+            "--orchestrator",
+            "@",
+            str(REPO / "configs/examples/orch.toml"),
+            "--inference",
+            "@",
+            str(REPO / "configs/examples/infer.toml"),
+            "--inference-gpu-ids",
+            "0,1,2,3,4,5",
+            "--trainer-gpu-ids",
+            "6,7",
+            "--inference.parallel.dp",
+            "6",
+            "--output-dir",
+            str(out),
+            "--dry-run",
+        ]
+    )
     stdout = capsys.readouterr().out
     assert "CUDA_VISIBLE_DEVICES='0,1,2,3,4,5'" in stdout
     assert "CUDA_VISIBLE_DEVICES='6,7'" in stdout
@@ -362,8 +405,14 @@ def test_unknown_key_inside_a_list_table_suggests_its_keys(tmp_path, capsys):
 
 
 def test_prime_rl_names_are_read_with_a_note(capsys):
-    argv = ["--trainer", "@", str(SEEDS / "prime_rl_train.toml"),
-            "--orchestrator", "@", str(SEEDS / "prime_rl_orch.toml")]  # fmt: skip
+    argv = [
+        "--trainer",
+        "@",
+        str(SEEDS / "prime_rl_train.toml"),
+        "--orchestrator",
+        "@",
+        str(SEEDS / "prime_rl_orch.toml"),
+    ]
     config = parse(RLConfig, argv)
     assert config.trainer.model.attn_implementation == "sdpa"
     assert config.trainer.ckpt.keep == config.orchestrator.ckpt.keep == 2
@@ -411,11 +460,23 @@ def test_seed_guide_commands_pass_dry_run(extra, tmp_path, capsys, hub_environme
     eight = shlex.split((SEEDS / "dakota_8gpu.args").read_text().replace("~", str(tmp_path)))
     out = dry_run([*eight, *extra], capsys)
     assert "CUDA_VISIBLE_DEVICES='0,1,2,3'" in out and "CUDA_VISIBLE_DEVICES='4,5,6,7'" in out
-    two = ["--trainer", "@", str(SEEDS / "guide_train.toml"),
-           "--orchestrator", "@", str(SEEDS / "guide_orch.toml"),
-           "--inference", "@", str(SEEDS / "guide_infer.toml"),
-           "--inference-gpu-ids", "0", "--trainer-gpu-ids", "1",
-           "--output-dir", str(tmp_path / "two")]  # fmt: skip
+    two = [
+        "--trainer",
+        "@",
+        str(SEEDS / "guide_train.toml"),
+        "--orchestrator",
+        "@",
+        str(SEEDS / "guide_orch.toml"),
+        "--inference",
+        "@",
+        str(SEEDS / "guide_infer.toml"),
+        "--inference-gpu-ids",
+        "0",
+        "--trainer-gpu-ids",
+        "1",
+        "--output-dir",
+        str(tmp_path / "two"),
+    ]
     out = dry_run([*two, *extra], capsys)
     assert "CUDA_VISIBLE_DEVICES='0'" in out and "CUDA_VISIBLE_DEVICES='1'" in out
     assert not (tmp_path / "two").exists()
@@ -427,8 +488,9 @@ def test_inference_replicas_get_their_own_ports_gpus_and_urls():
     given = {"replicas": 2, "server": {"port": 8000}}  # unset, rl chooses it (test_ports.py)
     config = derive(RLConfig.model_validate({"inference": given}))
     assert config.orchestrator.client.base_url == [
-        "http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1"
-    ]  # fmt: skip
+        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8001/v1",
+    ]
     assert replica_config(config, "inference-1").server.port == 8001
     gpus = {"inference_gpu_ids": [0, 1, 2, 3], "trainer_gpu_ids": [4]}
     config = derive(RLConfig.model_validate({"inference": {"replicas": 2}, **gpus}))
@@ -483,10 +545,17 @@ def cpu_machine(flags: str):
 def test_auto_dtypes_are_chosen_for_the_machine(flags, trainer_dtype, served, given, want):
     from launcher.plan import derive_dtypes
 
-    config = parse(RLConfig, [
-        "--trainer.model.dtype", trainer_dtype, "--inference.model.dtype", served,
-        "--inference.cpu.matmul-dtype", given,
-    ])  # fmt: skip
+    config = parse(
+        RLConfig,
+        [
+            "--trainer.model.dtype",
+            trainer_dtype,
+            "--inference.model.dtype",
+            served,
+            "--inference.cpu.matmul-dtype",
+            given,
+        ],
+    )
     notes, warnings = derive_dtypes(config, CPU_ONLY, cpu_machine(flags))
     model, cpu = config.inference.model, config.inference.cpu
     assert (config.trainer.model.dtype, model.dtype, cpu.matmul_dtype) == want

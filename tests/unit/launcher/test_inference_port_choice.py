@@ -60,8 +60,9 @@ def test_a_taken_default_gives_the_next_free_port(tmp_path, own_ports):
         plan = build_plan(config(tmp_path, replicas=2), dry_run=False)
     assert plan.config.inference.server.port == own_ports + 1
     assert plan.config.orchestrator.client.base_url == [
-        f"http://127.0.0.1:{own_ports + 1}/v1", f"http://127.0.0.1:{own_ports + 2}/v1"
-    ]  # fmt: skip
+        f"http://127.0.0.1:{own_ports + 1}/v1",
+        f"http://127.0.0.1:{own_ports + 2}/v1",
+    ]
     assert f"{own_ports} is taken, this is the next free port" in plan.ports_note
 
 
@@ -142,8 +143,11 @@ def test_a_multi_node_job_leaves_each_servers_port_to_its_node(monkeypatch, tmp_
     monkeypatch.setattr(slurm, "job_hosts", lambda: ["n1", "n2", "n3"])
     monkeypatch.setattr(slurm, "check_shared", lambda root, hosts: None)
     monkeypatch.setattr(slurm, "port_free_on", lambda hosts: 8000)
-    job = {"output_dir": str(tmp_path / "run"), "inference": {"server": {"port": own_ports}},
-           "slurm": {"nodes": 3, "trainer_nodes": 1, "gpus_per_node": 0}}  # fmt: skip
+    job = {
+        "output_dir": str(tmp_path / "run"),
+        "inference": {"server": {"port": own_ports}},
+        "slurm": {"nodes": 3, "trainer_nodes": 1, "gpus_per_node": 0},
+    }
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv(slurm.INSIDE_ENV, "1")
     plan = build_plan(RLConfig.model_validate(job), dry_run=False)

@@ -33,11 +33,13 @@ def test_collective_settings_are_derived_once_for_all_three_processes():
     ("sections", "message"),
     [
         ({"trainer": {"lora": {"rank": 8}}}, "sends whole models, not LoRA adapters"),
-        ({"weight_transfer": {"type": "collective", "host": "127.0.0.1"}, "slurm": {"nodes": 2}},
-         "weight_transfer.host = '127.0.0.1' with slurm.nodes = 2: inference on the other "
-         "nodes cannot reach a loopback address"),
+        (
+            {"weight_transfer": {"type": "collective", "host": "127.0.0.1"}, "slurm": {"nodes": 2}},
+            "weight_transfer.host = '127.0.0.1' with slurm.nodes = 2: inference on the other "
+            "nodes cannot reach a loopback address",
+        ),
     ],
-)  # fmt: skip
+)
 def test_collective_refuses_what_it_cannot_carry(sections, message):
     with pytest.raises(ConfigError, match=message):
         plan_for(**{**COLLECTIVE, **sections})
@@ -54,21 +56,24 @@ def test_a_multi_node_job_is_checked_before_and_derived_inside_the_job():
         asked.append(port)
         return 4321
 
-    transfer.derive(Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
-                               listen_port=on_trainer_node))  # fmt: skip
+    transfer.derive(
+        Deployment(1, 1, False, 3, lora=False, trainer_host="node2", listen_port=on_trainer_node)
+    )
     assert (transfer.host, transfer.port, transfer.backend) == ("node2", 4321, "gloo")
     assert asked == [None]  # the port was picked where trainer rank 0 listens
 
 
 def test_a_port_in_use_on_the_trainer_node_is_refused_naming_both():
     transfer = CollectiveTransferConfig(port=5555)
-    deployment = Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
-                            listen_port=lambda port: None)  # fmt: skip
+    deployment = Deployment(
+        1, 1, False, 3, lora=False, trainer_host="node2", listen_port=lambda port: None
+    )
     with pytest.raises(ConfigError, match="weight_transfer.port = 5555 is in use on node2"):
         transfer.derive(deployment)
     kept = CollectiveTransferConfig(port=5555, host="10.0.0.2")
-    kept.derive(Deployment(1, 1, False, 3, lora=False, trainer_host="node2",
-                           listen_port=lambda port: port))  # fmt: skip
+    kept.derive(
+        Deployment(1, 1, False, 3, lora=False, trainer_host="node2", listen_port=lambda port: port)
+    )
     assert (kept.host, kept.port) == ("10.0.0.2", 5555)  # the user's address is kept
 
 

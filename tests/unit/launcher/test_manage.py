@@ -152,8 +152,9 @@ def test_plot_refuses_an_out_it_cannot_write_and_writes_nothing(
 
 def test_wandb_api_key_goes_to_the_environment_only(monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    argv, key = take_flag(["@", "x.toml", API_KEY_FLAG, "sekrit123", "--max-steps", "2"],
-                          API_KEY_FLAG)  # fmt: skip
+    argv, key = take_flag(
+        ["@", "x.toml", API_KEY_FLAG, "sekrit123", "--max-steps", "2"], API_KEY_FLAG
+    )
     assert argv == ["@", "x.toml", "--max-steps", "2"] and key == "sekrit123"
     with pytest.raises(SystemExit):
         main(["--wandb-api-key=sekrit456", "--print-config"])

@@ -106,8 +106,9 @@ def declared_model(folder, tiny_model_dir, num_params: int):
 
     folder.mkdir()
     shutil.copy(tiny_model_dir / "config.json", folder / "config.json")
-    header = json.dumps({"w": {"dtype": "F32", "shape": [num_params],
-                               "data_offsets": [0, 4 * num_params]}}).encode()  # fmt: skip
+    header = json.dumps(
+        {"w": {"dtype": "F32", "shape": [num_params], "data_offsets": [0, 4 * num_params]}}
+    ).encode()
     with (folder / "model.safetensors").open("wb") as f:
         f.write(struct.pack("<Q", len(header)) + header)
         f.truncate(8 + len(header) + 4 * num_params)

@@ -30,8 +30,21 @@ from rlcore.runs.ownership import RUN_MARKER, read_run_id
 from rlcore.runs.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[3]
-PARTS = ("..", ".", "nothere", "outputs", "sibling", "empty", "new", "notes.txt",
-         "link-cwd", "link-home", "link-up", "link-run", "dangling")  # fmt: skip
+PARTS = (
+    "..",
+    ".",
+    "nothere",
+    "outputs",
+    "sibling",
+    "empty",
+    "new",
+    "notes.txt",
+    "link-cwd",
+    "link-home",
+    "link-up",
+    "link-run",
+    "dangling",
+)
 PREFIXES = ("", "./", "~/", "~", "{base}/", "{cwd}/", "outputs/", "nothere/../")
 FORMS = st.builds(
     lambda prefix, parts, slash: prefix + "/".join(parts) + ("/" if slash and parts else ""),
@@ -39,8 +52,13 @@ FORMS = st.builds(
     st.lists(st.sampled_from(PARTS), max_size=4),
     st.booleans(),
 )
-LINK_THEN_DOTDOT = ("link-home/..", "link-cwd/../project", "outputs/link-run/..",
-                    "dangling/new/..", "~/project/link-up/home/..")  # fmt: skip
+LINK_THEN_DOTDOT = (
+    "link-home/..",
+    "link-cwd/../project",
+    "outputs/link-run/..",
+    "dangling/new/..",
+    "~/project/link-up/home/..",
+)
 """Forms where following a link before `..` leads elsewhere than cancelling them as text."""
 
 
@@ -79,8 +97,12 @@ def make_tree(monkeypatch, parent: Path) -> Path:
     run.weight_dir(1).mkdir(parents=True)
     (run.weight_dir(1) / "STABLE").write_text("1\n")
     run.run_json.write_text(json.dumps({"status": "finished"}))
-    for name, target in (("link-cwd", cwd), ("link-home", home), ("link-up", base),
-                         ("dangling", base / "gone")):  # fmt: skip
+    for name, target in (
+        ("link-cwd", cwd),
+        ("link-home", home),
+        ("link-up", base),
+        ("dangling", base / "gone"),
+    ):
         (cwd / name).symlink_to(target)
     (cwd / "outputs" / "link-run").symlink_to(run.root)
     monkeypatch.setenv("HOME", str(home))
@@ -150,8 +172,13 @@ def target_of(form: str, cwd: Path) -> Path | None:
     resolution of the created path will), `.` and empty parts stay. None: empty."""
     home, base = cwd.parent, cwd.parents[1]
     out = cwd / "outputs"
-    links = {cwd / "link-cwd": cwd, cwd / "link-home": home, cwd / "link-up": base,
-             cwd / "dangling": base / "gone", out / "link-run": out / "sibling"}  # fmt: skip
+    links = {
+        cwd / "link-cwd": cwd,
+        cwd / "link-home": home,
+        cwd / "link-up": base,
+        cwd / "dangling": base / "gone",
+        out / "link-run": out / "sibling",
+    }
     if not form.strip():
         return None
     if form.startswith("~"):
@@ -175,8 +202,7 @@ def target_of(form: str, cwd: Path) -> Path | None:
 @pytest.mark.parametrize("how", ["start", "clean", "dry-run"])
 @PROPERTY
 @given(form=FORMS)
-def test_rl_writes_only_into_a_marked_run_whatever_the_output_dir(tmp_path, monkeypatch, how,
-                                                                   form):  # fmt: skip
+def test_rl_writes_only_into_a_marked_run_whatever_the_output_dir(tmp_path, monkeypatch, how, form):
     cwd = make_tree(monkeypatch, tmp_path)
     form = spelled(form, cwd)
     before = snapshot(cwd.parents[1])
@@ -203,8 +229,7 @@ def test_rl_writes_only_into_a_marked_run_whatever_the_output_dir(tmp_path, monk
 # -- rl delete --------------------------------------------------------------------------------
 @PROPERTY
 @given(form=FORMS)
-def test_rl_delete_removes_only_a_marked_run_whatever_the_path(tmp_path, monkeypatch, capsys,
-                                                               form):  # fmt: skip
+def test_rl_delete_removes_only_a_marked_run_whatever_the_path(tmp_path, monkeypatch, capsys, form):
     cwd = make_tree(monkeypatch, tmp_path)
     form = spelled(form, cwd)
     before = snapshot(cwd.parents[1])

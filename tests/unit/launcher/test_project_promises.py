@@ -70,7 +70,7 @@ LITERAL_SERVERS = {
     "header Authorization": {
         "url": "http://localhost:1/mcp",
         "headers": {"Authorization": f"Bearer {SECRET}"},
-    },  # fmt: skip
+    },
     "url user info": {"url": f"http://bob:{SECRET}@localhost:1/mcp"},
     "url ?token=": {"url": f"http://localhost:1/mcp?token={SECRET}"},
     "url ?api_key=": {"url": f"http://localhost:1/mcp?x=1&api_key={SECRET}"},
@@ -266,7 +266,7 @@ UNREADY_SERVERS = {
     "command": (
         {"command": "no-such-mcp-server-here", "args": []},
         "'no-such-mcp-server-here' is not on PATH",
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -29,8 +29,9 @@ def run_script(results, checkpoints, max_restarts, monkeypatch):
         started.append(step)
         return next(script)
 
-    code = restarts.with_restarts(attempt, None, Run(checkpoints), max_restarts, "rl",
-                                  restarted.append)  # fmt: skip
+    code = restarts.with_restarts(
+        attempt, None, Run(checkpoints), max_restarts, "rl", restarted.append
+    )
     return code, started, pauses, restarted
 
 

@@ -53,8 +53,9 @@ def test_rl_delete_unlinks_a_weights_link_to_the_run_itself(tmp_path, capsys):
     run_id = run.claim()
     (run.root / "mine.txt").write_text("the user's")
     (run.root / "weights").symlink_to(".", target_is_directory=True)
-    (run.root / ".rl-weights").write_text(json.dumps({"run_id": run_id,
-                                                      "run_folder": str(run.root)}))  # fmt: skip
+    (run.root / ".rl-weights").write_text(
+        json.dumps({"run_id": run_id, "run_folder": str(run.root)})
+    )
     (tmp_path / "above").mkdir()
     assert run_command("delete", [str(run.root), "--yes"]) == 0
     assert (run.root / "mine.txt").read_text() == "the user's"
@@ -87,8 +88,10 @@ def test_a_copied_runs_weights_link_leaves_the_originals_folder(tmp_path):
     assert original.weights.resolve().is_dir()
 
 
-@pytest.mark.parametrize("name", [".bashrc.tmp1", ".notes.txt.tmp123", ".run.json.tmp1x",
-                                  ".shared-probe-mine", "..rl-run.tmp1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [".bashrc.tmp1", ".notes.txt.tmp123", ".run.json.tmp1x", ".shared-probe-mine", "..rl-run.tmp1"],
+)
 def test_rl_delete_keeps_a_hidden_file_that_only_looks_temporary(tmp_path, capsys, name):
     run = RunDir(tmp_path / "r")
     run.claim()
@@ -111,8 +114,11 @@ def test_a_stale_launcher_pid_naming_a_stranger_lets_delete_go_as_stop_finds_not
     run = RunDir(tmp_path / "r")
     run.claim()
     record = procs.identity() | {"create_time": 1.0}  # the pid reused since
-    run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": os.getpid(),
-                                        "identities": {"launcher": record}}))  # fmt: skip
+    run.run_json.write_text(
+        json.dumps(
+            {"status": "running", "launcher_pid": os.getpid(), "identities": {"launcher": record}}
+        )
+    )
     assert run_command("stop", [str(run.root)]) == 0
     assert "nothing to stop" in capsys.readouterr().out
     assert run_command("delete", [str(run.root), "--yes"]) == 0
@@ -127,8 +133,15 @@ def test_delete_refuses_a_run_its_proved_launcher_runs(tmp_path, capsys):
 
     run = RunDir(tmp_path / "r")
     run.claim()
-    run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": os.getpid(),
-                                        "identities": {"launcher": procs.identity()}}))  # fmt: skip
+    run.run_json.write_text(
+        json.dumps(
+            {
+                "status": "running",
+                "launcher_pid": os.getpid(),
+                "identities": {"launcher": procs.identity()},
+            }
+        )
+    )
     hold_run(run.root)
     try:
         assert run_command("delete", [str(run.root), "--yes"]) == 2
@@ -140,8 +153,7 @@ def test_delete_refuses_a_run_its_proved_launcher_runs(tmp_path, capsys):
 
 # -- an empty RUN ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", ["stop", "status", "logs", "delete", "plot", "export"])
-def test_an_empty_run_is_refused_never_taken_for_the_latest(tmp_path, monkeypatch, capsys,
-                                                            command):  # fmt: skip
+def test_an_empty_run_is_refused_never_taken_for_the_latest(tmp_path, monkeypatch, capsys, command):
     """`rl stop "$RUN"` with RUN unset acted on the latest run under outputs/."""
     monkeypatch.chdir(tmp_path)
     run = RunDir(tmp_path / "outputs" / "latest")
@@ -193,10 +205,14 @@ def test_every_command_reads_a_damaged_file_as_data(tmp_path, capsys, target, ki
     traceback in `rl list`; a 1 GiB metrics.jsonl without a newline was read whole."""
     run = damaged_run(tmp_path / "runs" / "bad", target, kind)
     healthy = damaged_run(tmp_path / "runs" / "good", "logs/trainer.log", "none")
-    for command, args in (("status", [str(run.root)]), ("list", [str(tmp_path / "runs")]),
-                          ("logs", [str(run.root)]), ("stop", [str(run.root)]),
-                          ("plot", [str(run.root), "--out", str(tmp_path / "p.png")]),
-                          ("delete", [str(run.root), "--yes"])):  # fmt: skip
+    for command, args in (
+        ("status", [str(run.root)]),
+        ("list", [str(tmp_path / "runs")]),
+        ("logs", [str(run.root)]),
+        ("stop", [str(run.root)]),
+        ("plot", [str(run.root), "--out", str(tmp_path / "p.png")]),
+        ("delete", [str(run.root), "--yes"]),
+    ):
         if command == "plot" and target not in PLOT_READS:
             continue  # matplotlib takes a second; plot reads nothing else
         code = run_command(command, args)
@@ -217,8 +233,10 @@ def test_a_damaged_run_json_is_one_line_and_unreadable_in_the_listing(tmp_path, 
     assert err.startswith("rl stop: error: damaged run folder: ") and "FIFO" in err
     assert run_command("list", [str(tmp_path / "runs")]) == 0
     rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
-    assert [str(run.root), "unreadable"] in rows and [str(tmp_path / "runs" / "good"),
-                                                       "finished"] in rows  # fmt: skip
+    assert [str(run.root), "unreadable"] in rows and [
+        str(tmp_path / "runs" / "good"),
+        "finished",
+    ] in rows
 
 
 def test_status_reads_only_the_tail_of_a_huge_metrics_file(tmp_path, capsys):
@@ -241,10 +259,14 @@ def test_metrics_records_of_the_wrong_shape_are_skipped(tmp_path):
     from rlcore.reporting.metrics import read_records, record_step_line
 
     path = tmp_path / "metrics.jsonl"
-    lines = ['{"component": "trainer", "step": [1]}', '{"component": 3, "step": 1}', "[1]",
-             '{"component": "orchestrator", "step": 2, "reward": "high"}',
-             '{"component": "orchestrator", "step": 3, "reward": 0.5, "num_tokens": "x"}',
-             "[" * 5000 + "]" * 5000]  # fmt: skip
+    lines = [
+        '{"component": "trainer", "step": [1]}',
+        '{"component": 3, "step": 1}',
+        "[1]",
+        '{"component": "orchestrator", "step": 2, "reward": "high"}',
+        '{"component": "orchestrator", "step": 3, "reward": 0.5, "num_tokens": "x"}',
+        "[" * 5000 + "]" * 5000,
+    ]
     path.write_text("\n".join(lines) + "\n")
     records, _ = read_records(path)
     assert [r["step"] for r in records] == [2, 3]

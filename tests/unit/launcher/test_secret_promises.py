@@ -60,8 +60,16 @@ def test_evals_writes_and_says_no_secret_of_its_server_url(tmp_path, capsys, mon
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # setup_logging sets it
     out = tmp_path / "eval"
-    argv = ["--output-dir", str(out), "--client.base-url", URL, "--client.health-timeout-s", "1",
-            "--eval.env", '[{"id": "rl-add-digits"}]']  # fmt: skip
+    argv = [
+        "--output-dir",
+        str(out),
+        "--client.base-url",
+        URL,
+        "--client.health-timeout-s",
+        "1",
+        "--eval.env",
+        '[{"id": "rl-add-digits"}]',
+    ]
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     captured = capsys.readouterr()
@@ -77,8 +85,16 @@ def test_the_orchestrator_alone_writes_and_says_no_secret_of_its_server_url(
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # setup_logging sets it
     out = tmp_path / "run"
-    argv = ["--output-dir", str(out), "--client.base-url", URL, "--client.health-timeout-s", "1",
-            "--env", '[{"id": "rl-add-digits"}]']  # fmt: skip
+    argv = [
+        "--output-dir",
+        str(out),
+        "--client.base-url",
+        URL,
+        "--client.health-timeout-s",
+        "1",
+        "--env",
+        '[{"id": "rl-add-digits"}]',
+    ]
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     captured = capsys.readouterr()
@@ -104,10 +120,12 @@ def test_inference_writes_no_secret(tmp_path):
     from inference.config import InferenceConfig
     from inference.server import write_resolved_config
 
-    config = InferenceConfig.model_validate({
-        "output_dir": str(tmp_path / "run"),
-        "vllm_args": {"otlp_traces_endpoint": URL, "api_key": STATIC},
-    })  # fmt: skip
+    config = InferenceConfig.model_validate(
+        {
+            "output_dir": str(tmp_path / "run"),
+            "vllm_args": {"otlp_traces_endpoint": URL, "api_key": STATIC},
+        }
+    )
     write_resolved_config(config)
     text = RunDir(tmp_path / "run").config_file("inference").read_text()
     assert SHOWN_URL in text
@@ -131,10 +149,14 @@ def test_the_trainer_writes_no_secret(
 def sft_config(tiny_model_dir, out: Path):
     from trainer.sft.config import SFTConfig
 
-    return SFTConfig.model_validate({
-        "model": {"name": str(tiny_model_dir)}, "output_dir": str(out),
-        "data": {"name": "rows.jsonl"}, "wandb": {"name": URL},
-    })  # fmt: skip
+    return SFTConfig.model_validate(
+        {
+            "model": {"name": str(tiny_model_dir)},
+            "output_dir": str(out),
+            "data": {"name": "rows.jsonl"},
+            "wandb": {"name": URL},
+        }
+    )
 
 
 def test_sft_writes_no_secret(tiny_model_dir, tmp_path, cpu_world, monkeypatch):
@@ -167,8 +189,10 @@ def test_the_evals_server_config_holds_no_secret(tmp_path, monkeypatch):
 
     monkeypatch.setattr(orchestrator.evals.server.children, "start", stop)
     settings_ = {"vllm_args": {"otlp_traces_endpoint": URL}}
-    with pytest.raises(Stopped), orchestrator.evals.server.own_server("m", settings_, tmp_path,
-                                                                     64, 1.0):  # fmt: skip
+    with (
+        pytest.raises(Stopped),
+        orchestrator.evals.server.own_server("m", settings_, tmp_path, 64, 1.0),
+    ):
         pass
     assert_no_secret((tmp_path / "inference.toml").read_text())
 
@@ -193,17 +217,26 @@ def project(tmp_path, monkeypatch):
     import json
 
     monkeypatch.chdir(tmp_path)
-    task = {"id": "t0", "prompt": "Open the locker.",
-            "mcp_config": {"locker": {"command": "python", "args": [str(SERVER)]}},
-            "evaluate_tool": {"name": "evaluate", "arguments": {"expected": "apple"}}}  # fmt: skip
+    task = {
+        "id": "t0",
+        "prompt": "Open the locker.",
+        "mcp_config": {"locker": {"command": "python", "args": [str(SERVER)]}},
+        "evaluate_tool": {"name": "evaluate", "arguments": {"expected": "apple"}},
+    }
     Path("tasks.json").write_text(json.dumps([task]))
     assert run_command("tasks", ["tasks.json", "--name", "x"]) == 0
     Path("w.yaml").write_text(WORKFLOW % STATIC)
     return tmp_path
 
 
-RL_ARGV = ["--config", "w.yaml", "--dataset", "data/tasks/x", "--inference.vllm-args",
-           f'{{"otlp_traces_endpoint": "{URL}"}}']  # fmt: skip
+RL_ARGV = [
+    "--config",
+    "w.yaml",
+    "--dataset",
+    "data/tasks/x",
+    "--inference.vllm-args",
+    f'{{"otlp_traces_endpoint": "{URL}"}}',
+]
 
 
 def test_rl_dry_run_prints_no_secret(project, capsys):
@@ -217,8 +250,13 @@ def test_rl_writes_no_secret_and_its_processes_get_them_back(project, capsys):
     from rlcore.config.entry import parse_config
 
     layer = workflow_layer(Path("w.yaml"), "data/tasks/x")
-    config, _ = parse_config(RLConfig, "rl", RL_ARGV[4:], ("trainer", "orchestrator", "inference"),
-                             first=[(layer, "w.yaml")])  # fmt: skip
+    config, _ = parse_config(
+        RLConfig,
+        "rl",
+        RL_ARGV[4:],
+        ("trainer", "orchestrator", "inference"),
+        first=[(layer, "w.yaml")],
+    )
     plan = build_plan(config, dry_run=True)
     plan.run.claim()
     write_configs(plan)
@@ -234,8 +272,9 @@ def test_rl_writes_no_secret_and_its_processes_get_them_back(project, capsys):
 # -- generated `static` forms -----------------------------------------------------------------
 
 SECRET_PARAMS = ["api_key", "token", "password", "X-Api-Key", "clientSecret", "authtoken"]
-VALUES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1,
-                 max_size=20).map(lambda v: "ZQX" + v)  # fmt: skip
+VALUES = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=20
+).map(lambda v: "ZQX" + v)
 STYLES = {
     "flow": "{name}: {{static: {value}}}",
     "block": "{name}:\n      static: {value}",

@@ -19,8 +19,13 @@ GPU_RUN = {
 def test_dry_run_script_has_the_job_layout():
     plan = make_plan(RLConfig.model_validate(GPU_RUN), dry_run=True)
     script = slurm.job_script(plan, plan.run.config_file("rl"))
-    for line in ("#SBATCH --nodes=3", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu",
-                 "#SBATCH --account=rl", f"export {INSIDE_ENV}=1"):  # fmt: skip
+    for line in (
+        "#SBATCH --nodes=3",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=rl",
+        f"export {INSIDE_ENV}=1",
+    ):
         assert line in script, script
     assert script.splitlines()[-1].endswith("configs/rl.toml")
     assert not plan.run.root.exists()  # a dry run writes nothing
@@ -42,8 +47,13 @@ def test_components_are_placed_on_their_nodes(monkeypatch):
     assert plan.config.orchestrator.client.base_url == ["http://n1:8000/v1", "http://n2:8001/v1"]
     assert plan.config.inference.parallel.dp == 8 and plan.config.trainer.nodes == 2
     inference_1 = plan.command("inference-1")
-    assert inference_1[:5] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
-                               "--nodelist=n2"]  # fmt: skip
+    assert inference_1[:5] == [
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--ntasks-per-node=1",
+        "--nodelist=n2",
+    ]
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in inference_1
     trainer = plan.command("trainer")
     assert "--nodes=2" in trainer and "--nodelist=n3,n4" in trainer
@@ -66,5 +76,8 @@ def test_a_multi_node_trainer_joins_the_rendezvous(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "n3")
     monkeypatch.setenv("SLURM_NODEID", "1")
     assert multi_node_args(2) == [
-        "--nnodes=2", "--node-rank=1", "--master-addr=n3", "--master-port=29517"
-    ]  # fmt: skip
+        "--nnodes=2",
+        "--node-rank=1",
+        "--master-addr=n3",
+        "--master-port=29517",
+    ]

@@ -15,10 +15,20 @@ from rlcore.errors import ConfigError
 from rlcore.host.machine import Machine
 
 CPU = Machine(
-    arch="x86_64", vendor="AuthenticAMD", model="AMD EPYC", isa="avx512_bf16",
-    hardware_isa="avx512_bf16", capped_by="", bf16_matmul=True, bf16_native=True, num_cpus=2,
-    memory_gib=24, num_gpus=0, gpu_name="", compiler="/usr/bin/g++",
-)  # fmt: skip
+    arch="x86_64",
+    vendor="AuthenticAMD",
+    model="AMD EPYC",
+    isa="avx512_bf16",
+    hardware_isa="avx512_bf16",
+    capped_by="",
+    bf16_matmul=True,
+    bf16_native=True,
+    num_cpus=2,
+    memory_gib=24,
+    num_gpus=0,
+    gpu_name="",
+    compiler="/usr/bin/g++",
+)
 H100 = replace(CPU, num_gpus=2, gpu_name="NVIDIA H100 80GB HBM3")
 ON_CPU = {"trainer": [], "orchestrator": [], "inference": []}
 ON_GPUS = {"trainer": [1], "orchestrator": [], "inference": [0]}
@@ -53,9 +63,19 @@ def test_the_quick_start_on_cpu_gets_concrete_choices(tiny_model_dir, monkeypatc
 def test_a_long_gpu_run_compiles_and_a_short_one_does_not(tiny_model_dir, steps, want):
     """The tiny model (3.2M parameters) at 16 completions of up to 16k tokens a step: by the
     recorded H100 figures, scaled to its size, a compile pays off after about 3,600 steps."""
-    plan = plan_for(tiny_model_dir, H100, ON_GPUS, "--max-steps", str(steps), "--seq-len",
-                    "16384", "--orchestrator.batch-size", "16",
-                    "--orchestrator.sampling.max-tokens", "16384")  # fmt: skip
+    plan = plan_for(
+        tiny_model_dir,
+        H100,
+        ON_GPUS,
+        "--max-steps",
+        str(steps),
+        "--seq-len",
+        "16384",
+        "--orchestrator.batch-size",
+        "16",
+        "--orchestrator.sampling.max-tokens",
+        "16384",
+    )
     model = plan.config.trainer.model
     assert model.compile is want, plan.speed.compile_why
     assert plan.config.trainer.optim.fused is True
@@ -63,10 +83,19 @@ def test_a_long_gpu_run_compiles_and_a_short_one_does_not(tiny_model_dir, steps,
 
 def test_explicit_settings_stand(tiny_model_dir):
     plan = plan_for(
-        tiny_model_dir, H100, ON_GPUS, "--max-steps", "1000", "--seq-len", "16384",
-        "--trainer.model.compile", "false", "--trainer.model.activation-checkpointing",
-        "--trainer.optim.fused", "false",
-    )  # fmt: skip
+        tiny_model_dir,
+        H100,
+        ON_GPUS,
+        "--max-steps",
+        "1000",
+        "--seq-len",
+        "16384",
+        "--trainer.model.compile",
+        "false",
+        "--trainer.model.activation-checkpointing",
+        "--trainer.optim.fused",
+        "false",
+    )
     model = plan.config.trainer.model
     assert (model.compile, model.activation_checkpointing) == (False, True)
     assert plan.config.trainer.optim.fused is False

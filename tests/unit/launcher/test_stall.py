@@ -49,12 +49,14 @@ def test_an_answer_to_health_is_progress_but_not_work():
 
 
 def test_work_is_cpu_time_of_the_whole_tree_per_process(monkeypatch):
-    samples = iter([
-        {1: 10.0, 2: 5.0},
-        {1: 10.0, 2: 5.1},  # 0.1 s in 10 s: idle
-        {1: 10.0, 3: 1.0},  # 2 has gone (no negative time), 3 is new: 1 s counts
-        {1: 14.0, 3: 1.0},
-    ])  # fmt: skip
+    samples = iter(
+        [
+            {1: 10.0, 2: 5.0},
+            {1: 10.0, 2: 5.1},  # 0.1 s in 10 s: idle
+            {1: 10.0, 3: 1.0},  # 2 has gone (no negative time), 3 is new: 1 s counts
+            {1: 14.0, 3: 1.0},
+        ]
+    )
     monkeypatch.setattr(stall, "tree_cpu_s", lambda pid: next(samples))
     clock = Clock(last_progress=0.0, last_work=0.0)
     clock.sample_cpu(1, now=100.0)  # the first sample only sets the baseline
@@ -209,8 +211,9 @@ def view(name, working=False, idle_s=0.0, waits_on=(), work_idle_s=None, **extra
     found = [Wait(name, what, list(peers), seconds) for what, peers, seconds in waits_on]
     work_idle_s = idle_s if work_idle_s is None else work_idle_s
     owes = not name.startswith("inference")
-    return View(name, working, idle_s, work_idle_s, LIMIT_S, waits=found, owes_progress=owes,
-                **extra)  # fmt: skip
+    return View(
+        name, working, idle_s, work_idle_s, LIMIT_S, waits=found, owes_progress=owes, **extra
+    )
 
 
 def views(*found: View) -> dict[str, View]:
@@ -297,11 +300,18 @@ def test_a_wait_on_a_component_rl_cannot_see_spares_the_waiter():
 def test_waiting_on_each_other_is_a_deadlock_after_a_while():
     def pair(seconds: float, orchestrator_works: bool = False) -> dict[str, View]:
         return views(
-            view("orchestrator", working=orchestrator_works, idle_s=seconds,
-                 waits_on=[("policy step 3", ["trainer"], seconds)]),
-            view("trainer", idle_s=seconds,
-                 waits_on=[("a request for policy step 3", ["orchestrator"], seconds)]),
-        )  # fmt: skip
+            view(
+                "orchestrator",
+                working=orchestrator_works,
+                idle_s=seconds,
+                waits_on=[("policy step 3", ["trainer"], seconds)],
+            ),
+            view(
+                "trainer",
+                idle_s=seconds,
+                waits_on=[("a request for policy step 3", ["orchestrator"], seconds)],
+            ),
+        )
 
     assert find_stall(pair(stall.DEADLOCK_AFTER_S - 1)) is None
     found = find_stall(pair(stall.DEADLOCK_AFTER_S))
@@ -317,9 +327,13 @@ def test_a_circle_through_a_component_seen_only_remotely_is_left_to_its_timeouts
     def circle(observable: bool) -> dict[str, View]:
         return views(
             view("trainer", idle_s=100.0, waits_on=[("the send", ["inference"], 100.0)]),
-            view("inference", idle_s=1.0, waits_on=[("policy step 4", ["trainer"], 100.0)],
-                 observable=observable),
-        )  # fmt: skip
+            view(
+                "inference",
+                idle_s=1.0,
+                waits_on=[("policy step 4", ["trainer"], 100.0)],
+                observable=observable,
+            ),
+        )
 
     assert find_stall(circle(True)).circle == ["trainer", "inference"]
     assert find_stall(circle(False)) is None  # srun on another node: its CPU is not seen
@@ -328,8 +342,11 @@ def test_a_circle_through_a_component_seen_only_remotely_is_left_to_its_timeouts
 def test_waiting_on_inference_is_no_deadlock():
     found = views(
         view("trainer", idle_s=1000.0, waits_on=[("batch 0", ["orchestrator"], 1000.0)]),
-        view("orchestrator", idle_s=1000.0,
-             waits_on=[("inference to answer /health", ["inference"], 1000.0)]),
+        view(
+            "orchestrator",
+            idle_s=1000.0,
+            waits_on=[("inference to answer /health", ["inference"], 1000.0)],
+        ),
         view("inference", working=True, idle_s=1000.0),
-    )  # fmt: skip
+    )
     assert find_stall(found) is None

@@ -42,13 +42,27 @@ def client(root, **kwargs) -> TestClient:
 
 def every_page(a: str, b: str) -> list[str]:
     return [
-        "/", "/api/runs", f"/run/{a}", f"/api/run/{a}/curves", f"/api/run/{a}/logs",
-        f"/run/{a}/rollouts", f"/run/{a}/rollouts?step=1&env=rl-add-digits&low=0.5",
-        f"/run/{a}/rollouts?step=&env=&low=&high=", f"/run/{a}/rollouts?step=2&tokens=1",
-        f"/api/run/{a}/rollouts?step=2", f"/run/{a}/evals", f"/run/{a}/evals?step=2&failed=true",
-        f"/api/run/{a}/evals?step=2", f"/compare?runs={a},{b}", f"/run/{b}", f"/run/{b}/rollouts",
-        f"/run/{b}/evals", "/static/app.js", "/static/view.css", "/static/plotly.min.js",
-    ]  # fmt: skip
+        "/",
+        "/api/runs",
+        f"/run/{a}",
+        f"/api/run/{a}/curves",
+        f"/api/run/{a}/logs",
+        f"/run/{a}/rollouts",
+        f"/run/{a}/rollouts?step=1&env=rl-add-digits&low=0.5",
+        f"/run/{a}/rollouts?step=&env=&low=&high=",
+        f"/run/{a}/rollouts?step=2&tokens=1",
+        f"/api/run/{a}/rollouts?step=2",
+        f"/run/{a}/evals",
+        f"/run/{a}/evals?step=2&failed=true",
+        f"/api/run/{a}/evals?step=2",
+        f"/compare?runs={a},{b}",
+        f"/run/{b}",
+        f"/run/{b}/rollouts",
+        f"/run/{b}/evals",
+        "/static/app.js",
+        "/static/view.css",
+        "/static/plotly.min.js",
+    ]
 
 
 def test_every_route_answers_and_nothing_is_written(runs):

@@ -115,8 +115,13 @@ def test_the_panels_use_the_names_the_processes_write(tmp_path):
     panels = {p["title"]: p for p in curves.panels(RunData(run, tmp_path).curves())}
     names = {title: [t["name"] for t in p["traces"]] for title, p in panels.items()}
     assert names["reward"] == ["training", "eval rl-add-digits"]
-    assert names["step time"] == ["generate", "orchestrator wait (weights)",
-                                  "trainer wait (batch)", "train", "publish"]  # fmt: skip
+    assert names["step time"] == [
+        "generate",
+        "orchestrator wait (weights)",
+        "trainer wait (batch)",
+        "train",
+        "publish",
+    ]
     for title in ("loss", "entropy", "mismatch_kl", "grad norm", "tokens/s", "memory"):
         assert panels[title]["traces"], title
     assert panels["memory"]["traces"][0]["y"][0] == pytest.approx(900 / 1024)
@@ -225,8 +230,11 @@ def test_the_runs_time_left_and_its_estimate_against_actual(tmp_path):
     assert words.startswith("~1 min") and "expected to finish at" in words, words
     done = make_run(tmp_path / "f", status="finished")
     state = json.loads((done / "run.json").read_text())
-    measured = {"estimate": {"wall_s": 100.0}, "measured": {"wall_s": 125.0},
-                "estimate_accuracy": {"wall": 1.25, "trainer_peak": 0.97}}  # fmt: skip
+    measured = {
+        "estimate": {"wall_s": 100.0},
+        "measured": {"wall_s": 125.0},
+        "estimate_accuracy": {"wall": 1.25, "trainer_peak": 0.97},
+    }
     (done / "run.json").write_text(json.dumps({**state, **measured}))
     words = RunData(done, tmp_path).summary()["time"]
     assert words == "estimated 1 min 40 s, took 2 min 05 s (1.25x); trainer_peak 0.97x", words

@@ -36,8 +36,9 @@ MiB = 2**20
 
 
 def client(root: Path, **kwargs) -> TestClient:
-    return TestClient(make_app(Library([root]), **kwargs), base_url=LOCAL,
-                      raise_server_exceptions=False)  # fmt: skip
+    return TestClient(
+        make_app(Library([root]), **kwargs), base_url=LOCAL, raise_server_exceptions=False
+    )
 
 
 def rid(path: Path) -> str:
@@ -46,10 +47,18 @@ def rid(path: Path) -> str:
 
 def run_pages(a: str) -> list[str]:
     return [
-        "/", "/api/runs", f"/run/{a}", f"/api/run/{a}/curves", f"/api/run/{a}/logs",
-        f"/run/{a}/rollouts", f"/run/{a}/rollouts?step=0&tokens=1", f"/api/run/{a}/rollouts?step=0",
-        f"/run/{a}/evals", f"/run/{a}/evals?step=2", f"/api/run/{a}/evals?step=2",
-    ]  # fmt: skip
+        "/",
+        "/api/runs",
+        f"/run/{a}",
+        f"/api/run/{a}/curves",
+        f"/api/run/{a}/logs",
+        f"/run/{a}/rollouts",
+        f"/run/{a}/rollouts?step=0&tokens=1",
+        f"/api/run/{a}/rollouts?step=0",
+        f"/run/{a}/evals",
+        f"/run/{a}/evals?step=2",
+        f"/api/run/{a}/evals?step=2",
+    ]
 
 
 def assert_pages_answer(web: TestClient, urls: list[str], capsys) -> None:
@@ -102,12 +111,17 @@ def test_nan_and_infinities_in_the_archive_are_shown_as_words(tmp_path, capsys):
 
 
 FOREIGN = {
-    "group": pa.array(["x", "y"]), "member": pa.array([[1], [2]]),
-    "reward": pa.array(["high", "low"]), "completion": pa.array([{"a": 1}, {"a": 2}]),
-    "prompt": pa.array([b"\xff\x00", b"raw"]), "token_text": pa.array([[1, 2], [3]]),
-    "token_logprob": pa.array(["a", "b"]), "env": pa.array([1.5, float("nan")]),
-    "kept": pa.array(["yes", "no"]), "error": pa.array([3, 4]),
-}  # fmt: skip
+    "group": pa.array(["x", "y"]),
+    "member": pa.array([[1], [2]]),
+    "reward": pa.array(["high", "low"]),
+    "completion": pa.array([{"a": 1}, {"a": 2}]),
+    "prompt": pa.array([b"\xff\x00", b"raw"]),
+    "token_text": pa.array([[1, 2], [3]]),
+    "token_logprob": pa.array(["a", "b"]),
+    "env": pa.array([1.5, float("nan")]),
+    "kept": pa.array(["yes", "no"]),
+    "error": pa.array([3, 4]),
+}
 
 
 @pytest.mark.parametrize("format_1", [True, False], ids=["claims-format-1", "no-format"])
@@ -149,10 +163,12 @@ def test_a_column_renamed_by_the_writer_is_named_on_the_page(tmp_path, column):
 
 @pytest.mark.parametrize(
     "metadata, said",
-    [({b"rl.samples_format": b"2"}, "is rollout archive format 2, this rl reads format 1"),
-     ({b"rl.step": b"0"}, "names no rollout archive format in its metadata")],
+    [
+        ({b"rl.samples_format": b"2"}, "is rollout archive format 2, this rl reads format 1"),
+        ({b"rl.step": b"0"}, "names no rollout archive format in its metadata"),
+    ],
     ids=["format-2", "none"],
-)  # fmt: skip
+)
 def test_an_archive_of_another_format_is_a_page_saying_so(tmp_path, capsys, metadata, said):
     run = make_run(tmp_path / "outputs" / "a")
     write_samples(run, range(1))
@@ -244,8 +260,13 @@ def test_a_long_eval_answer_is_cut_and_its_stored_text_paged(tmp_path):
     run = make_run(tmp_path / "outputs" / "a")
     folder = write_eval(run / "evals", 2)
     answer = "y" * (3 * archive.MAX_TEXT_CHARS)
-    row = {"env": "long", "example": 0, "rollout": 0, "reward": 1.0,
-           "completion": [{"role": "assistant", "content": answer}]}  # fmt: skip
+    row = {
+        "env": "long",
+        "example": 0,
+        "rollout": 0,
+        "reward": 1.0,
+        "completion": [{"role": "assistant", "content": answer}],
+    }
     with (folder / "results.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")
     web = client(tmp_path / "outputs")
@@ -359,9 +380,17 @@ def test_an_unchanged_file_is_never_read_again_per_poll(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "target",
-    ["metrics.jsonl", "configs/trainer.toml", "logs/trainer.log", "evals/step_2/summary.json",
-     "evals/step_2/results.jsonl", "samples/step_0.parquet", "state/trainer.json", ".rl-run"],
-)  # fmt: skip
+    [
+        "metrics.jsonl",
+        "configs/trainer.toml",
+        "logs/trainer.log",
+        "evals/step_2/summary.json",
+        "evals/step_2/results.jsonl",
+        "samples/step_0.parquet",
+        "state/trainer.json",
+        ".rl-run",
+    ],
+)
 def test_a_2_gib_sparse_file_anywhere_is_a_bounded_page(tmp_path, capsys, target):
     root = tmp_path / "outputs"
     run = make_run(root / "a")
@@ -385,17 +414,27 @@ def test_log_tails_hide_secrets_as_commands_do(tmp_path):
     run = make_run(tmp_path / "outputs" / "a")
     secret = "K9sEcReT"
     with (run / "logs" / "trainer.log").open("a") as f:
-        f.write(f"python -m trainer --wandb-api-key {secret}\n"
-                f"Authorization: Bearer {secret}\napi_key={secret}\n"
-                f"OPENAI_API_KEY={secret}\nX-Api-Key: {secret}\n")  # fmt: skip
+        f.write(
+            f"python -m trainer --wandb-api-key {secret}\n"
+            f"Authorization: Bearer {secret}\napi_key={secret}\n"
+            f"OPENAI_API_KEY={secret}\nX-Api-Key: {secret}\n"
+        )
     web = client(tmp_path / "outputs")
     assert secret not in web.get(f"/run/{rid(run)}").text
     assert secret not in json.dumps(web.get(f"/api/run/{rid(run)}/logs").json())
 
 
 # -- redirects ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["//evil.example/", "/\\evil.example/", "//evil.example/%2e",
-                                  "/\\/evil.example", "///evil.example/"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "//evil.example/",
+        "/\\evil.example/",
+        "//evil.example/%2e",
+        "/\\/evil.example",
+        "///evil.example/",
+    ],
+)
 def test_no_redirect_leaves_the_server(tmp_path, path):
     make_run(tmp_path / "outputs" / "a")
     token = "t" * 32
@@ -414,8 +453,15 @@ def test_the_runs_list_answers_while_50_slow_pages_wait(tmp_path, monkeypatch):
 
     def slow_page(*args, **kwargs):
         time.sleep(3)
-        return {"step": 0, "envs": [], "groups": [], "page": 0, "num_pages": 1,
-                "num_groups": 0, "num_rows": 0}  # fmt: skip
+        return {
+            "step": 0,
+            "envs": [],
+            "groups": [],
+            "page": 0,
+            "num_pages": 1,
+            "num_groups": 0,
+            "num_rows": 0,
+        }
 
     monkeypatch.setattr(archive, "groups_page", slow_page)
     app = make_app(Library([root]))
@@ -424,8 +470,10 @@ def test_the_runs_list_answers_while_50_slow_pages_wait(tmp_path, monkeypatch):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=LOCAL, timeout=60) as web:
             await web.get("/api/runs")
-            slow = [asyncio.create_task(web.get(f"/api/run/{rid(run)}/rollouts?step=0"))
-                    for _ in range(50)]  # fmt: skip
+            slow = [
+                asyncio.create_task(web.get(f"/api/run/{rid(run)}/rollouts?step=0"))
+                for _ in range(50)
+            ]
             await asyncio.sleep(0.3)
             started = time.monotonic()
             answer = await web.get("/api/runs")

@@ -37,7 +37,11 @@ def test_few_shot_given_as_env_args_is_checked():
         {"role": "assistant", "content": "<tool>x()</tool>"},
     ]
     assert check_few_shot(good) == good
-    for bad in (["text"], [{"role": "system", "content": "x"}], [{"role": "user"}],
-                [{"role": "user", "content": "x", "name": "y"}]):  # fmt: skip
+    for bad in (
+        ["text"],
+        [{"role": "system", "content": "x"}],
+        [{"role": "user"}],
+        [{"role": "user", "content": "x", "name": "y"}],
+    ):
         with pytest.raises(ValueError, match=r"few_shot\[0\] is .*role: user\|assistant"):
             check_few_shot(bad)

@@ -35,8 +35,10 @@ def token_texts(tiny_model_dir) -> TokenTexts:
 
 
 @settings(max_examples=60, deadline=None)
-@given(sizes=st.dictionaries(st.integers(0, 50), st.integers(0, 1000), max_size=12),
-       bound=st.integers(0, 5000))  # fmt: skip
+@given(
+    sizes=st.dictionaries(st.integers(0, 50), st.integers(0, 1000), max_size=12),
+    bound=st.integers(0, 5000),
+)
 def test_the_oldest_steps_go_and_no_more_than_needed(sizes, bound):
     drop = oldest_to_drop(sizes, bound)
     assert drop == sorted(sizes)[: len(drop)]  # the oldest, in order
@@ -68,13 +70,25 @@ def test_a_multi_turn_rollout_with_tool_calls_becomes_one_row(token_texts):
         Turn(first + call + result, answer, [-0.25] * len(answer), is_truncated=True),
     ]
     completion = [
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "[3, 4]"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "[3, 4]"}}
+            ],
+        },
         {"role": "tool", "content": "7", "tool_call_id": "c1"},
         {"role": "assistant", "content": "7"},
-    ]  # fmt: skip
-    rollout = Rollout(5, [{"role": "user", "content": "3+4?"}], completion, 1.0,
-                      {"correct": 1.0}, turns, advantage=0.75)  # fmt: skip
+    ]
+    rollout = Rollout(
+        5,
+        [{"role": "user", "content": "3+4?"}],
+        completion,
+        1.0,
+        {"correct": 1.0},
+        turns,
+        advantage=0.75,
+    )
     row = rollout_row(rollout, "rl-tasks", 2, 3, token_texts)
     ids, logprobs, mask = completion_tokens(rollout)
     assert ids == call + result + answer  # the tool's result between the two model turns
@@ -143,11 +157,14 @@ def test_an_archive_that_is_off_writes_nothing(tmp_path):
     assert not (tmp_path / "samples").exists()
 
 
-@pytest.mark.parametrize(("samples", "message"), [
-    ({"keep": False, "max_gib": 1}, "samples.max_gib = 1.0 with samples.keep = false"),
-    ({"max_gib": 0}, "greater than 0"),
-    ({"max_gib": -1}, "greater than 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [
+        ({"keep": False, "max_gib": 1}, "samples.max_gib = 1.0 with samples.keep = false"),
+        ({"max_gib": 0}, "greater than 0"),
+        ({"max_gib": -1}, "greater than 0"),
+    ],
+)
 def test_a_bad_bound_is_refused_naming_the_key(samples, message):
     with pytest.raises(ValueError, match=message) as err:
         OrchestratorConfig(samples=samples)
@@ -160,18 +177,20 @@ def test_every_rollout_is_archived_kept_errored_and_dropped_alike(tmp_path):
     turn = Turn([1, 2], [3, 4], [-0.1, -0.2])
 
     def group(*rewards, error=None):
-        return [Rollout(0, "p", "c", r, turns=[turn], error=error if i == 0 else None)
-                for i, r in enumerate(rewards)]  # fmt: skip
+        return [
+            Rollout(0, "p", "c", r, turns=[turn], error=error if i == 0 else None)
+            for i, r in enumerate(rewards)
+        ]
 
-    rounds = [[group(1, 1, 1, 1), group(0, 1, 1, 0, error="tool server died")],
-              [group(0, 1, 0, 0)]]  # fmt: skip
+    rounds = [[group(1, 1, 1, 1), group(0, 1, 1, 0, error="tool server died")], [group(0, 1, 0, 0)]]
 
     async def sample(num_groups):
         groups = rounds.pop(0)[:num_groups]
         return [(0, i) for i in range(len(groups))], groups
 
-    config = OrchestratorConfig(batch_size=8, rollouts_per_example=4,
-                                dynamic_sampling={"enabled": True})  # fmt: skip
+    config = OrchestratorConfig(
+        batch_size=8, rollouts_per_example=4, dynamic_sampling={"enabled": True}
+    )
     sampled = asyncio.run(sample_batch(2, sample, config.dynamic_sampling))
     build_batch(config, 0, sampled.kept)
     archive = Archive(SamplesConfig(), tmp_path, "no-such-model")
@@ -212,10 +231,19 @@ def test_a_step_that_cannot_be_written_costs_its_file_only_but_a_full_disk_stops
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 message = st.fixed_dictionaries(
     {"role": st.sampled_from(["assistant", "tool", "user"]), "content": text},
-    optional={"tool_calls": st.lists(st.fixed_dictionaries(
-        {"id": text, "type": st.just("function"),
-         "function": st.fixed_dictionaries({"name": text, "arguments": text})}), max_size=2)},
-)  # fmt: skip
+    optional={
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "id": text,
+                    "type": st.just("function"),
+                    "function": st.fixed_dictionaries({"name": text, "arguments": text}),
+                }
+            ),
+            max_size=2,
+        )
+    },
+)
 token_ids = st.lists(st.integers(0, 49151), max_size=6)
 
 
@@ -231,9 +259,15 @@ def rollouts(draw) -> Rollout:
         turns.append(Turn(prompt, ids[:length], [-0.5] * length, draw(st.booleans())))
         context = prompt + ids[:length]
     completion = draw(st.one_of(text, st.lists(message, max_size=3)))
-    return Rollout(draw(st.integers(0, 10**6)), draw(st.lists(message, max_size=2)), completion,
-                   draw(st.floats(-1, 1)), draw(st.dictionaries(text, st.floats(0, 1), max_size=2)),
-                   turns, error=draw(st.one_of(st.none(), text)))  # fmt: skip
+    return Rollout(
+        draw(st.integers(0, 10**6)),
+        draw(st.lists(message, max_size=2)),
+        completion,
+        draw(st.floats(-1, 1)),
+        draw(st.dictionaries(text, st.floats(0, 1), max_size=2)),
+        turns,
+        error=draw(st.one_of(st.none(), text)),
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -248,7 +282,8 @@ def test_generated_rollouts_read_back_from_the_archive(token_texts, group):
     assert len(rows) == len(group)
     for rollout, row in zip(group, rows, strict=True):
         assert {k: v for k, v in row.items() if k not in ("step", "policy_step")} == rollout_row(
-            rollout, "env", 0, row["member"], token_texts)  # fmt: skip
+            rollout, "env", 0, row["member"], token_texts
+        )
         assert json.loads(row["completion"]) == rollout.completion
         assert len(row["token_text"]) == len(row["token_mask"]) == row["num_completion_tokens"]
         assert sum(row["token_mask"]) == sum(len(t.completion_ids) for t in rollout.turns)

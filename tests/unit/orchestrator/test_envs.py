@@ -50,8 +50,10 @@ def test_evals_refuses_an_unknown_env_before_starting_a_server(tmp_path, capsys,
     run.mkdir()
     (run / RUN_MARKER).write_text('{"id": "r1", "kind": "rl"}')
     config = tmp_path / "eval.toml"
-    config.write_text('[model]\nname = "some/model"\n[[eval.env]]\nid = "rl-add-digits"\n'
-                      '[[eval.env]]\nid = "no-such-env"\n')  # fmt: skip
+    config.write_text(
+        '[model]\nname = "some/model"\n[[eval.env]]\nid = "rl-add-digits"\n'
+        '[[eval.env]]\nid = "no-such-env"\n'
+    )
     flags = ["--watch", str(run)] if entry == "watch" else []
     with pytest.raises(SystemExit) as exit_:
         evals_main(["@", str(config), "--output-dir", str(tmp_path / "out"), *flags])

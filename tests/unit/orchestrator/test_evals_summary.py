@@ -20,16 +20,27 @@ def test_pass_at_k_is_the_share_of_k_subsets_with_a_pass(num, passed):
 
 def test_env_summary_from_rows():
     def row(example, reward, error=None, tokens=4):
-        return {"example": example, "reward": reward, "metrics": {"m": reward * 2},
-                "completion_tokens": tokens, "error": error}  # fmt: skip
+        return {
+            "example": example,
+            "reward": reward,
+            "metrics": {"m": reward * 2},
+            "completion_tokens": tokens,
+            "error": error,
+        }
 
     rows = [row(0, 1.0), row(0, 0.0), row(1, 0.0), row(1, 0.0, error="boom", tokens=0)]
     s = env_summary(rows, rollouts=2, threshold=1.0)
     assert (s["num_examples"], s["num_rollouts"], s["num_errors"]) == (2, 4, 1)
     assert s["reward"] == 0.25 and s["metrics/m"] == 0.5 and s["completion_tokens"] == 3
     assert s["pass@1"] == 0.25 and s["pass@2"] == 0.5  # example 0: 1 of 2; example 1: none
-    assert table({"env": s}).splitlines()[1].split() == ["env", "0.250", "0.250", "0.500", "(k=2)",
-                                                         "3.0"]  # fmt: skip
+    assert table({"env": s}).splitlines()[1].split() == [
+        "env",
+        "0.250",
+        "0.250",
+        "0.500",
+        "(k=2)",
+        "3.0",
+    ]
 
 
 def test_an_env_evaluated_twice_gets_two_labels():
@@ -83,8 +94,9 @@ def test_watch_records_reach_the_runs_one_wandb_run(tmp_path, fake_wandb, owner)
     after_end.log(3, {"add/pass@1": 0.75})
     after_end.finish()
 
-    evals = [(d["evals/step"], d["evals/add/pass@1"]) for _, d in fake_wandb.logged
-             if "evals/step" in d]  # fmt: skip
+    evals = [
+        (d["evals/step"], d["evals/add/pass@1"]) for _, d in fake_wandb.logged if "evals/step" in d
+    ]
     assert evals == [(1, 0.25), (2, 0.5), (3, 0.75)]
     first, continued = fake_wandb.inits
     assert continued["id"] == "run-123" and continued["resume"] == "allow"

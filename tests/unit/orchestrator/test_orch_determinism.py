@@ -115,9 +115,11 @@ def test_a_deterministic_run_serves_exactly_step_minus_async_level(async_level):
 def test_deterministic_eval_with_lag_needs_the_filesystem_transport():
     with pytest.raises(ValueError, match="weight-transfer.type filesystem"):
         OrchestratorConfig(
-            deterministic=True, async_level=1, eval={"env": []},
+            deterministic=True,
+            async_level=1,
+            eval={"env": []},
             weight_transfer={"type": "collective"},
-        )  # fmt: skip
+        )
 
 
 def test_every_rollout_state_carries_its_own_seeded_rng():
@@ -156,10 +158,15 @@ samples_strategy = st.lists(
 
 def as_samples(drawn) -> list[Sample]:
     return [
-        Sample(prompt, [t for t, _, _ in done], [int(m) for _, m, _ in done],
-               [lp if m else 0.0 for _, m, lp in done], advantage=0.0)
+        Sample(
+            prompt,
+            [t for t, _, _ in done],
+            [int(m) for _, m, _ in done],
+            [lp if m else 0.0 for _, m, lp in done],
+            advantage=0.0,
+        )
         for prompt, done in drawn
-    ]  # fmt: skip
+    ]
 
 
 @given(samples_strategy, st.data())

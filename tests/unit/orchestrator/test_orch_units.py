@@ -210,8 +210,15 @@ def test_verifiers_output_becomes_a_rollout():
         "tokens": {"prompt_ids": [1, 2], "completion_ids": [3], "completion_logprobs": [-0.5]},
         "is_truncated": True,
     }
-    output = {"example_id": 7, "prompt": [], "completion": [], "reward": 0.5,
-              "metrics": {"f": 1}, "trajectory": [step], "error": {"message": "boom"}}  # fmt: skip
+    output = {
+        "example_id": 7,
+        "prompt": [],
+        "completion": [],
+        "reward": 0.5,
+        "metrics": {"f": 1},
+        "trajectory": [step],
+        "error": {"message": "boom"},
+    }
     got = _to_rollout(output)
     assert got.turns == [Turn([1, 2], [3], [-0.5], True)]
     assert (got.example_id, got.reward, got.metrics, got.error) == (7, 0.5, {"f": 1.0}, "boom")
@@ -245,8 +252,9 @@ def test_one_wandb_run_holds_orchestrator_and_relayed_trainer_metrics(tmp_path, 
     assert logged[0] == {"orchestrator/reward": 0.25, "orchestrator/step": 0}
     relayed = [{k: v for k, v in d.items() if k != "trainer/rss_mib"} for d in logged[1:]]
     assert relayed == [
-        {"trainer/loss": 0.5, "trainer/step": 1}, {"trainer/loss": 0.4, "trainer/step": 2}
-    ]  # fmt: skip
+        {"trainer/loss": 0.5, "trainer/step": 1},
+        {"trainer/loss": 0.4, "trainer/step": 2},
+    ]
     assert all(d["trainer/rss_mib"] > 0 for d in logged[1:])  # metrics records carry it
     # resumed: the same W&B run continues
     Monitor(config, run_dir, wandb_run_id="run-123").close()

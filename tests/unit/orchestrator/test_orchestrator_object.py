@@ -57,9 +57,15 @@ class Receiver:
 
 def test_an_orchestrator_writes_every_batch_from_the_policy_it_needs(tmp_path):
     config = OrchestratorConfig(
-        output_dir=tmp_path, max_steps=4, async_level=1, batch_size=4, rollouts_per_example=2,
-        env=[{"id": "count"}], ckpt={"interval": 2}, deterministic=True,
-    )  # fmt: skip
+        output_dir=tmp_path,
+        max_steps=4,
+        async_level=1,
+        batch_size=4,
+        rollouts_per_example=2,
+        env=[{"id": "count"}],
+        ckpt={"interval": 2},
+        deterministic=True,
+    )
     run_dir, env, logged = RunDir(tmp_path), CountingEnv(), []
     pool = ServerPool(["http://a/v1"])
     pool.swapped = []
@@ -90,9 +96,11 @@ def test_an_orchestrator_writes_every_batch_from_the_policy_it_needs(tmp_path):
         rows = samples_store.read_step(samples_store.step_file(run_dir.samples, step)).to_pylist()
         assert [(r["group"], r["member"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
         assert {(r["step"], r["policy_step"], r["env"]) for r in rows} == {
-            (step, policy_step, "count")}  # fmt: skip
+            (step, policy_step, "count")
+        }
         assert [r["advantage"] for r in rows] == [-0.5, 0.5, -0.5, 0.5] and all(
-            r["kept"] for r in rows)  # fmt: skip
+            r["kept"] for r in rows
+        )
 
 
 class EvalEnv(CountingEnv):
@@ -104,11 +112,18 @@ class EvalEnv(CountingEnv):
 
 def test_in_run_evals_keep_their_samples_as_the_evals_command_writes_them(tmp_path):
     config = OrchestratorConfig(
-        output_dir=tmp_path, max_steps=3, async_level=0, batch_size=2, rollouts_per_example=2,
-        env=[{"id": "count"}], ckpt={"enabled": False},
-        eval={"interval": 2, "env": [{"id": "count-eval", "num_examples": 3,
-                                      "rollouts_per_example": 2}]},
-    )  # fmt: skip
+        output_dir=tmp_path,
+        max_steps=3,
+        async_level=0,
+        batch_size=2,
+        rollouts_per_example=2,
+        env=[{"id": "count"}],
+        ckpt={"enabled": False},
+        eval={
+            "interval": 2,
+            "env": [{"id": "count-eval", "num_examples": 3, "rollouts_per_example": 2}],
+        },
+    )
     run_dir, logged = RunDir(tmp_path), []
     pool = ServerPool(["http://a/v1"])
     pool.swapped = []
@@ -118,17 +133,25 @@ def test_in_run_evals_keep_their_samples_as_the_evals_command_writes_them(tmp_pa
     sampler = ExampleSampler([4], [1.0], 0, state.sampler)
     archive = Archive(SamplesConfig(keep=False), run_dir.samples, config.model.name)
     orchestrator = Orchestrator(
-        config, run_dir, [CountingEnv()], [EvalEnv()], state, sampler,
-        ckpt.CheckpointPlan(None, 3, False), client, monitor,
-        Policy(config, Receiver(), pool, step=0), archive,
-    )  # fmt: skip
+        config,
+        run_dir,
+        [CountingEnv()],
+        [EvalEnv()],
+        state,
+        sampler,
+        ckpt.CheckpointPlan(None, 3, False),
+        client,
+        monitor,
+        Policy(config, Receiver(), pool, step=0),
+        archive,
+    )
     asyncio.run(orchestrator.run())
     assert steps_in(run_dir.evals) == [0, 2, 3]  # the base model, every 2 steps, the last
     for step in (0, 2, 3):
         folder = run_dir.evals / f"step_{step}"
         rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
         assert [(r["env"], r["example"], r["rollout"], r["reward"]) for r in rows] == [
-            ("count-eval", e, i, float(i)) for e in range(3) for i in range(2)]  # fmt: skip
-        assert read_summary(folder / "summary.json") == {
-            "count-eval": env_summary(rows, 2, 1.0)}  # fmt: skip
+            ("count-eval", e, i, float(i)) for e in range(3) for i in range(2)
+        ]
+        assert read_summary(folder / "summary.json") == {"count-eval": env_summary(rows, 2, 1.0)}
         assert read_summary(folder / "summary.json")["count-eval"]["pass@2"] == 1.0

@@ -31,8 +31,10 @@ def test_args_split_between_taskset_and_agent():
     config = env_config("rl-add-digits-v1", {"seed": 3, "harness": "bash", "max_turns": 2})
     assert config["taskset"] == {"seed": 3, "id": "rl-add-digits-v1"}
     assert config["agent"] == {
-        "harness": {"id": "bash"}, "runtime": {"type": "subprocess"}, "max_turns": 2,
-    }  # fmt: skip
+        "harness": {"id": "bash"},
+        "runtime": {"type": "subprocess"},
+        "max_turns": 2,
+    }
     assert env_config("x", {})["agent"]["harness"] == {"id": "null"}
 
 
@@ -81,8 +83,9 @@ def test_branch_tokens_become_turns_that_extend_each_other():
 
 def test_generate_requests_default_to_the_text_mode():
     assert json.loads(with_text_mode(b'{"token_ids": [1]}')) == {
-        "token_ids": [1], "output_mode": "text",
-    }  # fmt: skip
+        "token_ids": [1],
+        "output_mode": "text",
+    }
     assert json.loads(with_text_mode(b'{"output_mode": "tokens"}')) == {"output_mode": "tokens"}
     assert with_text_mode(b"not json") == b"not json"
 
@@ -97,8 +100,11 @@ def test_the_middleware_rewrites_only_the_generate_route():
     async def echo(request: Request) -> JSONResponse:
         return JSONResponse(await request.json())
 
-    app = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in
-                            ("/inference/v1/generate", "/v1/completions")])  # fmt: skip
+    app = Starlette(
+        routes=[
+            Route(p, echo, methods=["POST"]) for p in ("/inference/v1/generate", "/v1/completions")
+        ]
+    )
     client = TestClient(TextModeByDefault(app))
     body = {"token_ids": [1, 2], "note": "x" * 100_000}
     assert client.post("/inference/v1/generate", json=body).json() == body | {"output_mode": "text"}
@@ -163,6 +169,6 @@ def test_any_branch_keeps_every_message_after_the_prompt_in_order(spec):
     assert [m["role"] for m in got] == [
         {"s": "system", "u": "user", "a": "assistant", " ": "assistant", "t": "tool"}[kind]
         for kind, _ in spec[first:]
-    ]  # fmt: skip
+    ]
     assert json.loads(json.dumps(got)) == got
     assert [m["content"] for m in turns(json.dumps(got))] == [text for _, text in spec[first:]]

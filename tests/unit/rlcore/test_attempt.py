@@ -38,8 +38,7 @@ def test_a_reused_pid_is_another_process(monkeypatch):
 
 
 @pytest.mark.parametrize("order", ["trainer first", "orchestrator first"])
-def test_collective_offer_of_this_attempt_is_taken_whenever_written(tmp_path, monkeypatch,
-                                                                     order):  # fmt: skip
+def test_collective_offer_of_this_attempt_is_taken_whenever_written(tmp_path, monkeypatch, order):
     """The resume hang: the trainer offered the resume step's policy before the orchestrator
     built its receiver; comparing times called it stale and both waited for 30 minutes."""
     run = RunDir(tmp_path)

@@ -52,8 +52,9 @@ def rl_config(**extra) -> RLConfig:
     return RLConfig.model_validate({"weight_transfer": {"type": "collective"}, **extra})
 
 
-@pytest.mark.parametrize(("gpus", "backend"), [([], "gloo"), ([0, 1, 2], "nccl")],
-                         ids=["no GPU", "three GPUs"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpus", "backend"), [([], "gloo"), ([0, 1, 2], "nccl")], ids=["no GPU", "three GPUs"]
+)
 def test_rl_fills_port_workers_and_backend_everywhere(monkeypatch, gpus, backend):
     """The machine is fixed here (the GPUs `rl` finds), so the expected backend is known
     before the plan is made: gloo with no GPU, nccl when inference gets GPUs. Two servers,
@@ -72,11 +73,14 @@ def test_rl_fills_port_workers_and_backend_everywhere(monkeypatch, gpus, backend
     ("gpu_map", "backend", "workers"),
     [
         ({"orchestrator": [], "trainer": []}, "gloo", 2),  # CPU: one worker per server
-        ({"orchestrator": [], "trainer": [0], "inference": [1, 2], "inference-1": [3, 4]},
-         "nccl", 4),  # GPUs: tp 1 x dp 2 per server, two servers
+        (
+            {"orchestrator": [], "trainer": [0], "inference": [1, 2], "inference-1": [3, 4]},
+            "nccl",
+            4,
+        ),  # GPUs: tp 1 x dp 2 per server, two servers
     ],
     ids=["cpu", "gpus"],
-)  # fmt: skip
+)
 def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
     from launcher.plan import derive_transport
 
@@ -91,10 +95,12 @@ def test_auto_backend_follows_where_inference_runs(gpu_map, backend, workers):
     ("extra", "words"),
     [
         ({"trainer": {"lora": {"rank": 8}}}, "trainer.lora"),
-        ({"slurm": {"nodes": 2}, "weight_transfer": {"type": "collective", "host": "localhost"}},
-         "inference on the other nodes cannot reach a loopback address"),
+        (
+            {"slurm": {"nodes": 2}, "weight_transfer": {"type": "collective", "host": "localhost"}},
+            "inference on the other nodes cannot reach a loopback address",
+        ),
     ],
-)  # fmt: skip
+)
 def test_rl_refuses_what_collective_cannot_do(extra, words):
     with pytest.raises(ConfigError, match=words):
         build_plan(rl_config(**extra), dry_run=True)
@@ -103,8 +109,11 @@ def test_rl_refuses_what_collective_cannot_do(extra, words):
 def test_buckets_cross_a_real_gloo_group():
     """Rank 0 packs tensors into buckets as the trainer does; rank 1 unpacks them as the
     inference engine does, from update_info alone."""
-    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64),
-               "c": torch.randn(40).to(torch.bfloat16)}  # fmt: skip
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.arange(7, dtype=torch.int64),
+        "c": torch.randn(40).to(torch.bfloat16),
+    }
     info = {
         "names": list(tensors),
         "dtype_names": [str(t.dtype).removeprefix("torch.") for t in tensors.values()],

@@ -15,8 +15,12 @@ PRODUCT = ("rlcore", "launcher", "trainer", "orchestrator", "inference", "enviro
 
 
 def test_unset_hooks_return_at_once(monkeypatch):
-    for name in (faults.CKPT_SAVE_DELAY_ENV, faults.TRAINER_HANG_ENV,
-                 faults.INFERENCE_HANG_ENV, faults.RELOAD_DELAY_ENV):  # fmt: skip
+    for name in (
+        faults.CKPT_SAVE_DELAY_ENV,
+        faults.TRAINER_HANG_ENV,
+        faults.INFERENCE_HANG_ENV,
+        faults.RELOAD_DELAY_ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
     started = time.perf_counter()
     faults.delay_before_save()

@@ -91,10 +91,19 @@ def mapping_address(path) -> int:
 
 
 PERMS = st.sampled_from(["r--p", "r-xp", "rw-p", "r--s", "rwxp", "---p"])
-NAMES = st.sampled_from([
-    "/usr/lib/libc.so.6", "/x/site-packages/torch/lib/libtorch_cpu.so", "/x/model.safetensors",
-    "/x/lib.so.d/data.bin", "[heap]", "[vdso]", "", "/x/libz.so (deleted)", "/x/_C.abi3.so",
-])  # fmt: skip
+NAMES = st.sampled_from(
+    [
+        "/usr/lib/libc.so.6",
+        "/x/site-packages/torch/lib/libtorch_cpu.so",
+        "/x/model.safetensors",
+        "/x/lib.so.d/data.bin",
+        "[heap]",
+        "[vdso]",
+        "",
+        "/x/libz.so (deleted)",
+        "/x/_C.abi3.so",
+    ]
+)
 
 
 LIBRARY_NAME = re.compile(r"\.so(\.[0-9][0-9.]*)?$")

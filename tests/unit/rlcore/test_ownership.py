@@ -202,8 +202,15 @@ def test_rl_delete_asks_and_refuses_a_running_run(workdir, capsys, monkeypatch):
     run = make_run(workdir / "outputs" / "r")
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     assert run_command("delete", ["r"]) == 2 and "needs --yes" in capsys.readouterr().err
-    run.run_json.write_text(json.dumps({"status": "running", "launcher_pid": os.getpid(),
-                                        "identities": {"launcher": procs.identity()}}))  # fmt: skip
+    run.run_json.write_text(
+        json.dumps(
+            {
+                "status": "running",
+                "launcher_pid": os.getpid(),
+                "identities": {"launcher": procs.identity()},
+            }
+        )
+    )
     hold_run(run.root)  # this process is the run's launcher, proved
     try:
         assert run_command("delete", ["r", "--yes"]) == 2

@@ -126,8 +126,11 @@ def test_an_in_run_eval_record_is_no_training_step(tmp_path):
 
     run = RunDir(tmp_path)
     run.append_metrics("orchestrator", 0, {"reward": 0.5, "num_tokens": 10, "num_samples": 2})
-    run.append_metrics("orchestrator", 0, {"eval/policy_step": 0, "eval/add/reward": 0.75,
-                                           "eval/add/num_rollouts": 8})  # fmt: skip
+    run.append_metrics(
+        "orchestrator",
+        0,
+        {"eval/policy_step": 0, "eval/add/reward": 0.75, "eval/add/num_rollouts": 8},
+    )
     run.append_metrics("orchestrator", 1, {"reward": 1.0, "num_tokens": 10, "num_samples": 2})
     records, _ = read_records(run.metrics)
     assert [is_training_step(r) for r in records] == [True, False, True]

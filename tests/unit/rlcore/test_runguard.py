@@ -94,8 +94,9 @@ def rl(target: str, clean: bool = False, dry_run: bool = False) -> None:
 def sft_config(target: str):
     from trainer.sft.config import SFTConfig
 
-    return SFTConfig.model_validate({"output_dir": target, "data": {"name": "rows.jsonl"},
-                                     "ckpt": {"resume_step": -1}})  # fmt: skip
+    return SFTConfig.model_validate(
+        {"output_dir": target, "data": {"name": "rows.jsonl"}, "ckpt": {"resume_step": -1}}
+    )
 
 
 def rl_sft(target: str) -> None:
@@ -145,8 +146,9 @@ def evals(target: str, watch: bool = False) -> None:
     from orchestrator.evals.watch import watch as run_watch
 
     source = {"watch" if watch else "run": "source"}
-    config = EvalsConfig.model_validate({"output_dir": target, **source,
-                                         "eval": {"env": [{"id": "rl-add-digits"}]}})  # fmt: skip
+    config = EvalsConfig.model_validate(
+        {"output_dir": target, **source, "eval": {"env": [{"id": "rl-add-digits"}]}}
+    )
     (run_watch if watch else run)(config)
 
 
@@ -250,8 +252,13 @@ def dotdot(cwd: Path, kind: str) -> tuple[str, Path, object]:
     return "outputs/target/..", cwd / "outputs", nullcontext()
 
 
-CASES = {"held": held, "other kind": other_kind, "not a run": not_a_run,
-         "link out": link_out, "dotdot": dotdot}  # fmt: skip
+CASES = {
+    "held": held,
+    "other kind": other_kind,
+    "not a run": not_a_run,
+    "link out": link_out,
+    "dotdot": dotdot,
+}
 REASONS = {
     "held": r"is in use by pid \d+",
     "other kind": r"is an \w+ run( \(made by `[\w ]+`\))?, not an \w+ run",
@@ -316,17 +323,28 @@ def writer_case(cwd: Path, name: str, case: str):
     outside = cwd.parent / "outside"
     if case == "held":
         make_run(root, "rl")
-        target = {"rl export": root / "exported", "rl plot": root, "rl tasks": root / "data",
-                  "rl init": root / "w.yaml"}[name]  # fmt: skip
+        target = {
+            "rl export": root / "exported",
+            "rl plot": root,
+            "rl tasks": root / "data",
+            "rl init": root / "w.yaml",
+        }[name]
         return str(target), root, locked(root), r"is in use by pid \d+"
     if case == "not a run":
         root.mkdir()
         (root / "thesis.tex").write_text("the user's thesis\n")
-        target = {"rl export": root, "rl plot": root, "rl tasks": root,
-                  "rl init": root / "thesis.tex"}[name]  # fmt: skip
-        reason = {"rl export": "already exists", "rl plot": "is not a run folder",
-                  "rl tasks": "is not a dataset written by `rl tasks`",
-                  "rl init": "exists: pass --force"}[name]  # fmt: skip
+        target = {
+            "rl export": root,
+            "rl plot": root,
+            "rl tasks": root,
+            "rl init": root / "thesis.tex",
+        }[name]
+        reason = {
+            "rl export": "already exists",
+            "rl plot": "is not a run folder",
+            "rl tasks": "is not a dataset written by `rl tasks`",
+            "rl init": "exists: pass --force",
+        }[name]
         return str(target), target, nullcontext(), reason
     if case == "link out":
         make_run(root, "rl")
@@ -335,14 +353,21 @@ def writer_case(cwd: Path, name: str, case: str):
             return str(root), root / "plot.png", nullcontext(), "is a symbolic link"
         link = cwd / "outputs" / ("link.yaml" if name == "rl init" else "link")
         link.symlink_to(outside / "precious.txt" if name == "rl init" else outside)
-        reason = {"rl export": "already exists", "rl tasks": "is not a dataset written",
-                  "rl init": "exists: pass --force"}[name]  # fmt: skip
+        reason = {
+            "rl export": "already exists",
+            "rl tasks": "is not a dataset written",
+            "rl init": "exists: pass --force",
+        }[name]
         named = outside / "precious.txt" if name == "rl init" else outside
         return str(link), named, nullcontext(), reason
     assert case == "dotdot"
     make_run(root, "rl")
-    reason = {"rl export": "already exists", "rl plot": "is not a run folder",
-              "rl tasks": "is not a dataset written", "rl init": "is a folder"}[name]  # fmt: skip
+    reason = {
+        "rl export": "already exists",
+        "rl plot": "is not a run folder",
+        "rl tasks": "is not a dataset written",
+        "rl init": "is a folder",
+    }[name]
     named = cwd / "outputs" if name != "rl plot" else Path("outputs/target/..")
     return "outputs/target/..", named, nullcontext(), reason
 
@@ -361,8 +386,12 @@ def test_every_writing_command_refuses_and_changes_nothing(tree, name, case):
 @pytest.mark.parametrize("name", WRITERS)
 def test_the_control_every_writing_command_writes_into_a_run_nobody_holds(tree, name):
     root = make_run(tree / "outputs" / "target", "sft")
-    target = {"rl export": root / "exported", "rl plot": root, "rl tasks": root / "data",
-              "rl init": root / "w.yaml"}[name]  # fmt: skip
+    target = {
+        "rl export": root / "exported",
+        "rl plot": root,
+        "rl tasks": root / "data",
+        "rl init": root / "w.yaml",
+    }[name]
     WRITERS[name](str(target))
     written = target / "plot.png" if name == "rl plot" else target
     assert written.exists()
@@ -394,7 +423,9 @@ def test_evals_never_deletes_a_policy_folder_it_did_not_make(tree):
             evals(str(out))
         release_locks()
         assert sorted(p.name for p in (out / "policy").iterdir()) == [
-            ".rl-weights", "model.safetensors"]  # fmt: skip
+            ".rl-weights",
+            "model.safetensors",
+        ]
 
 
 def test_evals_refuses_a_missing_run_before_writing_anything(tree):
@@ -422,8 +453,11 @@ def test_rl_sft_refuses_to_resume_an_rl_runs_checkpoint(tree):
 def test_a_run_marked_before_runs_recorded_their_kind_is_known_by_its_files(tree):
     from rlcore.runs.runguard import run_kind
 
-    for config, kind in (("configs/sft.toml", "sft"), ("eval.toml", "eval"),
-                         ("configs/trainer.toml", "rl")):  # fmt: skip
+    for config, kind in (
+        ("configs/sft.toml", "sft"),
+        ("eval.toml", "eval"),
+        ("configs/trainer.toml", "rl"),
+    ):
         root = tree / "legacy" / kind
         claim(root)
         assert run_kind(root) is None  # nothing written yet: any entry point may take it

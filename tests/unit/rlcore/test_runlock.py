@@ -20,12 +20,15 @@ def test_a_folder_whose_marker_went_missing_is_a_clear_error(tmp_path):
 SECRET = "sk-live-0123456789abcdef"
 
 
-@pytest.mark.parametrize("argv", [
-    ["rl", "--wandb-api-key", SECRET, "@", "rl.toml"],
-    ["rl", f"--wandb-api-key={SECRET}", "@", "rl.toml"],
-    ["orchestrator", "--token", SECRET, "--client.base-url", f"http://u:{SECRET}@h/v1"],
-    ["env", f"HF_TOKEN={SECRET}", "trainer", "@", "t.toml"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rl", "--wandb-api-key", SECRET, "@", "rl.toml"],
+        ["rl", f"--wandb-api-key={SECRET}", "@", "rl.toml"],
+        ["orchestrator", "--token", SECRET, "--client.base-url", f"http://u:{SECRET}@h/v1"],
+        ["env", f"HF_TOKEN={SECRET}", "trainer", "@", "t.toml"],
+    ],
+)
 def test_a_refusal_quotes_the_holders_command_line_without_its_secrets(tmp_path, monkeypatch, argv):
     """The holder is this process (a real lock); its command line, as psutil reads it, is the
     one given here."""

@@ -18,10 +18,19 @@ PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 text = st.text(st.characters(codec="utf-8"), max_size=40)  # any unicode, empty included
 message = st.fixed_dictionaries(
     {"role": st.sampled_from(["assistant", "tool", "user"]), "content": text},
-    optional={"tool_calls": st.lists(st.fixed_dictionaries(
-        {"id": text, "type": st.just("function"),
-         "function": st.fixed_dictionaries({"name": text, "arguments": text})}), max_size=2)},
-)  # fmt: skip
+    optional={
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "id": text,
+                    "type": st.just("function"),
+                    "function": st.fixed_dictionaries({"name": text, "arguments": text}),
+                }
+            ),
+            max_size=2,
+        )
+    },
+)
 
 
 @st.composite
@@ -32,7 +41,9 @@ def rollout_rows(draw, group: int = 0, member: int = 0) -> dict:
     completion = draw(st.one_of(text, st.lists(message, max_size=4)))
     error = draw(st.one_of(st.none(), text))
     return {
-        "env": draw(text), "group": group, "member": member,
+        "env": draw(text),
+        "group": group,
+        "member": member,
         "example_id": draw(st.integers(-(2**63), 2**63 - 1)),
         "prompt": json.dumps(draw(st.one_of(text, st.lists(message, max_size=2)))),
         "completion": json.dumps(completion),
@@ -44,24 +55,40 @@ def rollout_rows(draw, group: int = 0, member: int = 0) -> dict:
         "num_completion_tokens": num_tokens,
         "is_truncated": draw(st.booleans()),
         "error": error,
-        "token_text": draw(st.one_of(st.none(), st.lists(text, min_size=1, max_size=4).map(
-            lambda texts: (texts * num_tokens)[:num_tokens]))),
+        "token_text": draw(
+            st.one_of(
+                st.none(),
+                st.lists(text, min_size=1, max_size=4).map(
+                    lambda texts: (texts * num_tokens)[:num_tokens]
+                ),
+            )
+        ),
         "token_logprob": [draw(st.floats(-50, 0, width=32))] * num_tokens,
         "token_mask": [draw(st.booleans())] * num_tokens,
-    }  # fmt: skip
+    }
 
 
 def sample_row() -> dict:
     """One plain row: a kept rollout of three tokens."""
     return {
-        "env": "rl-add-digits", "group": 0, "member": 0, "example_id": 7,
+        "env": "rl-add-digits",
+        "group": 0,
+        "member": 0,
+        "example_id": 7,
         "prompt": json.dumps([{"role": "user", "content": "What is 3 + 4?"}]),
-        "completion": json.dumps([{"role": "assistant", "content": "7"}]), "reward": 1.0,
-        "reward_parts": "{}", "advantage": 0.5, "kept": True, "num_prompt_tokens": 12,
-        "num_completion_tokens": 3, "is_truncated": False, "error": None,
-        "token_text": ["7", "<|im_end|>", ""], "token_logprob": [-0.5, -0.25, 0.0],
+        "completion": json.dumps([{"role": "assistant", "content": "7"}]),
+        "reward": 1.0,
+        "reward_parts": "{}",
+        "advantage": 0.5,
+        "kept": True,
+        "num_prompt_tokens": 12,
+        "num_completion_tokens": 3,
+        "is_truncated": False,
+        "error": None,
+        "token_text": ["7", "<|im_end|>", ""],
+        "token_logprob": [-0.5, -0.25, 0.0],
         "token_mask": [True, True, False],
-    }  # fmt: skip
+    }
 
 
 @st.composite
@@ -88,8 +115,9 @@ def check_round_trip(folder: Path, rows: list[dict], step: int, policy_step: int
     assert meta[b"rl.policy_step"] == str(policy_step).encode()
     for group in {row["group"] for row in rows}:
         members = samples_store.read_group(path, group, ["reward"])
-        assert [m["member"] for m in members] == sorted(r["member"] for r in rows
-                                                        if r["group"] == group)  # fmt: skip
+        assert [m["member"] for m in members] == sorted(
+            r["member"] for r in rows if r["group"] == group
+        )
         assert set(members[0]) == {"group", "member", "reward"}  # only what was asked for
     assert samples_store.list_steps(folder) == [step]
 
@@ -122,8 +150,10 @@ def test_a_torn_temporary_is_never_a_step_and_a_failed_write_keeps_the_old_file(
     with pytest.raises(OSError):
         samples_store.write_step(tmp_path, 1, 5, [row, row])
     assert samples_store.step_file(tmp_path, 1).read_bytes() == before  # the old step, whole
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".step_2.parquet.tmp999",
-                                                          "step_1.parquet"]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".step_2.parquet.tmp999",
+        "step_1.parquet",
+    ]
 
 
 def test_a_torn_or_foreign_file_is_named_never_a_traceback(tmp_path):
@@ -194,8 +224,9 @@ def test_a_column_of_a_foreign_type_is_named_and_read_as_missing(tmp_path):
     with pytest.raises(SamplesError, match=r"token_mask \(list<\w+: string>, not list<bool>\)"):
         samples_store.read_step(path)
     parquet = samples_store.open_step(path)
-    found = samples_store.read_rows(parquet, {0}, ("token_mask", "token_logprob"),
-                                    lambda name, column: column.to_pylist())  # fmt: skip
+    found = samples_store.read_rows(
+        parquet, {0}, ("token_mask", "token_logprob"), lambda name, column: column.to_pylist()
+    )
     assert found == {0: {"token_mask": None, "token_logprob": [-0.5, -0.25, 0.0]}}
 
 

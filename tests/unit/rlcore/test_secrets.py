@@ -38,8 +38,9 @@ def test_secret_names_are_told_from_ordinary_ones():
 
 def test_literals_are_redacted_and_references_kept():
     data = {"args": {"api_key": SECRET, "auth": [{"token": SECRET}], "hf_token": "$HF_TOKEN"}}
-    assert redact(data) == {"args": {"api_key": "***", "auth": [{"token": "***"}],
-                                     "hf_token": "$HF_TOKEN"}}  # fmt: skip
+    assert redact(data) == {
+        "args": {"api_key": "***", "auth": [{"token": "***"}], "hf_token": "$HF_TOKEN"}
+    }
     assert scrub(f"bad key {SECRET}!", data) == "bad key ***!"
 
 
@@ -61,11 +62,13 @@ def test_resolved_and_printed_configs_show_no_literal_secret():
 
 
 def test_rl_writes_references_and_hands_the_value_to_the_processes(tmp_path):
-    config = RLConfig.model_validate({
-        "output_dir": str(tmp_path / "run"),
-        "orchestrator": {"env": [{"id": "rl-add-digits", "args": {"api_key": SECRET}}]},
-        "inference": {"vllm_args": {"api_key": SECRET}},
-    })  # fmt: skip
+    config = RLConfig.model_validate(
+        {
+            "output_dir": str(tmp_path / "run"),
+            "orchestrator": {"env": [{"id": "rl-add-digits", "args": {"api_key": SECRET}}]},
+            "inference": {"vllm_args": {"api_key": SECRET}},
+        }
+    )
     plan = build_plan(config, dry_run=True)
     plan.run.claim()
     write_configs(plan)
@@ -90,10 +93,15 @@ def test_the_wandb_config_is_redacted(tmp_path, fake_wandb):
 # `_`, `-`, `.` and camelCase humps), alone or with other words; values URLs must escape.
 WORDS = ["key", "apiKey", "token", "secret", "password", "passwd", "credential", "auth"]
 STYLES = [str.lower, str.upper, lambda w: w[:1].upper() + w[1:]]
-NAMES = sorted({
-    style(template.format(word)) for word in WORDS for style in STYLES
-    for template in ("{}", "hf_{}", "{}-value", "X-{}", "my.{}", "client_{}")
-} | {"client" + word[:1].upper() + word[1:] for word in WORDS})  # fmt: skip
+NAMES = sorted(
+    {
+        style(template.format(word))
+        for word in WORDS
+        for style in STYLES
+        for template in ("{}", "hf_{}", "{}-value", "X-{}", "my.{}", "client_{}")
+    }
+    | {"client" + word[:1].upper() + word[1:] for word in WORDS}
+)
 VALUES = [SECRET, "p@ss:w/rd?&=", "ÿ-unicode-☃", "a" * 300]
 
 
@@ -138,16 +146,32 @@ PROPERTY = settings(max_examples=150, deadline=None)
 
 def case_styles(words: list[str]) -> st.SearchStrategy[str]:
     """`words` written as snake, kebab, dotted, SCREAMING, camel and Pascal case."""
-    return st.sampled_from([
-        "_".join(words), "-".join(words), ".".join(words), "_".join(words).upper(),
-        "-".join(w.capitalize() for w in words),
-        words[0] + "".join(w.capitalize() for w in words[1:]),
-        "".join(w.capitalize() for w in words),
-    ])  # fmt: skip
+    return st.sampled_from(
+        [
+            "_".join(words),
+            "-".join(words),
+            ".".join(words),
+            "_".join(words).upper(),
+            "-".join(w.capitalize() for w in words),
+            words[0] + "".join(w.capitalize() for w in words[1:]),
+            "".join(w.capitalize() for w in words),
+        ]
+    )
 
 
-SECRET_LAST = ["key", "token", "secret", "password", "passwd", "credentials", "auth",
-               "authorization", "apikey", "passphrase", "signature"]  # fmt: skip
+SECRET_LAST = [
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credentials",
+    "auth",
+    "authorization",
+    "apikey",
+    "passphrase",
+    "signature",
+]
 QUALIFIERS = ["", "hf", "openai", "api", "client", "x", "my", "access", "wandb", "db", "aws"]
 SECRET_NAMES = st.builds(
     lambda words, digit, value: words + ([digit] if digit else []) + (["value"] if value else []),
@@ -158,15 +182,42 @@ SECRET_NAMES = st.builds(
     st.booleans(),
 ).flatmap(case_styles)
 NOT_SECRET_COMPOUNDS = [
-    ["sort", "key"], ["primary", "key"], ["answer", "key"], ["foreign", "key"],
-    ["label", "key"], ["pad", "token"], ["eos", "token"], ["max", "token"],
-    ["token", "budget"], ["token", "count"], ["num", "tokens"], ["max", "tokens"],
-    ["auth", "type"], ["auth", "method"], ["api", "key", "var"], ["key", "path"],
-    ["hf", "token", "env"], ["secret", "name"], ["password", "file"], ["tokenizer"],
-    ["monkey"], ["keep"], ["keyboard"], ["passthrough"],
-]  # fmt: skip
-RUN_TOGETHER_SECRETS = ["clientsecret", "apikey", "authtoken", "accesstoken", "secretkey",
-                        "privatekey", "dbpassword", "refreshtoken", "xapikey"]  # fmt: skip
+    ["sort", "key"],
+    ["primary", "key"],
+    ["answer", "key"],
+    ["foreign", "key"],
+    ["label", "key"],
+    ["pad", "token"],
+    ["eos", "token"],
+    ["max", "token"],
+    ["token", "budget"],
+    ["token", "count"],
+    ["num", "tokens"],
+    ["max", "tokens"],
+    ["auth", "type"],
+    ["auth", "method"],
+    ["api", "key", "var"],
+    ["key", "path"],
+    ["hf", "token", "env"],
+    ["secret", "name"],
+    ["password", "file"],
+    ["tokenizer"],
+    ["monkey"],
+    ["keep"],
+    ["keyboard"],
+    ["passthrough"],
+]
+RUN_TOGETHER_SECRETS = [
+    "clientsecret",
+    "apikey",
+    "authtoken",
+    "accesstoken",
+    "secretkey",
+    "privatekey",
+    "dbpassword",
+    "refreshtoken",
+    "xapikey",
+]
 
 
 @PROPERTY
@@ -199,8 +250,18 @@ ESCAPES = ["%40", "%3A", "%2F", "%25", "%20", "%23", "%26", "%E2%98%83"]
 USER = pieces(UNRESERVED + "!$&()*+,;=", ESCAPES)  # user info: no `@`, `/`, `?`, `#`, quote
 PASSWORD = pieces(UNRESERVED + "!$&()*+,;=:", ESCAPES)
 QUERY_VALUE = pieces(UNRESERVED + "!$()*+,;=:@/?", ESCAPES)  # no `&`, `#`
-SECRET_PARAMS = ["api_key", "apiKey", "access_token", "token", "client_secret", "password",
-                 "X-Amz-Signature", "api%5Fkey", "authtoken", "sig"]  # fmt: skip
+SECRET_PARAMS = [
+    "api_key",
+    "apiKey",
+    "access_token",
+    "token",
+    "client_secret",
+    "password",
+    "X-Amz-Signature",
+    "api%5Fkey",
+    "authtoken",
+    "sig",
+]
 PLAIN_PARAMS = ["sort_key", "page", "token_count", "auth_type", "max_tokens", "q", "answer_key"]
 
 
@@ -211,10 +272,14 @@ def urls(draw) -> tuple[str, dict]:
     host = draw(st.sampled_from(["example.com", "127.0.0.1:8443", "[::1]:80", "h.io"]))
     path = draw(st.sampled_from(["", "/", "/v1", "/mcp/x", "/a%20b"]))
     userinfo = draw(st.one_of(st.just(""), USER, st.builds("{}:{}".format, USER, PASSWORD)))
-    secret = [(name, draw(QUERY_VALUE)) for name in draw(st.lists(st.sampled_from(SECRET_PARAMS),
-                                                                  max_size=3))]  # fmt: skip
-    plain = [(name, draw(st.text("abc123", max_size=4))) for name in
-             draw(st.lists(st.sampled_from(PLAIN_PARAMS), max_size=3))]  # fmt: skip
+    secret = [
+        (name, draw(QUERY_VALUE))
+        for name in draw(st.lists(st.sampled_from(SECRET_PARAMS), max_size=3))
+    ]
+    plain = [
+        (name, draw(st.text("abc123", max_size=4)))
+        for name in draw(st.lists(st.sampled_from(PLAIN_PARAMS), max_size=3))
+    ]
     params = draw(st.permutations(secret + plain))
     fragment = draw(st.sampled_from(["", "#sec-2", "#access_token={}&token_type=bearer"]))
     fragment = fragment.format(draw(QUERY_VALUE))
@@ -262,10 +327,13 @@ def test_rl_passes_a_urls_secrets_by_environment_and_the_process_gets_the_url_ba
     assert resolve(written, "args", env) == {"args": {"endpoint": url, "list": ["x", url]}}
 
 
-@pytest.mark.parametrize("url", [
-    "https://$MCP_USER@example.com/mcp?token=$MCP_TOKEN",
-    "https://bob:${MCP_PASSWORD}@example.com/mcp?a=1&api_key=${K}#access_token=$T",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://$MCP_USER@example.com/mcp?token=$MCP_TOKEN",
+        "https://bob:${MCP_PASSWORD}@example.com/mcp?a=1&api_key=${K}#access_token=$T",
+    ],
+)
 def test_references_in_urls_are_kept_and_resolved_in_the_process(url):
     assert redact_url(url) == url and dump_config({"url": url}) == f'url = "{url}"\n'
     env = {"MCP_USER": "u:p", "MCP_TOKEN": "t", "MCP_PASSWORD": "p", "K": "k", "T": "t"}
@@ -299,8 +367,10 @@ def test_non_secret_flags_and_assignments_are_shown_as_given():
     line = "rl --sort-key k --token-budget 9 AUTH_TYPE=none --answer-key a http://h/p?sort_key=s"
     assert redact_command(line) == line
     assert redact(["--sort-key", "k", "AUTH_TYPE=none"]) == ["--sort-key", "k", "AUTH_TYPE=none"]
-    assert (redact_command("env HF_TOKEN=abc OPENAI_API_KEY='x y' python -m x --token=t")
-            == "env HF_TOKEN=*** OPENAI_API_KEY=*** python -m x --token=***")  # fmt: skip
+    assert (
+        redact_command("env HF_TOKEN=abc OPENAI_API_KEY='x y' python -m x --token=t")
+        == "env HF_TOKEN=*** OPENAI_API_KEY=*** python -m x --token=***"
+    )
 
 
 def test_log_lines_and_uncaught_tracebacks_show_no_url_secret(monkeypatch, capsys):

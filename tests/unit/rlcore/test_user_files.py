@@ -44,8 +44,13 @@ def tasks(path: Path) -> None:
     read_json(path)
 
 
-READERS = {"at_config": at_config, "workflow": workflow, "template": template,
-           "dotenv": dotenv, "tasks": tasks}  # fmt: skip
+READERS = {
+    "at_config": at_config,
+    "workflow": workflow,
+    "template": template,
+    "dotenv": dotenv,
+    "tasks": tasks,
+}
 LIMITS = {"workflow": MAX_YAML_BYTES}
 
 

@@ -99,20 +99,34 @@ def window_of(left_right: tuple[int, int]) -> int:
     return left_right[0]
 
 
-def torch_2_10_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
-                      is_causal=False):  # fmt: skip
+def torch_2_10_kernel(
+    q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, is_causal=False
+):
     assert is_causal and k.shape[1] == q.shape[1], "torch 2.10's kernel: causal, no GQA"
     return by_hand(q, k, v, cu_q.tolist(), scale)
 
 
-def torch_2_11_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
-                      window_size=(-1, -1)):  # fmt: skip
+def torch_2_11_kernel(
+    q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+):
     assert k.shape[1] == q.shape[1], "torch 2.11's kernel has no enable_gqa"
     return by_hand(q, k, v, cu_q.tolist(), scale, window_of(window_size))
 
 
-def torch_2_13_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
-                      window_size=(-1, -1), enable_gqa=False):  # fmt: skip
+def torch_2_13_kernel(
+    q,
+    k,
+    v,
+    cu_q,
+    cu_k,
+    max_q,
+    max_k,
+    *,
+    return_aux=None,
+    scale=None,
+    window_size=(-1, -1),
+    enable_gqa=False,
+):
     assert enable_gqa == (k.shape[1] != q.shape[1])
     return by_hand(q, k, v, cu_q.tolist(), scale, window_of(window_size))
 
@@ -127,9 +141,14 @@ CU_SEQLENS = [0, 3, 5, 9]
 
 @pytest.mark.parametrize(
     ("kernel", "left"),
-    [(torch_2_10_kernel, -1), (torch_2_11_kernel, -1), (torch_2_11_kernel, 1),
-     (torch_2_13_kernel, -1), (torch_2_13_kernel, 1)],
-)  # fmt: skip
+    [
+        (torch_2_10_kernel, -1),
+        (torch_2_11_kernel, -1),
+        (torch_2_11_kernel, 1),
+        (torch_2_13_kernel, -1),
+        (torch_2_13_kernel, 1),
+    ],
+)
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
 def test_each_torchs_varlen_signature_gets_the_same_grouped_attention(kernel, left, kv_heads):
     """The keywords differ between torch releases (the GPU machine's torch 2.11 has no
@@ -138,8 +157,9 @@ def test_each_torchs_varlen_signature_gets_the_same_grouped_attention(kernel, le
     gives it."""
     q, k, v = qkv(kv_heads)
     choice = attention.varlen_options(kernel, inspect.signature(kernel).parameters, (left, 0))
-    out = attention.call_varlen(choice, q, k, v, torch.tensor(CU_SEQLENS, dtype=torch.int32), 4,
-                                0.5)  # fmt: skip
+    out = attention.call_varlen(
+        choice, q, k, v, torch.tensor(CU_SEQLENS, dtype=torch.int32), 4, 0.5
+    )
     torch.testing.assert_close(out, by_hand(q, k, v, CU_SEQLENS, 0.5, left))
 
 

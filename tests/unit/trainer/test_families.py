@@ -30,9 +30,14 @@ def samples(seed: int = 0) -> list[Sample]:
     for num_prompt, num_completion in LENGTHS:
         ids = torch.randint(0, VOCAB, (num_prompt + num_completion,), generator=gen).tolist()
         out.append(
-            Sample(ids[:num_prompt], ids[num_prompt:], [1] * num_completion,
-                   [0.0] * num_completion, advantage=1.0)
-        )  # fmt: skip
+            Sample(
+                ids[:num_prompt],
+                ids[num_prompt:],
+                [1] * num_completion,
+                [0.0] * num_completion,
+                advantage=1.0,
+            )
+        )
     return out
 
 
@@ -69,8 +74,10 @@ def test_every_listed_head_has_a_tiny_model(family_dirs):
     model in tests/families.py that the test below checks."""
     import json
 
-    built = {json.loads((d / "config.json").read_text())["architectures"][0]
-             for d in family_dirs.values()}  # fmt: skip
+    built = {
+        json.loads((d / "config.json").read_text())["architectures"][0]
+        for d in family_dirs.values()
+    }
     assert built == set(HEAD_TRANSFORMS)
 
 
@@ -179,8 +186,10 @@ def lora_head_gradients(model, world, batch) -> tuple[torch.Tensor, dict[str, to
     logprobs[mb.loss_mask].sum().backward()
     head = model.get_output_embeddings()
     return logprobs[mb.loss_mask].detach(), {
-        "A": head.lora_A.weight.grad, "B": head.lora_B.weight.grad, "bias": head.bias.grad,
-    }  # fmt: skip
+        "A": head.lora_A.weight.grad,
+        "B": head.lora_B.weight.grad,
+        "bias": head.bias.grad,
+    }
 
 
 def test_a_lora_adapter_on_lm_head_trains_through_the_chunked_head(family_dirs, cpu_world):

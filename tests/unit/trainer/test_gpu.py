@@ -30,8 +30,9 @@ def bf16_config(fake_config, model_dir, out, **overrides):
 
 
 def test_fsdp2_bf16_step_moves_fp32_masters(tiny_model_dir, tmp_path, fake_config, gpu_world):
-    cfg = bf16_config(fake_config, tiny_model_dir, tmp_path, optim={"lr": 1e-6},
-                      ckpt={"enabled": False})  # fmt: skip
+    cfg = bf16_config(
+        fake_config, tiny_model_dir, tmp_path, optim={"lr": 1e-6}, ckpt={"enabled": False}
+    )
     trainer = setup_trainer(cfg, gpu_world)
     params = dict(trainer.model.named_parameters())
     assert all(type(p).__name__ == "DTensor" for p in params.values())  # FSDP2-sharded
@@ -49,8 +50,11 @@ def test_resume_is_bit_exact(tiny_model_dir, tmp_path, fake_config):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     run(bf16_config(fake_config, tiny_model_dir, whole, max_steps=3, ckpt={"interval": 1}))
     run(bf16_config(fake_config, tiny_model_dir, cut, max_steps=2, ckpt={"interval": 1}))
-    run(bf16_config(fake_config, tiny_model_dir, cut, max_steps=3,
-                    ckpt={"interval": 1, "resume_step": -1}))  # fmt: skip
+    run(
+        bf16_config(
+            fake_config, tiny_model_dir, cut, max_steps=3, ckpt={"interval": 1, "resume_step": -1}
+        )
+    )
     a = load_file(str(RunDir(whole).weight_dir(3) / "model.safetensors"))
     b = load_file(str(RunDir(cut).weight_dir(3) / "model.safetensors"))
     assert a.keys() == b.keys()
@@ -60,8 +64,14 @@ def test_resume_is_bit_exact(tiny_model_dir, tmp_path, fake_config):
 
 
 def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, gpu_world):
-    cfg = bf16_config(fake_config, tiny_model_dir, tmp_path, seq_len=65536,
-                      data={"fake": {"batch_size": 4}}, ckpt={"enabled": False})  # fmt: skip
+    cfg = bf16_config(
+        fake_config,
+        tiny_model_dir,
+        tmp_path,
+        seq_len=65536,
+        data={"fake": {"batch_size": 4}},
+        ckpt={"enabled": False},
+    )
     # Set up first: NCCL makes its communicator (and its buffers) at the first collective, and
     # a communicator that cannot allocate fails with its own error, not the step's.
     trainer = setup_trainer(cfg, gpu_world)

@@ -114,8 +114,16 @@ def test_in_place_backward_is_bit_for_bit_the_plain_one(chunk):
 def test_no_loss_position_gives_zero_gradients():
     weight = torch.randn(50, 16, requires_grad=True)
     hidden = torch.randn(0, 16, requires_grad=True)
-    args = (hidden, weight, None, torch.zeros(0, dtype=torch.long), 1.0, 4, torch.float32,
-            HeadTransform())  # fmt: skip
+    args = (
+        hidden,
+        weight,
+        None,
+        torch.zeros(0, dtype=torch.long),
+        1.0,
+        4,
+        torch.float32,
+        HeadTransform(),
+    )
     logp, _ = ChunkedLogprobs.apply(*args)
     logp.sum().backward()
     assert weight.grad is not None and not weight.grad.any()

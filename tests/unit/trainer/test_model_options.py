@@ -28,9 +28,13 @@ def gradients_after_one_step(model_dir, out, fake_config, world, **model_options
 def test_checkpointing_every_second_layer(tiny_model_dir, tmp_path, fake_config, cpu_world):
     _, plain = gradients_after_one_step(tiny_model_dir, tmp_path / "a", fake_config, cpu_world)
     model, sparse = gradients_after_one_step(
-        tiny_model_dir, tmp_path / "b", fake_config, cpu_world,
-        activation_checkpointing=True, activation_checkpointing_freq=2,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "b",
+        fake_config,
+        cpu_world,
+        activation_checkpointing=True,
+        activation_checkpointing_freq=2,
+    )
     flags = [layer.gradient_checkpointing for layer in decoder_layers(model)]
     assert len(flags) >= 2 and flags == [i % 2 == 0 for i in range(len(flags))]
     for name, grad in plain.items():
@@ -66,8 +70,13 @@ def test_out_of_memory_names_the_knobs(tiny_model_dir, tmp_path, fake_config, cp
     with pytest.raises(TrainingError) as failure:
         train_step(trainer, batch)
     message = str(failure.value)
-    knobs = ("data.micro_batch_tokens (now 512)", "seq_len (now 32)", "9.27 GiB",
-             "model.activation_checkpointing = true", "--trainer-gpu-ids")  # fmt: skip
+    knobs = (
+        "data.micro_batch_tokens (now 512)",
+        "seq_len (now 32)",
+        "9.27 GiB",
+        "model.activation_checkpointing = true",
+        "--trainer-gpu-ids",
+    )
     for knob in knobs:
         assert knob in message, message
 

@@ -102,9 +102,12 @@ def test_a_failed_background_write_stops_the_run_and_leaves_no_stable_folder(
 def test_weights_can_live_in_another_folder(tiny_model_dir, tmp_path, fake_config):
     shm = tmp_path / "shm"
     config = fake_config(
-        tiny_model_dir, tmp_path / "run", max_steps=2, ckpt={"enabled": False},
+        tiny_model_dir,
+        tmp_path / "run",
+        max_steps=2,
+        ckpt={"enabled": False},
         weight_transfer={"dir": str(shm)},
-    )  # fmt: skip
+    )
     run(config)
     run_dir = RunDir(tmp_path / "run")
     assert run_dir.weights.is_symlink() and run_dir.weights_stable(2)

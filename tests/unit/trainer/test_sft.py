@@ -49,23 +49,35 @@ def test_a_chat_trains_on_every_assistant_turn_only(tokenizer):
 def test_prompt_and_completion_train_on_the_completion(tokenizer):
     ids, targets = text_tokens("1+1=", "2", tokenizer)
     assert trained_text(tokenizer, ids, targets) == "2" + tokenizer.eos_token
-    rows = [{"prompt": [{"role": "user", "content": "hi"}],
-             "completion": [{"role": "assistant", "content": "yo"}]}]  # fmt: skip
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": "hi"}],
+            "completion": [{"role": "assistant", "content": "yo"}],
+        }
+    ]
     (example,), _ = tokenize_rows(rows, tokenizer, 64, "truncate", "f.jsonl")
     assert trained_text(tokenizer, example.ids, example.targets) == "yo<|im_end|>\n"
 
 
 def test_bad_rows_name_the_source_the_row_and_the_fix(tokenizer):
-    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
-            {"question": "q", "answer": "a"}]  # fmt: skip
+    rows = [
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+        {"question": "q", "answer": "a"},
+    ]
     with pytest.raises(ConfigError, match=r"f.jsonl, row 1: has columns \['answer', 'question'\]"):
         tokenize_rows(rows, tokenizer, 64, "truncate", "f.jsonl")
     with pytest.raises(ConfigError, match="row 0: no assistant message"):
-        tokenize_rows([{"messages": [{"role": "user", "content": "a"}]}], tokenizer, 64,
-                      "truncate", "f.jsonl")  # fmt: skip
+        tokenize_rows(
+            [{"messages": [{"role": "user", "content": "a"}]}], tokenizer, 64, "truncate", "f.jsonl"
+        )
     with pytest.raises(ConfigError, match="both be text or both chat"):
-        tokenize_rows([{"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]}],
-                      tokenizer, 64, "truncate", "f.jsonl")  # fmt: skip
+        tokenize_rows(
+            [{"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]}],
+            tokenizer,
+            64,
+            "truncate",
+            "f.jsonl",
+        )
 
 
 def test_long_rows_are_cut_or_left_out_and_counted(tokenizer):
@@ -91,8 +103,11 @@ def test_the_examples_of_a_step_depend_on_seed_and_step_only():
 
 
 def test_packing_keeps_examples_apart_and_aligns_targets():
-    examples = [Example([5, 6, 7], [False, True, True], 0), Example([8, 9], [False, True], 1),
-                Example([1, 2, 3, 4], [False, False, True, True], 2)]  # fmt: skip
+    examples = [
+        Example([5, 6, 7], [False, True, True], 0),
+        Example([8, 9], [False, True], 1),
+        Example([1, 2, 3, 4], [False, False, True, True], 2),
+    ]
     rows = pack(examples, tokens=5)
     assert [r.input_ids.tolist() for r in rows] == [[[5, 6, 7, 8, 9]], [[1, 2, 3, 4]]]
     assert rows[0].position_ids.tolist() == [[0, 1, 2, 0, 1]]
@@ -144,15 +159,25 @@ def test_config_reads_prime_rl_names_and_checks_the_pass_size():
 def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tmp_path):
     """backward()'s loss against a hand computation: each example alone through the model,
     -log p(target) summed over completion tokens only, divided by their count."""
-    rows = [{"prompt": "What is 2+3?", "completion": " 5"},
-            {"messages": [{"role": "user", "content": "Say hi"},
-                          {"role": "assistant", "content": "hi there"}]},
-            {"prompt": "x", "completion": " yz"}]  # fmt: skip
+    rows = [
+        {"prompt": "What is 2+3?", "completion": " 5"},
+        {
+            "messages": [
+                {"role": "user", "content": "Say hi"},
+                {"role": "assistant", "content": "hi there"},
+            ]
+        },
+        {"prompt": "x", "completion": " yz"},
+    ]
     examples, _ = tokenize_rows(rows, tokenizer, 64, "truncate", "f")
-    config = SFTConfig.model_validate({
-        "model": {"name": str(tiny_model_dir), "dtype": "float32"}, "seq_len": 64,
-        "data": {"name": "unused", "micro_batch_tokens": 64}, "output_dir": str(tmp_path),
-    })  # fmt: skip
+    config = SFTConfig.model_validate(
+        {
+            "model": {"name": str(tiny_model_dir), "dtype": "float32"},
+            "seq_len": 64,
+            "data": {"name": "unused", "micro_batch_tokens": 64},
+            "output_dir": str(tmp_path),
+        }
+    )
     world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
     model = load_model(config.model, str(tiny_model_dir), world)
     sft = SFT(config, world, None, model, None, None, None, examples, [])
@@ -160,8 +185,11 @@ def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tm
 
     nll, count = 0.0, 0
     with torch.no_grad():
-        plain = load_model(config.model.model_copy(update={"logprob_chunk_tokens": None}),
-                           str(tiny_model_dir), world)  # fmt: skip
+        plain = load_model(
+            config.model.model_copy(update={"logprob_chunk_tokens": None}),
+            str(tiny_model_dir),
+            world,
+        )
         for e in examples:
             logits = plain(input_ids=torch.tensor([e.ids])).logits[0].double()
             logprobs = torch.log_softmax(logits, -1)

@@ -18,8 +18,13 @@ from trainer.train import setup_trainer
 
 
 def auto_config(fake_config, model_dir, out, **model):
-    options = {"name": str(model_dir), "dtype": "float32", "compile": "auto",
-               "activation_checkpointing": "auto", **model}  # fmt: skip
+    options = {
+        "name": str(model_dir),
+        "dtype": "float32",
+        "compile": "auto",
+        "activation_checkpointing": "auto",
+        **model,
+    }
     return fake_config(model_dir, out, max_steps=3, ckpt={"enabled": False}, model=options)
 
 
@@ -41,8 +46,13 @@ def test_auto_on_a_short_cpu_run_compiles_nothing_and_says_why(
 
 
 def test_explicit_settings_are_applied_as_given(tiny_model_dir, tmp_path, fake_config, cpu_world):
-    config = auto_config(fake_config, tiny_model_dir, tmp_path, activation_checkpointing=True,
-                         activation_checkpointing_freq=2)  # fmt: skip
+    config = auto_config(
+        fake_config,
+        tiny_model_dir,
+        tmp_path,
+        activation_checkpointing=True,
+        activation_checkpointing_freq=2,
+    )
     config.optim.fused = True  # CPU has a fused AdamW too
     trainer = setup_trainer(config, cpu_world)
     flags = [layer.gradient_checkpointing for layer in decoder_layers(trainer.model)]

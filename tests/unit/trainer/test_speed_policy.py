@@ -23,10 +23,20 @@ from trainer.speed_policy import (
 
 GIB = 2**30
 CPU = Machine(
-    arch="x86_64", vendor="AuthenticAMD", model="AMD EPYC", isa="avx512_bf16",
-    hardware_isa="avx512_bf16", capped_by="", bf16_matmul=True, bf16_native=True, num_cpus=2,
-    memory_gib=24, num_gpus=0, gpu_name="", compiler="/usr/bin/g++",
-)  # fmt: skip
+    arch="x86_64",
+    vendor="AuthenticAMD",
+    model="AMD EPYC",
+    isa="avx512_bf16",
+    hardware_isa="avx512_bf16",
+    capped_by="",
+    bf16_matmul=True,
+    bf16_native=True,
+    num_cpus=2,
+    memory_gib=24,
+    num_gpus=0,
+    gpu_name="",
+    compiler="/usr/bin/g++",
+)
 H100 = replace(CPU, num_gpus=1, gpu_name="NVIDIA H100 80GB HBM3", num_cpus=16, memory_gib=128)
 AVX2 = replace(CPU, isa="avx2", hardware_isa="avx2", bf16_matmul=False, bf16_native=False)
 NO_COMPILER = replace(H100, compiler="")
@@ -50,9 +60,17 @@ CPU_PAYS = payoff_step(COMPILE_FIGURES["cpu-bfloat16"], LONG_CPU_RUN) is not Non
         (NO_COMPILER, True, "bfloat16", LONG_GPU_RUN, False, "no C++ compiler"),
         (H100, True, "bfloat16", None, False, "no training run"),
     ],
-    ids=["h100-1000-steps", "h100-3-steps", "bf16-cpu-1000", "bf16-cpu-3", "avx2-cpu",
-         "fp16-cpu", "no-compiler", "no-run"],
-)  # fmt: skip
+    ids=[
+        "h100-1000-steps",
+        "h100-3-steps",
+        "bf16-cpu-1000",
+        "bf16-cpu-3",
+        "avx2-cpu",
+        "fp16-cpu",
+        "no-compiler",
+        "no-run",
+    ],
+)
 def test_auto_compiles_where_it_pays_within_the_run(machine, on_gpu, dtype, run, want, why):
     chosen, reason = choose_compile("auto", on_gpu, dtype, machine, run)
     assert chosen is want and reason.startswith("auto: ") and why in reason, reason

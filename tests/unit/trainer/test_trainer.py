@@ -43,8 +43,17 @@ def test_run_publishes_loadable_weights_and_checkpoints(tiny_model_dir, tmp_path
     assert AutoTokenizer.from_pretrained(rd.weight_dir(3)).chat_template
     records = [json.loads(line) for line in rd.metrics.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
-    for key in ("loss", "entropy", "mismatch_kl", "clip_frac", "grad_norm", "lr",
-                "tokens_per_s", "peak_memory_gib", "step_time_s"):  # fmt: skip
+    for key in (
+        "loss",
+        "entropy",
+        "mismatch_kl",
+        "clip_frac",
+        "grad_norm",
+        "lr",
+        "tokens_per_s",
+        "peak_memory_gib",
+        "step_time_s",
+    ):
         assert all(key in r for r in records), key
     assert (rd.config_file("trainer")).exists()
 
@@ -55,9 +64,13 @@ def test_bf16_compute_keeps_fp32_master_weights_and_publishes_bf16(
     from safetensors import safe_open
 
     cfg = fake_config(
-        tiny_model_dir, tmp_path, max_steps=1, ckpt={"enabled": False},
-        model={"name": str(tiny_model_dir), "dtype": "bfloat16"}, optim={"lr": 1e-6},
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        max_steps=1,
+        ckpt={"enabled": False},
+        model={"name": str(tiny_model_dir), "dtype": "bfloat16"},
+        optim={"lr": 1e-6},
+    )
     trainer = setup_trainer(cfg, cpu_world)
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}

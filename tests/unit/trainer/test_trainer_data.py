@@ -64,10 +64,15 @@ def grouped_batch(seed: int = 0, prompts=(6, 3, 9), group: int = 4) -> Batch:
         for _ in range(group):
             n = rng.randint(1, 10)
             members.append(
-                Sample(list(prompt), [rng.randrange(100) for _ in range(n)],
-                       [int(rng.random() < 0.8) for _ in range(n)], [-rng.random()] * n,
-                       advantage=rng.uniform(-1, 1), loss_weight=rng.choice([1.0, 1.0, 0.0]))
-            )  # fmt: skip
+                Sample(
+                    list(prompt),
+                    [rng.randrange(100) for _ in range(n)],
+                    [int(rng.random() < 0.8) for _ in range(n)],
+                    [-rng.random()] * n,
+                    advantage=rng.uniform(-1, 1),
+                    loss_weight=rng.choice([1.0, 1.0, 0.0]),
+                )
+            )
         assign_groups(members, first_id=len({s.group_id for s in samples}))
         samples += members
     return Batch(step=1, temperature=0.7, samples=samples)
@@ -115,16 +120,24 @@ def test_a_batch_round_trips_through_its_file(tmp_path: Path):
     assert (back.step, back.temperature, back.policy_step) == (1, 0.7, 0)
     for a, b in zip(back.samples, batch.samples, strict=True):
         assert (a.prompt_ids, a.completion_ids, a.completion_mask) == (
-            b.prompt_ids, b.completion_ids, b.completion_mask
-        )  # fmt: skip
+            b.prompt_ids,
+            b.completion_ids,
+            b.completion_mask,
+        )
         assert a.completion_logprobs == pytest.approx(b.completion_logprobs)
         assert (a.advantage, a.loss_weight) == pytest.approx((b.advantage, b.loss_weight))
     assert [s.group_id for s in back.samples] == [0] * 4 + [1] * 4 + [2] * 4 + [3]
 
 
 def test_offsets_cut_the_token_arrays_into_samples():
-    batch = Batch(0, 1.0, [Sample([7, 8], [1, 2, 3], [1, 0, 1], [-0.1, -0.2, -0.3], 1.5),
-                           Sample([9], [4], [1], [-0.4], -1.0)])  # fmt: skip
+    batch = Batch(
+        0,
+        1.0,
+        [
+            Sample([7, 8], [1, 2, 3], [1, 0, 1], [-0.1, -0.2, -0.3], 1.5),
+            Sample([9], [4], [1], [-0.4], -1.0),
+        ],
+    )
     t = BatchTensors.from_batch(batch)
     assert t.sample_offsets.tolist() == [0, 5, 7]
     assert t.input_ids.tolist() == [7, 8, 1, 2, 3, 9, 4]
@@ -143,11 +156,15 @@ def test_group_ids_number_prompts_by_first_appearance():
 
 
 def test_loss_token_counts_are_written_per_sample():
-    batch = Batch(0, 1.0, [
-        Sample([5], [1, 2, 3], [1, 0, 1], [0.0] * 3, 1.0),
-        Sample([5], [1, 2], [1, 1], [0.0] * 2, 1.0, loss_weight=0.0),  # out of the loss
-        Sample([], [1, 2], [1, 1], [0.0] * 2, 1.0),  # no logit predicts its first token
-    ])  # fmt: skip
+    batch = Batch(
+        0,
+        1.0,
+        [
+            Sample([5], [1, 2, 3], [1, 0, 1], [0.0] * 3, 1.0),
+            Sample([5], [1, 2], [1, 1], [0.0] * 2, 1.0, loss_weight=0.0),  # out of the loss
+            Sample([], [1, 2], [1, 1], [0.0] * 2, 1.0),  # no logit predicts its first token
+        ],
+    )
     t = BatchTensors.from_batch(batch)
     assert t.num_loss_tokens.tolist() == [2, 0, 1] and t.total_loss_tokens == 3
     grouped = grouped_batch(3)
@@ -258,8 +275,11 @@ def test_packing_respects_budget_and_keeps_every_sample():
 
 
 def test_sample_longer_than_budget_is_a_clear_error():
-    batch = Batch(step=3, temperature=1.0, samples=[Sample([1] * 10, [2] * 10, [1] * 10,
-                                                           [0.0] * 10, advantage=1.0)])  # fmt: skip
+    batch = Batch(
+        step=3,
+        temperature=1.0,
+        samples=[Sample([1] * 10, [2] * 10, [1] * 10, [0.0] * 10, advantage=1.0)],
+    )
     with pytest.raises(BatchError, match="batch 3, sample 0 has 20 tokens"):
         pack_samples(BatchTensors.from_batch(batch), 16)
 
