@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from rlcore.files.disk_use import folder_bytes
 from rlcore.forecast.progress import Progress, accuracy, duration
 
 MEMORY_SAMPLE_S = 5.0
@@ -32,18 +33,6 @@ def tree_memory(pid: int) -> int:
             except psutil.Error:
                 continue
         except psutil.Error:
-            continue
-    return total
-
-
-def folder_bytes(root: Path) -> int:
-    """Bytes of the regular files under `root`, links not followed."""
-    total = 0
-    for path in root.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink():
-                total += path.lstat().st_size
-        except OSError:
             continue
     return total
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.commands import run_command
-from launcher.commands.base import ask, has_terminal
 from launcher.lockfile import LOCK_FILE, dataset_dir, read_lock
+from launcher.prompt import ask, has_terminal
 from rlcore.errors import USER_ERROR_EXIT_CODE, ConfigError
 from rlcore.secrets import redact_message
 

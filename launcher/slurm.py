@@ -28,7 +28,7 @@ from rlcore.processes import children, ports
 from rlcore.processes.health import SERVER_NONCE_ENV
 from rlcore.runs.admin_token import ADMIN_TOKEN_ENV
 from rlcore.runs.attempt import ATTEMPT_ENV
-from rlcore.runs.run_json import is_job_id
+from rlcore.runs.run_json import is_job_id, read_state
 from rlcore.runs.rundir import record_state
 from rlcore.runs.runguard import RL, open_run
 
@@ -244,9 +244,7 @@ def unfinished_job(run, state: dict) -> str | None:
 
 def check_no_job(run, what: str) -> None:
     """A ConfigError naming `what` when run.json says a SLURM job may still run in `run`."""
-    from launcher.commands.runs import read_state
-
-    job = unfinished_job(run, read_state(run).data)
+    job = unfinished_job(run, read_state(run.root).data)
     if job is not None:
         raise ConfigError(
             f"{what} {str(run.root)!r} was submitted to SLURM as job {job}, which has not "

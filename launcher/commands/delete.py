@@ -6,21 +6,16 @@ from pathlib import Path
 
 import psutil
 
-from launcher.commands.base import ask, command_parser
-from launcher.commands.runs import (
-    RUN_HELP,
-    RunState,
-    check_process,
-    disk_use_gib,
-    find_run,
-    read_state,
-    recorded_pid,
-)
+from launcher.commands.base import command_parser
+from launcher.commands.runs import RUN_HELP, check_process, find_run
+from launcher.prompt import ask
 from launcher.slurm import check_no_job
 from rlcore.errors import ConfigError
+from rlcore.files.disk_use import disk_use_gib
 from rlcore.files.paths import user_path
 from rlcore.processes import procs
 from rlcore.runs.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified_run
+from rlcore.runs.run_json import RunState, read_state, recorded_pid
 from rlcore.runs.rundir import RunDir
 from rlcore.runs.runguard import is_plain_name, looks_like_run, run_candidates
 from rlcore.runs.runlock import locked
@@ -55,7 +50,7 @@ def parser():
 def run(args) -> int:
     run_dir = target(args.run)
     verified_run(run_dir.root, "RUN")
-    state = read_state(run_dir)
+    state = read_state(run_dir.root)
     note = check_not_running(run_dir, state)
     check_no_job(run_dir, "RUN")
     if state.problem:

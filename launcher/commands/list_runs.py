@@ -7,18 +7,12 @@ from pathlib import Path
 import psutil
 
 from launcher.commands.base import command_parser
-from launcher.commands.runs import (
-    check_process,
-    disk_use_gib,
-    find_runs,
-    last_steps,
-    pid_alive,
-    read_state,
-    recorded_pid,
-)
+from launcher.commands.runs import check_process, find_runs, last_steps, pid_alive
 from launcher.slurm import ENDED_STATUSES
 from rlcore.config.base import RUNS_ROOT
+from rlcore.files.disk_use import disk_use_gib
 from rlcore.processes import procs
+from rlcore.runs.run_json import read_state, recorded_pid
 
 NAME = "list"
 HELP = "runs under DIR (default outputs/): status, step, checkpoint, disk use"
@@ -53,7 +47,7 @@ def run(args) -> int:
     rows = [("RUN", "STATUS", "STEP", "CHECKPOINT", "DISK")]
     notes = []
     for run_dir in runs:
-        state = read_state(run_dir)
+        state = read_state(run_dir.root)
         launcher = check_process(run_dir, state, procs.LAUNCHER)
         running = isinstance(launcher, psutil.Process)
         status = "running" if running else state.status.replace("running", "dead")

@@ -1,22 +1,19 @@
 """Run folders as the subcommands see them: resolving a RUN argument (a run's name under
-outputs/, or the path of a run), reading `run.json` (a corrupt one is "unreadable", never a
-traceback), its processes proved before anything acts on them (rlcore.processes.procs), progress and
-disk use."""
+outputs/, or the path of a run), the processes `run.json` records (rlcore.runs.run_json's status
+record) proved before anything acts on them (rlcore.processes.procs), and progress."""
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from rlcore.config.base import RUNS_ROOT
 from rlcore.errors import ConfigError
-from rlcore.files.readback import Damaged
 from rlcore.processes import procs
 from rlcore.processes.procs import pid_alive
 from rlcore.reporting.metrics import read_last_records
-from rlcore.runs import run_json, runguard
+from rlcore.runs import runguard
 from rlcore.runs.ownership import RUN_MARKER, read_run_id
+from rlcore.runs.run_json import RunState, identities, recorded_pid
 from rlcore.runs.rundir import COMPONENTS, RunDir
 from rlcore.runs.runguard import looks_like_run
 
@@ -60,48 +57,6 @@ def find_runs(root: Path, depth: int = 3) -> list[RunDir]:
     for child in sorted(c for c in children if not c.name.startswith(".")):
         found += find_runs(child, depth - 1)
     return found
-
-
-@dataclass
-class RunState:
-    """`run.json` as written by the launcher; `problem` says why it could not be read."""
-
-    data: dict
-    problem: str | None = None
-
-    @property
-    def status(self) -> str:
-        if self.problem:
-            return "unreadable"
-        return str(self.data.get("status", "unknown"))
-
-
-def read_state(run: RunDir) -> RunState:
-    """run.json read back through the bounded reader and checked (rlcore.runs.run_json); a damaged
-    one is `problem` ("damaged run folder: run.json: WHY"), never a traceback."""
-    try:
-        record = run_json.read(run.run_json, run.root)
-    except Damaged as err:
-        return RunState({}, str(err))
-    return RunState({} if record is None else record.data)
-
-
-def recorded_pid(state: RunState, name: str) -> int | None:
-    """The pid run.json records for `name` (procs.LAUNCHER or a component); None if none."""
-    record = identities(state).get(name)
-    if procs.is_record(record):
-        return record["pid"]
-    if name == procs.LAUNCHER:
-        pid = state.data.get("launcher_pid")
-    else:
-        pids = state.data.get("pids")
-        pid = pids.get(name) if isinstance(pids, dict) else None
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
-
-
-def identities(state: RunState) -> dict:
-    found = state.data.get(procs.IDENTITIES)
-    return found if isinstance(found, dict) else {}
 
 
 def check_process(run: RunDir, state: RunState, name: str) -> psutil.Process | str | None:
@@ -150,27 +105,6 @@ def last_steps(run: RunDir) -> dict[str, int]:
     if "trainer" in steps and runguard.run_kind(run.root) == "sft":
         steps[SFT_PROCESS] = steps.pop("trainer")
     return steps
-
-
-def disk_use_gib(root: Path) -> float:
-    """Bytes of the files inside `root` (links are not followed), in GiB. One `scandir` per
-    folder (a run of 10,000 archived steps is read in tens of milliseconds); an entry removed
-    while it is read (a live run pruning its steps) is skipped."""
-    total, folders = 0, [root]
-    while folders:
-        try:
-            entries = list(os.scandir(folders.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total / 2**30
 
 
 def is_marked(run: RunDir) -> bool:

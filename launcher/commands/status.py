@@ -8,16 +8,15 @@ from launcher.commands.base import command_parser
 from launcher.commands.runs import (
     RUN_HELP,
     check_process,
-    disk_use_gib,
     given_or_latest,
     last_steps,
     pid_alive,
-    read_state,
-    recorded_pid,
     run_processes,
 )
+from rlcore.files.disk_use import disk_use_gib
 from rlcore.processes import procs
 from rlcore.runs import waits
+from rlcore.runs.run_json import read_state, recorded_pid
 
 NAME = "status"
 HELP = "components, step, latest checkpoint and disk use of a run"
@@ -41,7 +40,7 @@ def waiting(run_dir, name: str) -> str:
 
 def run(args) -> int:
     run_dir = given_or_latest(args.run)
-    state = read_state(run_dir)
+    state = read_state(run_dir.root)
     launcher = check_process(run_dir, state, procs.LAUNCHER)
     alive = isinstance(launcher, psutil.Process)
     print(f"run:          {run_dir.root}")

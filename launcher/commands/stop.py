@@ -13,12 +13,13 @@ import signal
 import psutil
 
 from launcher.commands.base import command_parser
-from launcher.commands.runs import RUN_HELP, check_process, given_or_latest, read_state
+from launcher.commands.runs import RUN_HELP, check_process, given_or_latest
 from launcher.slurm import ENDED_STATUSES
 from rlcore.errors import ConfigError
 from rlcore.processes import procs
 from rlcore.processes.poll import wait_until
 from rlcore.runs.ownership import RUN_MARKER, read_run_id
+from rlcore.runs.run_json import read_state
 from rlcore.runs.rundir import RunDir, record_state
 from rlcore.runs.runlock import lock_holders
 
@@ -44,7 +45,7 @@ def run(args) -> int:
             f"{run_dir.root} is not a run (no {RUN_MARKER} marker written by rl; found: "
             f"{found}): nothing signalled"
         )
-    state = read_state(run_dir)
+    state = read_state(run_dir.root)
     if state.problem:
         raise ConfigError(f"{state.problem}: cannot tell which launcher runs it")
     if state.data.get("slurm_job_id"):

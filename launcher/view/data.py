@@ -20,13 +20,14 @@ from typing import Any, TypeVar
 
 import psutil
 
-from launcher.commands.runs import RunState, identities, recorded_pid
 from launcher.view import safe
 from launcher.view.curves import Curves, ends, file_key, last_mean, refresh
 from rlcore.files import readback
+from rlcore.files.disk_use import disk_use_gib
 from rlcore.files.readback import MIB, Bound, Damaged, shown
 from rlcore.processes import procs
 from rlcore.runs import run_json, waits
+from rlcore.runs.run_json import RunState, identities, recorded_pid
 from rlcore.runs.rundir import COMPONENTS, RunDir, steps_in
 from rlcore.secrets import redact, redact_text
 
@@ -327,8 +328,6 @@ class RunData:
 
     def disk_gib(self) -> float:
         """Bytes of the run's files (links not followed), cached for DISK_CACHE_S."""
-        from launcher.commands.runs import disk_use_gib
-
         now = time.monotonic()
         if self.disk is None or now - self.disk[0] > DISK_CACHE_S:
             self.disk = (now, disk_use_gib(self.root))

@@ -3,7 +3,12 @@ and every command that reads it takes it as untrusted data (rlcore.files.readbac
 anything acts on are checked here once: a pid is a positive integer a process can have, a SLURM job
 id is a job id (digits, or the array form `JOB_TASK`), never an option or a list; `pids` maps names
 to pids; `identities` maps names to objects. A field of the wrong kind makes the whole file
-`Damaged` ("damaged run folder: run.json: WHY"), so nothing acts on half of it."""
+`Damaged` ("damaged run folder: run.json: WHY"), so nothing acts on half of it.
+
+What `rl status`, `rl stop`, `rl delete`, `rl view` and the SLURM job check read of it is a
+`RunState` (`read_state`): the object as written, or why it could not be read, never a
+traceback; and the pid it records for a process (`recorded_pid`) with that process's identity
+(`identities`), for rlcore.processes.procs to prove before anything acts on it."""
 
 import re
 from dataclasses import dataclass, field
@@ -11,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.files.readback import RUN_JSON, Damaged, read_object
+from rlcore.processes import procs
 from rlcore.processes.procs import MAX_PID, is_pid  # noqa: F401  (run.json's pid rule)
 
 JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,9})?")
@@ -91,3 +97,47 @@ def read(path: Path, root: Path | None = None) -> RunJson | None:
     except FileNotFoundError:
         return None
     return parse(data, path)
+
+
+@dataclass
+class RunState:
+    """`run.json` as written by the launcher; `problem` says why it could not be read."""
+
+    data: dict
+    problem: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.problem:
+            return "unreadable"
+        return str(self.data.get("status", "unknown"))
+
+
+def read_state(root: Path) -> RunState:
+    """The run.json of the run in `root` read back through the bounded reader and checked
+    (`read`); a damaged one is `problem` ("damaged run folder: run.json: WHY"), never a
+    traceback."""
+    try:
+        record = read(root / "run.json", root)
+    except Damaged as err:
+        return RunState({}, str(err))
+    return RunState({} if record is None else record.data)
+
+
+def recorded_pid(state: RunState, name: str) -> int | None:
+    """The pid run.json records for `name` (procs.LAUNCHER or a component); None if none."""
+    record = identities(state).get(name)
+    if procs.is_record(record):
+        return record["pid"]
+    if name == procs.LAUNCHER:
+        pid = state.data.get("launcher_pid")
+    else:
+        pids = state.data.get("pids")
+        pid = pids.get(name) if isinstance(pids, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def identities(state: RunState) -> dict:
+    """The identity records run.json keeps by process name (rlcore.processes.procs)."""
+    found = state.data.get(procs.IDENTITIES)
+    return found if isinstance(found, dict) else {}

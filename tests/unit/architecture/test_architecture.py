@@ -27,6 +27,11 @@ MAY_IMPORT_ENVIRONMENTS = {"launcher", "benchmarks"}
 LIGHT_ROLE_MODULES = {"config", "speed_policy"}
 """What the launcher may import of a role: its schema and the light policy it makes for it."""
 HEAVY = ("torch", "vllm", "verifiers", "transformers", "accelerate", "datasets", "peft")
+COMMANDS = "launcher.commands"
+"""The `rl` subcommands' package: its `__init__` is their registry and dispatcher."""
+CLI_FRONT = {"launcher.rl", "launcher.interactive"}
+"""`rl` and bare `rl` (which runs `rl init` and `rl hf` for what is missing): the only modules
+that reach a subcommand, and only through the registry."""
 
 
 def test_every_first_party_package_has_a_floor():
@@ -82,6 +87,25 @@ def test_the_launcher_reads_only_the_roles_light_modules():
             ]
             if bad:
                 reaching[module] = sorted(bad)
+    assert reaching == {}
+
+
+def test_the_subcommands_are_leaves():
+    """No module outside launcher/commands imports a subcommand or what the subcommands share
+    among themselves: what another part needs of them (run.json's status record, a folder's
+    disk use, asking the user) lives in a library module that names what it owns. The CLI front
+    reaches the subcommands through their registry alone."""
+    reaching = {}
+    for module, targets in import_graph(tree_packages()).items():
+        if module == COMMANDS or module.startswith(COMMANDS + "."):
+            continue
+        bad = sorted(
+            t
+            for t in targets
+            if t.startswith(COMMANDS + ".") or (t == COMMANDS and module not in CLI_FRONT)
+        )
+        if bad:
+            reaching[module] = bad
     assert reaching == {}
 
 
