@@ -13,12 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from rlcore.processes.health import HEALTH_ROUTE, probe_health
+from rlcore.processes.poll import wait_until
 from rlcore.runs.admin_token import ADMIN_TOKEN_ENV, new_token
 
 
@@ -67,20 +67,23 @@ class InferenceProcess:
     def wait_ready(self, timeout_s: float = 900.0) -> None:
         """Wait until GET /health answers 200; raise if the process exits or time runs out."""
         assert self.proc is not None, "start() first"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(
-                    f"inference exited with code {self.proc.returncode} before answering "
+                    f"inference exited with code {proc.returncode} before answering "
                     f"{self.url}{HEALTH_ROUTE}; log tail:\n{self.log_tail()}"
                 )
-            if health_ok(self.url):
-                return
-            time.sleep(1.0)
-        raise TimeoutError(
-            f"inference did not answer {self.url}{HEALTH_ROUTE} within {timeout_s:.0f} s; "
-            f"log tail:\n{self.log_tail()}"
-        )
+            return health_ok(self.url)
+
+        try:
+            wait_until(answers, timeout_s, 1.0, f"inference to answer {self.url}{HEALTH_ROUTE}")
+        except TimeoutError:
+            raise TimeoutError(
+                f"inference did not answer {self.url}{HEALTH_ROUTE} within {timeout_s:.0f} s; "
+                f"log tail:\n{self.log_tail()}"
+            ) from None
 
     def stop(self, grace_s: float = 60.0) -> int | None:
         """SIGTERM, wait up to `grace_s`, then SIGKILL the process group; returns the exit code."""

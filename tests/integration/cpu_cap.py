@@ -4,11 +4,12 @@ but healthy: cgroup v2 (`cpu.max`) or, where the cpu controller is on a v1 hiera
 otherwise. The processes keep running (state R or S, never T): only their CPU time is rationed.
 """
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from rlcore.processes.poll import wait_until
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
@@ -94,8 +95,9 @@ class CpuCap:
 
     def remove(self) -> None:
         """Move what is left back home, then delete the cgroup."""
-        deadline = time.monotonic() + 10
-        while True:
+        failed: list[OSError] = []
+
+        def removed() -> bool:
             for pid in self.pids():
                 try:
                     (self.home / "cgroup.procs").write_text(str(pid))
@@ -103,11 +105,15 @@ class CpuCap:
                     pass
             try:
                 self.folder.rmdir()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                return True
+            except OSError as err:
+                failed[:] = [err]
+                return False
+
+        try:
+            wait_until(removed, 10, 0.2, f"the cgroup {self.folder} to be removed")
+        except TimeoutError:
+            raise failed[-1] from None  # why the last rmdir failed
 
 
 def own_cgroup(controller: str) -> str:

@@ -18,10 +18,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from rlcore.processes.poll import wait_until
 from tests.integration.slurm_cluster import install
 
 
@@ -161,11 +161,11 @@ class MultiNodeCluster:
         cmd = ["munged", "--foreground", "--force", f"--socket={self.socket}", f"--key-file={key}"]
         cmd += [f"--{name}-file={path}" for name, path in files.items()]
         self.spawn(cmd, folder / "munged.out")
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
-            if time.monotonic() > deadline or self.daemons[-1].poll() is not None:
-                return f"munged did not start: {(folder / 'munged.out').read_text()[-300:]}"
-            time.sleep(0.2)
+        munged = self.daemons[-1]
+        with suppress(TimeoutError):  # said below
+            wait_until(lambda: self.socket.exists() or munged.poll() is not None, 30, 0.2, "munged")
+        if not self.socket.exists():
+            return f"munged did not start: {(folder / 'munged.out').read_text()[-300:]}"
         return None
 
     def slurm_conf(self) -> str:
@@ -221,16 +221,20 @@ MinJobAge=3600
                 inner,
             ]
             self.spawn(cmd, self.state / f"slurmd-{node}.out")
-        deadline = time.monotonic() + 120
         states = ""
-        while time.monotonic() < deadline:
+
+        def settled() -> str | None:
+            """`idle` once every node is, `exited` once a daemon has (None: not yet)."""
+            nonlocal states
             if any(daemon.poll() is not None for daemon in self.daemons):
-                break
+                return "exited"
             states = self.client(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
             idle = [line for line in states.splitlines() if line.split()[-1] in ("idle", "mixed")]
-            if len(idle) == len(self.nodes):
+            return "idle" if len(idle) == len(self.nodes) else None
+
+        with suppress(TimeoutError):  # said below
+            if wait_until(settled, 120, 1, "the SLURM nodes to become idle") == "idle":
                 return None
-            time.sleep(1)
         logs = ""
         for log in sorted(self.state.glob("*.out")) + sorted(self.state.glob("*.log")):
             logs += f"\n--- {log.name}\n{log.read_text()[-600:]}"
@@ -255,10 +259,13 @@ MinJobAge=3600
         if self.daemons and self.daemons[-1].poll() is None and self.conf.exists():
             try:
                 self.client(["scancel", "--full", "--user=root"], 30)
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and self.client(["squeue", "-h"], 20).stdout:
-                    time.sleep(1)
-            except subprocess.SubprocessError:
+                wait_until(
+                    lambda: not self.client(["squeue", "-h"], 20).stdout,
+                    30,
+                    1,
+                    "the cancelled jobs to leave squeue",
+                )
+            except (subprocess.SubprocessError, TimeoutError):
                 pass
         for daemon in reversed(self.daemons):  # the slurmds first, munged last
             stop_process(daemon)
@@ -273,11 +280,15 @@ MinJobAge=3600
             run(["ip", "netns", "del", ns])
         for link in reversed(self.made_links):
             run(["ip", "link", "del", link])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.leftovers():
-            for link in self.leftovers():
+
+        def cleared() -> bool:
+            left = self.leftovers()
+            for link in left:
                 run(["ip", "link", "del", link])
-            time.sleep(0.5)
+            return not left
+
+        with suppress(TimeoutError):  # gone or not, as before: stop() does not fail on it
+            wait_until(cleared, 30, 0.5, "the cluster's namespaces and links to go")
         self.made_namespaces, self.made_links = [], []
 
     def leftovers(self) -> list[str]:
@@ -321,8 +332,14 @@ def wait_for_job(job_id: str, timeout_s: float = 1500) -> str:
     """The job's final state, once SLURM no longer lists it as pending or running."""
     from launcher.slurm import ACTIVE_STATES, job_state
 
-    deadline = time.monotonic() + timeout_s
-    while (state := job_state(job_id)) in ACTIVE_STATES:
-        assert time.monotonic() < deadline, f"job {job_id} still {state}"
-        time.sleep(2)
-    return state or "unknown"
+    state = None
+
+    def final_state() -> str | None:
+        nonlocal state
+        state = job_state(job_id)
+        return None if state in ACTIVE_STATES else state or "unknown"
+
+    try:
+        return wait_until(final_state, timeout_s, 2, f"job {job_id} to end")
+    except TimeoutError:
+        raise AssertionError(f"job {job_id} still {state}") from None

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from rlcore.processes.poll import wait_until
+
 pytestmark = pytest.mark.integration
 
 PORT = 8171
@@ -85,15 +87,20 @@ def test_sigterm_during_startup_leaves_no_process(tmp_path, tiny_model_dir):
 
     flags = ["--model.name", str(tiny_model_dir), "--server.port", str(PORT + 2)]
     server = InferenceProcess([*flags, "--output-dir", str(tmp_path / "run")], tmp_path / "inf.log")
+
+    def engine_started() -> list | None:
+        """The server's processes once an engine core is among them."""
+        if server.proc.poll() is not None:
+            raise AssertionError(f"no engine core process appeared:\n{server.log_tail()}")
+        children = psutil.Process(server.proc.pid).children(recursive=True)
+        return children if any("EngineCore" in c.name() for c in children) else None
+
     server.start()
     try:
-        deadline = time.monotonic() + 300
-        engine = []
-        while not engine and time.monotonic() < deadline and server.proc.poll() is None:
-            time.sleep(0.5)
-            children = psutil.Process(server.proc.pid).children(recursive=True)
-            engine = [c for c in children if "EngineCore" in c.name()]
-        assert engine, f"no engine core process appeared:\n{server.log_tail()}"
+        try:
+            children = wait_until(engine_started, 300, 0.5, "an engine core process")
+        except TimeoutError:
+            raise AssertionError(f"no engine core process appeared:\n{server.log_tail()}") from None
         server.proc.send_signal(signal.SIGTERM)
         code = server.proc.wait(timeout=60)
         time.sleep(2)  # the resource tracker exits once its parent has gone
@@ -127,7 +134,6 @@ def test_a_killed_server_leaves_no_engine_and_frees_its_port(tmp_path, tiny_mode
     """SIGKILL to a serving inference process: its forked engine core and worker die with it
     (no orphan keeps running) and none of them still holds the port."""
     import signal
-    import time
 
     import psutil
 
@@ -143,12 +149,16 @@ def test_a_killed_server_leaves_no_engine_and_frees_its_port(tmp_path, tiny_mode
         assert any("EngineCore" in c.name() for c in children), server.log_tail()
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            strays = [c for c in children if c.is_running() and c.status() != "zombie"]
-            if not strays:
-                break
-            time.sleep(0.2)
+        strays = []
+
+        def ended() -> bool:
+            strays[:] = [c for c in children if c.is_running() and c.status() != "zombie"]
+            return not strays
+
+        try:
+            wait_until(ended, 10, 0.2, "the engine's processes to end")
+        except TimeoutError:
+            pass  # `strays` holds the last look: asserted below, once the port is checked
         with (
             socket.socket() as probe
         ):  # SO_REUSEADDR: closed connections may linger, not a listener

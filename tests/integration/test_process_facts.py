@@ -4,13 +4,13 @@ report a run's launcher and the children a component stops on its way out alike.
 `sleep` that runs, and a `true` left unreaped."""
 
 import subprocess
-import time
 
 import psutil
 import pytest
 
 from launcher.commands.stop import ended
 from rlcore.processes import procs
+from rlcore.processes.poll import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -18,10 +18,11 @@ pytestmark = pytest.mark.integration
 def unreaped_exit() -> subprocess.Popen:
     """A child that has exited and that nobody has waited for: a zombie."""
     child = subprocess.Popen(["true"])
-    deadline = time.monotonic() + 30
-    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "`true` did not exit"
-        time.sleep(0.05)
+
+    def exited() -> bool:
+        return psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+
+    wait_until(exited, 30, 0.05, "`true` to exit")
     return child
 
 

@@ -4,12 +4,12 @@ is cancelled by scancel, and a job whose comment names another run is left runni
 the cluster needs root, network namespaces and slurm-wlm (installed when missing)."""
 
 import json
-import time
 
 import pytest
 
 from launcher import slurm
 from launcher.commands import run_command
+from rlcore.processes.poll import wait_until
 from rlcore.runs.ownership import read_run_id
 from rlcore.runs.rundir import RunDir
 from tests.integration.slurm_nodes import MultiNodeCluster, serving
@@ -41,10 +41,9 @@ def sleeper(cluster, comment: str, workdir) -> str:
     )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 60
-    while slurm.job_state(job_id) not in ("RUNNING", "PENDING"):
-        assert time.monotonic() < deadline, f"job {job_id} never started"
-        time.sleep(0.5)
+    wait_until(
+        lambda: slurm.job_state(job_id) in ("RUNNING", "PENDING"), 60, 0.5, f"job {job_id} to start"
+    )
     return job_id
 
 
@@ -65,10 +64,12 @@ def test_rl_stop_cancels_only_the_job_slurm_says_is_the_runs(cluster, tmp_path, 
     run.run_json.write_text(json.dumps({"status": "submitted", "slurm_job_id": ours}))
     assert run_command("stop", [str(run.root)]) == 0
     assert f"cancelled SLURM job {ours}" in capsys.readouterr().out
-    deadline = time.monotonic() + 60
-    while slurm.job_state(ours) in slurm.ACTIVE_STATES:
-        assert time.monotonic() < deadline, "scancel -- ID did not cancel the job"
-        time.sleep(0.5)
+    wait_until(
+        lambda: slurm.job_state(ours) not in slurm.ACTIVE_STATES,
+        60,
+        0.5,
+        f"scancel -- {ours} to cancel the job",
+    )
     assert slurm.job_state(stranger) in slurm.ACTIVE_STATES
     cluster.client(["scancel", "--", stranger])
 

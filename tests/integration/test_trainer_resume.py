@@ -6,7 +6,6 @@ import random
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlcore.contracts.protocol import Batch, Sample, write_batch
+from rlcore.processes.poll import wait_until
 from rlcore.runs.rundir import MANIFEST, RunDir
 
 # Slow: three trainer runs; the default run resumes in test_rl.py and test_faults.py.
@@ -78,13 +78,6 @@ def trainer(toml: Path, *flags: str, timeout: float = 300) -> subprocess.Complet
     return done
 
 
-def wait_for(predicate, what: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.1)
-
-
 def fake_orchestrator_checkpoints(rd: RunDir, steps) -> None:
     """The orchestrator's half of each checkpoint, so the trainer's half completes it."""
     for step in steps:
@@ -109,8 +102,8 @@ def test_kill_and_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
     proc = subprocess.Popen([TRAINER, "@", str(toml)], env=ENV, stdout=subprocess.DEVNULL)
     try:
         # both are written in the background while training goes on
-        wait_for(lambda: rd.weights_stable(3), "weights/step_3/STABLE")
-        wait_for(lambda: rd.checkpoint_complete(2), "checkpoint 2 to complete")
+        wait_until(lambda: rd.weights_stable(3), 180, 0.1, "weights/step_3/STABLE")
+        wait_until(lambda: rd.checkpoint_complete(2), 180, 0.1, "checkpoint 2 to complete")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
