@@ -1,6 +1,6 @@
 """The launch plan: what runs where. Pure data built from a validated RLConfig and the GPUs
 found (GPU map, derived settings, commands); the memory check, pre-flight, the SLURM placement
-and the supervisor read it, and it imports none of them (launcher/prepare.py builds it)."""
+and launch.py read it, and it imports none of them (launcher/prepare.py builds it)."""
 
 import os
 import sys
@@ -104,6 +104,19 @@ class Plan:
         if self.server_nonce and (component.startswith("inference") or component == "orchestrator"):
             env[SERVER_NONCE_ENV] = self.server_nonce
         return env
+
+    def url(self, server: str) -> str:
+        """Where inference server `server` listens: its address on its node inside a multi-node
+        job, else its host and port."""
+        if server in self.urls:
+            return self.urls[server]
+        config = replica_config(self.config, server).server
+        return server_url(config.host, config.port)
+
+    def port(self, server: str) -> int:
+        """The port inference server `server` listens on (chosen free or given:
+        launcher.prepare)."""
+        return replica_config(self.config, server).server.port
 
     def command(self, component: str) -> list[str]:
         config_file = self.run.config_file(component)
@@ -356,6 +369,21 @@ def numeric_choices(plan: Plan) -> dict[str, str]:
         "trainer.model.dtype": config.trainer.model.dtype,
         "inference.model.dtype": config.inference.model.dtype,
         "inference.cpu.matmul_dtype": config.inference.cpu.matmul_dtype,
+    }
+
+
+def run_record(plan: Plan) -> dict:
+    """What run.json keeps of the plan beside every state: the GPU map, where the inference
+    servers listen, the machine, and the numeric and speed choices made for it."""
+    servers = plan.inference_names
+    return {
+        "gpu_map": plan.gpu_map,
+        "inference_url": plan.url("inference"),
+        "inference_urls": [plan.url(n) for n in servers],
+        "inference_ports": {n: plan.port(n) for n in servers},
+        "machine": plan.machine.record() if plan.machine else None,
+        "numeric_choices": numeric_choices(plan),
+        "speed_choices": plan.speed.record() if plan.speed else None,
     }
 
 

@@ -1,16 +1,22 @@
-"""Starting the three processes and watching them until the run ends.
+"""One attempt's processes, from their start to their stop: started all at once, watched until
+the run ends, then stopped.
 
-Consumes: a Plan whose resolved configs are already written. Produces: logs/<component>.log,
-run.json and the live view on stdout. Waits for: inference /health, then any child to exit.
-Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or a stall (launcher.stall)."""
+Consumes: an AttemptSpec, which launch.py makes from the plan once the attempt's configs are
+written (each process's command, environment and log, each inference server's address). Produces:
+logs/<component>.log, run.json and the live view on stdout. Waits for: inference /health, then any
+child to exit. Unblocked by: a child exit, a signal (SIGINT/SIGTERM/SIGHUP), or a stall
+(launcher.stall)."""
 
+import math
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.eta import RunClock
-from launcher.plan import Plan, numeric_choices, replica_config
+from launcher.exits import exit_message, oom_kills
 from launcher.stall import (
     STOPPED_AFTER_S,
     Clock,
@@ -20,16 +26,72 @@ from launcher.stall import (
     dump_stacks,
     find_stall,
 )
+from rlcore.errors import USER_ERROR_EXIT_CODE
+from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, stopped_text
 from rlcore.files.readback import LOG_TAIL, Damaged, decode, read_tail
-from rlcore.processes import children, procs
-from rlcore.processes.health import ForeignServer, probe_health, server_url
-from rlcore.reporting.metrics import is_training_step, read_records, record_step_line
-from rlcore.runs.rundir import record_state
+from rlcore.forecast.model import Forecast
+from rlcore.processes import children, poll, procs
+from rlcore.processes.health import ForeignServer, port_holder, probe_health
+from rlcore.processes.poll import Stop, check_stop, ignore_stop_signals
+from rlcore.reporting.metrics import (
+    is_training_step,
+    read_all_records,
+    read_records,
+    record_step_line,
+    reward_curve,
+)
+from rlcore.runs.rundir import RunDir, record_state
 
 STALLED = -1000
 """poll()'s code for a component stopped for making no progress."""
 HEALTH_PROBE_S = 5.0
 """How often a started inference server's /health is asked (its progress signal)."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process of an attempt, as the supervisor starts and watches it."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    """What it gets in its environment beyond the launcher's own."""
+    log: Path
+    url: str | None = None
+    """An inference server's address (its /health: ready, then alive); None for the others."""
+    port: int | None = None
+    """The port an inference server listens on (its holder is named if the server dies)."""
+    observable: bool = True
+    """Whether its own CPU time can be sampled here (False: started through a wrapper, srun)."""
+
+
+@dataclass
+class AttemptSpec:
+    """What one attempt starts, how it is watched and what run.json keeps of it. launch.py
+    makes it from the plan: the supervisor reads no plan."""
+
+    run: RunDir
+    attempt: str
+    """The attempt's id (rlcore.runs.attempt): the waits recorded under it are this attempt's."""
+    processes: list[ProcessSpec]
+    """In start order: the inference servers, the orchestrator, the trainer."""
+    server_nonce: str
+    """What this attempt's inference servers prove on /health (rlcore.processes.health)."""
+    max_steps: int
+    startup_timeout_s: float
+    """How long the inference servers have to answer /health."""
+    stall_timeout_s: float | None
+    """A fixed limit for a stuck component (None: its own step times set it, launcher.stall)."""
+    shutdown_grace_s: float
+    forecast: Forecast | None = None
+    """The run's estimate, against which the time left is said (launcher.eta)."""
+    record: dict = field(default_factory=dict)
+    """What run.json keeps of the plan beside every state (launcher.plan.run_record)."""
+
+    @property
+    def servers(self) -> list[str]:
+        """The inference servers' names, in index order."""
+        return [p.name for p in self.processes if p.url is not None]
 
 
 @dataclass
@@ -41,25 +103,111 @@ class Child(children.Child):
 
 
 class Supervisor:
-    def __init__(self, plan: Plan):
-        self.plan = plan
-        self.run = plan.run
+    """One attempt's processes, as its AttemptSpec names them: started, watched, stopped, and
+    run.json written at each change of state."""
+
+    def __init__(self, spec: AttemptSpec):
+        self.spec = spec
+        self.run = spec.run
+        self.processes = {p.name: p for p in spec.processes}
         self.children: dict[str, Child] = {}
         self.last_step_line = ""
         self.stall_message = ""
         self.stopping = False
         self.last_health_probe = 0.0
-        self.waits = WaitTimes(self.run.root, plan.attempt, plan.inference_names)
+        self.waits = WaitTimes(self.run.root, spec.attempt, spec.servers)
         self.identity = procs.identity()
-        self.clock = RunClock(plan.forecast, plan.config.orchestrator.max_steps, plan.components)
+        self.clock = RunClock(spec.forecast, spec.max_steps, list(self.processes))
         # Progress comes from metrics.jsonl; records of earlier attempts are not shown again.
         self.metrics_offset = self.run.metrics.stat().st_size if self.run.metrics.exists() else 0
 
+    # -- the attempt ---------------------------------------------------------------------------
+    def supervise(self) -> tuple[int, bool]:
+        """Start every process, watch them until the run ends, stop them: (exit code, whether a
+        signal stopped the attempt). A signal only requests the stop (rlcore.processes.poll),
+        which every wait here looks for."""
+        try:
+            return self.start_and_watch(), False
+        except Stop as stop:
+            ignore_stop_signals("rl")
+            name = signal.Signals(stop.signum).name
+            print(f"rl: got {name}, stopping all components", flush=True)
+            self.stop_all(self.spec.shutdown_grace_s)
+            self.write_state("stopped", signal=stop.signum)
+            return stop.exit_code, True
+
+    def start_and_watch(self) -> int:
+        oom_kills_before = oom_kills()
+        # All at once: the trainer loads its model and the orchestrator its environments while
+        # inference starts (the orchestrator waits for /health itself).
+        for name in self.processes:
+            check_stop()
+            self.start(name)  # run.json says "starting"
+        print("rl: started inference, orchestrator and trainer; waiting for inference", flush=True)
+        try:
+            self.wait_healthy(self.spec.startup_timeout_s)
+        except TimeoutError as err:
+            return self.fail(err.args[1], 1, err.args[0])
+        except ForeignServer as err:
+            return self.fail("inference", USER_ERROR_EXIT_CODE, str(err))
+        if all(c.proc.poll() is None for c in self.inference):
+            print("rl: inference is healthy", flush=True)
+            self.write_state("running")  # "running": inference serves
+        name, code = poll.wait_until(self.poll, math.inf, 0.5, "the run to end")
+        if name == "done":
+            return self.finish()
+        if code == STALLED:
+            return self.fail(name, 1, self.stall_message)
+        return self.fail(name, code, self.why_ended(name, code, (oom_kills_before, oom_kills())))
+
+    def why_ended(self, name: str, code: int, oom: tuple[int | None, int | None]) -> str:
+        """Why process `name` ended the run with `code` (launcher.exits; a full disk said as
+        such; an inference server's port taken by another process named)."""
+        message = exit_message(name, code, oom)
+        if code == DISK_FULL_EXIT_CODE:
+            message = stopped_text(name, self.run.root, self.run.log_file(name))
+        if name in self.spec.servers:
+            message += self.port_taken(name)
+        return message
+
+    def port_taken(self, name: str) -> str:
+        """For an inference server that ended: '; its port N is held by ...' when another
+        process listens on the port it was to serve on (it died on bind), else ''."""
+        port = self.processes[name].port
+        holder = port_holder(port) if port is not None else None
+        return f"; its port {port} is held by {holder}" if holder else ""
+
+    def finish(self) -> int:
+        """Every process done: stopped, the measured totals recorded beside the estimate, and
+        the run's reward curve said."""
+        ignore_stop_signals("rl")
+        self.stop_all(self.spec.shutdown_grace_s)
+        self.clock.finish(self.run.root)  # measured totals beside the estimate
+        self.write_state("finished")
+        print(f"rl: run finished: {self.last_step_line}", flush=True)
+        if (against := self.clock.against_estimate()) is not None:
+            print(f"rl: {against}", flush=True)
+        records = read_all_records(self.run.metrics, self.run.root)
+        for line in reward_curve(records).splitlines():
+            print(f"rl: {line}", flush=True)
+        print(f"rl: curves as a PNG: rl plot {self.run.root}", flush=True)
+        return 0
+
+    def fail(self, name: str, code: int, message: str) -> int:
+        """Process `name` failed the run: every other one stopped, the message and its log's
+        last lines said, run.json's state "failed"; the launcher's exit code."""
+        ignore_stop_signals("rl")
+        self.stop_all(self.spec.shutdown_grace_s)
+        log = self.run.log_file(name)
+        print(f"rl: error: {message}; stopped the other components.", file=sys.stderr)
+        print(f"rl: last lines of {log}:\n{tail(log)}", file=sys.stderr, flush=True)
+        self.write_state("failed", failed_component=name, exit_code=code)  # a full disk: last
+        return code if code > 0 else 1
+
     # -- start -------------------------------------------------------------------------------
     def start(self, name: str) -> Child:
-        started = children.start(
-            name, self.plan.command(name), self.run.log_file(name), self.plan.env(name)
-        )
+        process = self.processes[name]
+        started = children.start(name, process.command, process.log, process.env)
         child = Child(**vars(started))
         self.children[name] = child
         self.write_state("starting")
@@ -68,17 +216,12 @@ class Supervisor:
     @property
     def inference(self) -> list[Child]:
         """The inference servers started so far."""
-        return [self.children[n] for n in self.plan.inference_names if n in self.children]
+        return [self.children[n] for n in self.spec.servers if n in self.children]
 
     def url(self, name: str) -> str:
-        if name in self.plan.urls:
-            return self.plan.urls[name]
-        server = replica_config(self.plan.config, name).server
-        return server_url(server.host, server.port)
-
-    def port(self, name: str) -> int:
-        """The port server `name` listens on (chosen free or given: launcher.prepare)."""
-        return replica_config(self.plan.config, name).server.port
+        url = self.processes[name].url
+        assert url is not None, f"{name} is no inference server"
+        return url
 
     def wait_healthy(self, timeout_s: float) -> None:
         """Until every inference server answers /health as this attempt's own (or any component
@@ -87,14 +230,14 @@ class Supervisor:
         component's stall clock starts: nothing could progress without inference."""
         servers = {c.name: self.url(c.name) for c in self.inference}
         watched = list(self.children.values())
-        children.wait_healthy(servers, self.plan.server_nonce, timeout_s, watched)
+        children.wait_healthy(servers, self.spec.server_nonce, timeout_s, watched)
         for child in self.children.values():
             child.clock.start(time.monotonic())
 
     def healthy(self, name: str) -> bool:
         """Whether server `name` answers /health now, as this attempt's own."""
         try:
-            return probe_health(self.url(name), nonce=self.plan.server_nonce) is None
+            return probe_health(self.url(name), nonce=self.spec.server_nonce) is None
         except ForeignServer:
             return False
 
@@ -130,7 +273,7 @@ class Supervisor:
                 self.show_step(record_step_line(record), int(record["step"]))
 
     def show_step(self, line: str, step: int) -> None:
-        total = self.plan.config.orchestrator.max_steps
+        total = self.spec.max_steps
         done = min(step + 1, total)
         width = 20
         bar = "#" * (width * done // total) + "-" * (width - width * done // total)
@@ -170,7 +313,7 @@ class Supervisor:
 
     def views(self, now: float) -> dict[str, View]:
         """Each live component's work (its CPU time, sampled), progress, limit and waits."""
-        fixed = self.plan.config.stall_timeout_s
+        fixed = self.spec.stall_timeout_s
         live = {c.name for c in self.children.values() if c.proc.poll() is None}
         views = {}
         for child in self.children.values():
@@ -190,7 +333,7 @@ class Supervisor:
                 limit_from="stall_timeout_s" if fixed is not None else "its own step times",
                 waits=waits,
                 owes_progress=child not in self.inference,
-                observable=not self.plan.wrappers.get(child.name),
+                observable=self.processes[child.name].observable,
             )
         return views
 
@@ -219,19 +362,13 @@ class Supervisor:
     def write_state(self, status: str, **extra: object) -> None:
         state = {
             "launcher_pid": os.getpid(),
-            "attempt": self.plan.attempt,
+            "attempt": self.spec.attempt,
             "pids": {c.name: c.proc.pid for c in self.children.values()},
             procs.IDENTITIES: {
                 procs.LAUNCHER: self.identity,
                 **{c.name: c.identity for c in self.children.values() if c.identity},
             },
-            "gpu_map": self.plan.gpu_map,
-            "inference_url": self.url("inference"),
-            "inference_urls": [self.url(n) for n in self.plan.inference_names],
-            "inference_ports": {n: self.port(n) for n in self.plan.inference_names},
-            "machine": self.plan.machine.record() if self.plan.machine else None,
-            "numeric_choices": numeric_choices(self.plan),
-            "speed_choices": self.plan.speed.record() if self.plan.speed else None,
+            **self.spec.record,  # the GPU map, the servers' addresses, the machine's choices
             **self.clock.state(),  # estimate, time left, and at the end the measured totals
             **extra,
         }

@@ -187,6 +187,7 @@ def test_status_and_list_do_not_report_a_stranger_as_the_run(tmp_path, stranger,
 STAND_IN = """
 import sys
 from pathlib import Path
+from launcher.launch import attempt_spec
 from launcher.plan import Plan
 from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
@@ -199,7 +200,7 @@ plan = Plan(RLConfig.model_validate(given),
 plan.command = lambda name: ["sleep", "60"]
 plan.run.claim()
 hold_run(plan.run.root)
-supervisor = Supervisor(plan)
+supervisor = Supervisor(attempt_spec(plan))
 install_stop_handlers()
 try:
     for name in plan.components:

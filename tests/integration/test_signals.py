@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 
 STAND_IN = """
 import sys
+from launcher.launch import attempt_spec
 from launcher.plan import Plan
 from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
@@ -48,7 +49,7 @@ plan = Plan(RLConfig.model_validate(given),
             gpu_map={"inference": [], "orchestrator": [], "trainer": []}, attempt="a1")
 plan.command = lambda name: ["true"]
 plan.run.claim()
-supervisor = Supervisor(plan)
+supervisor = Supervisor(attempt_spec(plan))
 poll.install_stop_handlers()
 print("ready", flush=True)
 while True:

@@ -32,6 +32,9 @@ COMMANDS = "launcher.commands"
 CLI_FRONT = {"launcher.rl", "launcher.interactive"}
 """`rl` and bare `rl` (which runs `rl init` and `rl hf` for what is missing): the only modules
 that reach a subcommand, and only through the registry."""
+GIVEN_NO_PLAN = ("supervisor", "stall", "eta", "exits", "restarts")
+"""The launcher's modules that run an attempt: given what it starts (launch.py makes it from the
+plan once per attempt), never the plan."""
 
 
 def test_every_first_party_package_has_a_floor():
@@ -106,6 +109,23 @@ def test_the_subcommands_are_leaves():
         )
         if bad:
             reaching[module] = bad
+    assert reaching == {}
+
+
+def test_an_attempt_runs_without_the_plan():
+    """The supervisor, the stall watchdog, the run's clock, the exit messages and the restart
+    policy import no launcher.plan (nor anything that does): each takes what it needs."""
+    graph = import_graph()
+    reaching = {}
+    for name in GIVEN_NO_PLAN:
+        seen, todo = set(), [f"launcher.{name}"]
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        if "launcher.plan" in seen:
+            reaching[name] = sorted(m for m in seen if "launcher.plan" in graph.get(m, ()))
     assert reaching == {}
 
 
