@@ -27,25 +27,30 @@ def check_environments(plan: Plan, announce: bool = True) -> None:
     check_envs(orch.env, "orchestrator [[env]]")
     if orch.eval:
         check_envs(orch.eval.env, "orchestrator [[eval.env]]")
-    check_task_servers(plan)
+    programs = check_task_servers(plan)
     if announce:
-        announce_local_programs([*orch.env, *(orch.eval.env if orch.eval else [])])
+        announce_local_programs(programs)
 
 
-def check_task_servers(plan: Plan) -> None:
+def check_task_servers(plan: Plan) -> list[str]:
     """MCP tasks (`rl-tasks`): every server's `$VAR` (url, headers, env) set here or in .env
-    and every server command on PATH, as `rl tasks` and `rl init` check them; a dry run too."""
-    from rl_tasks.taskfile import TaskError, check_runnable, tasks_in_args
+    and every server command on PATH, as `rl tasks` and `rl init` check them; a dry run too.
+    Returns the local programs they start; each tasks file or dataset is read once."""
+    from rl_tasks.taskfile import TaskError, check_runnable, local_commands, tasks_in_args
 
     orch = plan.config.orchestrator
     envs: list[EnvConfig | EvalEnvConfig] = [*orch.env, *(orch.eval.env if orch.eval else [])]
+    programs: list[str] = []
     for env in envs:
         if env.id == "rl-tasks":
             source = env.args.get("tasks") or env.args.get("dataset")
+            tasks = tasks_in_args(env.args)
             try:
-                check_runnable(tasks_in_args(env.args), source)
+                check_runnable(tasks, source)
             except TaskError as err:
                 raise ConfigError(str(err)) from None
+            programs += local_commands(tasks)
+    return programs
 
 
 def check_references(plan: Plan) -> None:
@@ -57,12 +62,9 @@ def check_references(plan: Plan) -> None:
         resolve(getattr(plan.config, name).model_dump(mode="json"), name, env)
 
 
-def announce_local_programs(envs: list) -> None:
+def announce_local_programs(programs: list[str]) -> None:
     """MCP tasks whose servers are local commands start programs on this machine: say which,
     once, before anything starts."""
-    from rl_tasks.taskfile import programs_in_args
-
-    programs = [p for env in envs if env.id == "rl-tasks" for p in programs_in_args(env.args)]
     if programs:
         listed = "\n".join(f"    {redact_command(p)}" for p in dict.fromkeys(programs))
         print(

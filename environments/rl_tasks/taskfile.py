@@ -258,8 +258,3 @@ def tasks_in_args(args: dict[str, Any]) -> list[dict[str, Any]]:
     except (TaskError, OSError, ValueError, KeyError, FileNotFoundError):
         return []
     return []
-
-
-def programs_in_args(args: dict[str, Any]) -> list[str]:
-    """The local programs an `rl-tasks` environment with these args starts."""
-    return local_commands(tasks_in_args(args))
