@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 
 from rlcore.files.disk_use import folder_bytes
+from rlcore.reporting.metrics import is_training_step
 from rlcore.forecast.progress import Progress, accuracy, duration
 
 MEMORY_SAMPLE_S = 5.0
@@ -63,7 +64,7 @@ class RunClock:
             return
         if record.get("component") in ("trainer", "sft") and step > 0:
             self.step_done(step)
-        elif record.get("component") == "orchestrator" and "reward" in record and step >= 0:
+        elif is_training_step(record) and step >= 0:
             self.progress.batch_done(step + 1, time.monotonic())
 
     def step_done(self, done: int) -> None:

@@ -17,4 +17,4 @@ machine's own measured speed; and, while it runs, the time left corrected from m
 The standard library only outside rlcore; torch only inside the calibration's child.
 
 Imports: rlcore.errors, rlcore.secrets, rlcore.files, rlcore.host, rlcore.processes,
-rlcore.config."""
+rlcore.config, rlcore.reporting."""

@@ -7,6 +7,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from rlcore.reporting.metrics import is_training_step
+
 RECENT_STEPS = 8
 """Measured intervals per stream the pace is taken from (the latest ones: the first step's
 warm-up and an earlier load fade out)."""
@@ -118,7 +120,7 @@ def from_records(estimate: object, records: list, max_steps: int) -> Progress:
             continue
         if record.get("component") in ("trainer", "sft") and step > 0:
             progress.step_done(step, float(when))
-        elif record.get("component") == "orchestrator" and "reward" in record and step >= 0:
+        elif is_training_step(record) and step >= 0:
             progress.batch_done(step + 1, float(when))
     return progress
 

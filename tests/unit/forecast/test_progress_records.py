@@ -1,0 +1,43 @@
+"""A run's pace read back from metrics.jsonl counts the orchestrator's training batches only:
+an in-run eval record (logged at step n before batch n is written) is no batch, in the time
+left read back (`rl status`, `rl view`) and in the launcher's live clock alike."""
+
+from launcher.eta import RunClock
+from rlcore.forecast.progress import from_records
+
+ESTIMATE = {"step_s": 10.0, "end_s": 0.0}
+
+
+def batch(step: int, when: float) -> dict:
+    return {"component": "orchestrator", "step": step, "time": when, "reward": 0.5}
+
+
+def evaluation(step: int, when: float) -> dict:
+    return {"component": "orchestrator", "step": step, "time": when, "eval/add/reward": 0.25}
+
+
+def records_with_evals() -> list[dict]:
+    """Batches 0-3 written at 100, 110, 120, 130 s, each after the eval of its step at 95, 105, 115,
+    125 s, and a fifth eval (step 4) at 135 s with no batch after it."""
+    found = []
+    for step in range(4):
+        found += [evaluation(step, 95.0 + 10 * step), batch(step, 100.0 + 10 * step)]
+    return [*found, evaluation(4, 135.0)]
+
+
+def test_an_eval_record_is_no_batch_in_the_progress_read_back():
+    progress = from_records(ESTIMATE, records_with_evals(), max_steps=10)
+    assert progress.batches == {1: 100.0, 2: 110.0, 3: 120.0, 4: 130.0}
+    assert progress.intervals() == [10.0, 10.0, 10.0]
+
+
+def test_an_eval_record_is_no_batch_in_the_launchers_clock():
+    clock = RunClock(None, max_steps=10, components=["trainer", "orchestrator"])
+    for record in records_with_evals():
+        clock.record(record)
+    assert sorted(clock.progress.batches) == [1, 2, 3, 4]
+
+
+def test_a_batch_whose_reward_is_damaged_is_no_batch():
+    damaged = {"component": "orchestrator", "step": 0, "time": 100.0, "reward": "0.5"}
+    assert from_records(ESTIMATE, [damaged], max_steps=10).batches == {}
