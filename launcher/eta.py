@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 
 from rlcore.files.disk_use import folder_bytes
-from rlcore.reporting.metrics import is_training_step
 from rlcore.forecast.progress import Progress, accuracy, duration
+from rlcore.reporting.metrics import is_training_step
 
 MEMORY_SAMPLE_S = 5.0
 """How often each process tree's memory is read (proportional set size: shared pages split)."""
