@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveFloat, model_validator
 
 from rlcore.config.base import (
+    CPU_KVCACHE_SPACE_GIB,
     DEFAULT_RUN_DIR,
     BaseConfig,
     FilesystemTransferConfig,
@@ -75,7 +76,7 @@ class ServerConfig(BaseConfig):
 
 
 class CpuConfig(BaseConfig):
-    kvcache_space_gib: PositiveFloat = 4
+    kvcache_space_gib: PositiveFloat = CPU_KVCACHE_SPACE_GIB
     """KV-cache memory in GiB when serving on CPU, fractions allowed (vLLM allocates all of it
     at start); a VLLM_CPU_KVCACHE_SPACE environment variable (whole GiB) wins over it. A request
     holds whole blocks (128 tokens on CPU unless vllm_args.block_size says otherwise), and one

@@ -10,10 +10,9 @@ unless `vllm_args.block_size` says otherwise). Models whose cache is laid out ot
 import json
 from pathlib import Path
 
+from rlcore.config.base import CPU_BLOCK_TOKENS
 from rlcore.errors import ConfigError
 from rlcore.host.machine import DTYPE_BYTES
-
-CPU_BLOCK_TOKENS = 128
 
 
 def kv_bytes_per_token(hf: dict, dtype: str) -> int | None:

@@ -7,6 +7,7 @@ an estimate that cannot be made says why in one line and never stops the run."""
 from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
     basis,
+    block_tokens,
     checkpoint_counts,
     describe,
     environment_turns,
@@ -61,9 +62,12 @@ def rl_job(plan, shape: ModelShape) -> Job:
         train_dtype=trainer.model.dtype,
         decode_dtype=decode,
         served_bytes=DTYPE_BYTES.get(served, 4),
+        served_dtype=served,
         trainable=lora_trainable(trainer.lora, shape),
+        lora_targets=len(trainer.lora.target_modules) if trainer.lora else 0,
         micro_batch_tokens=trainer.tokens_per_pass(on_cpu=not gpus),
         max_concurrent=orch.client.max_concurrent,
+        block_tokens=block_tokens(inference.vllm_args, bool(inference_gpus)),
         on_gpu=bool(gpus),
         trainer_gpus=len(gpus),
         inference_gpus=len(inference_gpus),
@@ -81,27 +85,30 @@ def rl_job(plan, shape: ModelShape) -> Job:
     )
 
 
-def forecast(plan) -> tuple[Forecast | None, list[str]]:
+def forecast(plan, dry_run: bool = False) -> tuple[Forecast | None, list[str]]:
     """The estimate for `plan` and its block's lines; (None, [one line saying why]) when it
-    cannot be made. Never raises."""
+    cannot be made. Never raises, never writes (a new measurement of the machine is cached by
+    launcher.preflight.run_checks once every check has passed)."""
     try:
-        return _forecast(plan)
+        return _forecast(plan, dry_run)
     except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
         return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]
 
 
-def _forecast(plan) -> tuple[Forecast | None, list[str]]:
+def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     config = plan.config
     shape, source = shape_of(config.trainer.model.name)
     if shape is None:
         return None, [f"Estimate: not made ({source})"]
     job = rl_job(plan, shape)
     dtypes = sorted({job.train_dtype, job.decode_dtype})
+    if job.trainable is not None and not job.on_gpu:  # the adapter is served in this dtype
+        dtypes = sorted({*dtypes, job.served_dtype})
     found, why = measured_speeds(plan.machine, dtypes, "cuda" if job.on_gpu else "cpu")
     if found is None:
         return None, [f"Estimate: not made ({why})"]
     slowdown, busy = shared(plan.machine)
     result = estimate(job, shape, found, slowdown)
-    result.basis = basis(shape, source, job, found) + busy
+    result.basis, result.speeds = basis(shape, source, job, found, dry_run) + busy, found
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)

@@ -12,6 +12,7 @@ from orchestrator.config import EnvConfig, EvalEnvConfig
 from rlcore.errors import ConfigError
 from rlcore.files.paths import nearest_existing
 from rlcore.files.readback import RUN_JSON, Damaged, read_object
+from rlcore.forecast.report import keep_measurement
 from rlcore.host.environments import check_envs
 from rlcore.host.machine import differences
 from rlcore.host.models import model_folder
@@ -177,8 +178,11 @@ def dry_run_checks(plan: Plan, clean: bool) -> None:
 
 def run_checks(plan: Plan, clean: bool) -> int | None:
     """Every check before anything starts (the inference ports were checked and reserved as
-    the plan was built: launcher.prepare.settle_ports); returns the resolved resume step."""
+    the plan was built: launcher.prepare.settle_ports); returns the resolved resume step. Once
+    all have passed, the estimate's new measurement of this machine is cached."""
     check_environments(plan)
     check_references(plan)
     check_disk(plan, model_folder(plan.config.inference.model.name))
-    return prepare_run_dir(plan, clean)
+    step = prepare_run_dir(plan, clean)
+    keep_measurement(plan.forecast)
+    return step

@@ -93,5 +93,5 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
         plan.memory, warning = check_memory(plan.config, plan.gpu_map)
         if warning is not None:
             plan.warnings.append(warning)
-        plan.forecast, plan.estimate = forecast(plan)  # never raises: one line when not made
+        plan.forecast, plan.estimate = forecast(plan, dry_run)  # never raises nor writes
     return plan

@@ -22,6 +22,7 @@ from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.files.readback import LOG_TAIL, Damaged, read_from
+from rlcore.forecast.report import keep_measurement
 from rlcore.processes import children, procs
 from rlcore.processes.poll import (
     STOP_EXIT_CODES,
@@ -64,6 +65,7 @@ def main(argv: list[str]) -> int:
         step = prepare(run, config, clean)
     except ConfigError as err:
         exit_with(str(err), "rl sft")
+    keep_measurement(forecast)  # every check passed: the run starts
 
     def attempt(step: int | None) -> tuple[int, bool]:
         code = run_attempt(run, config, step, RunClock(forecast, config.max_steps, ["sft"]))

@@ -28,6 +28,14 @@ NONE_STRINGS = ("None", "none", "null")
 RUNS_ROOT = Path("outputs")
 """Where runs live by default; `rl list`, `rl status NAME` and `rl delete NAME` look here."""
 DEFAULT_RUN_DIR = RUNS_ROOT / "run"
+CPU_KVCACHE_SPACE_GIB = 4
+"""inference's default `cpu.kvcache_space_gib`, which the estimates read where a config leaves it
+out (`evals`' free-form `inference` table)."""
+CPU_BLOCK_TOKENS = 128
+"""vLLM's KV-cache block on CPU unless `vllm_args.block_size` says otherwise: a request holds
+whole blocks, and the prefix cache shares only whole blocks."""
+GPU_BLOCK_TOKENS = 16
+"""The same on GPUs."""
 
 
 def allows_none(annotation: Any) -> bool:

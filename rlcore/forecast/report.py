@@ -8,8 +8,9 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from rlcore.config.base import CPU_BLOCK_TOKENS, GPU_BLOCK_TOKENS
 from rlcore.errors import ConfigError
-from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, speeds
+from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, keep, speeds
 from rlcore.forecast.model import GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
 from rlcore.forecast.shape import ModelShape, shape_of
@@ -69,6 +70,14 @@ def lora_trainable(lora, shape: ModelShape) -> int | None:
     return lora.rank * per_layer * shape.layers
 
 
+def block_tokens(vllm_args: dict, on_gpu: bool) -> int:
+    """inference's KV-cache block: `vllm_args.block_size`, else vLLM's default."""
+    given = vllm_args.get("block_size", vllm_args.get("block-size"))
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return given
+    return GPU_BLOCK_TOKENS if on_gpu else CPU_BLOCK_TOKENS
+
+
 def side_files_bytes(name: str) -> float:
     """Bytes of a model folder's files besides its weights (tokenizer, configs), which every
     policy folder repeats; the model's default where there is no folder yet."""
@@ -117,10 +126,39 @@ def shared(machine) -> tuple[float, list[str]]:
     ]
 
 
-def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
+def keep_measurement(forecast: Forecast | None) -> None:
+    """Once a run starts after all its checks: cache the speed its estimate measured, so the
+    next run reads it (a dry run and a refused start never call this: they write nothing)."""
+    keep(forecast.speeds if forecast is not None else None)
+
+
+def measured_when(found, dry_run: bool, starts: str = "the run starts") -> str:
+    """Where the machine's figures came from, and whether they will be cached (once `starts`)."""
+    if found.cached:
+        return "cached"
+    measured = f"measured now in {found.measured_s:.1f} s"
+    if dry_run:
+        return f"{measured}; not cached: a dry run writes nothing"
+    return f"{measured}; cached once {starts}"
+
+
+def lora_words(job: Job) -> list[str]:
+    """The LoRA line of the basis (none without adapters)."""
+    if job.trainable is None:
+        return []
+    served = ""
+    if not job.on_gpu and not job.sft:
+        served = f"; on this CPU, inference copies the adapter ({job.served_dtype}) per token"
+    return [
+        f"LoRA: {job.trainable / 1e6:.1f}M adapter parameters on {job.lora_targets} "
+        f"projection(s) a layer, the base frozen{served}"
+    ]
+
+
+def basis(shape: ModelShape, source: str, job: Job, found, dry_run: bool = False) -> list[str]:
     """What the estimate rests on, one phrase each."""
     rates = ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in sorted(found.matmul_flops.items()))
-    when = "cached" if found.cached else f"measured now in {found.measured_s:.1f} s"
+    when = measured_when(found, dry_run)
     work = (
         f"{job.rollouts} samples x ~{job.answer_tokens} tokens a step (the data's first rows)"
         if job.sft
@@ -131,7 +169,8 @@ def basis(shape: ModelShape, source: str, job: Job, found) -> list[str]:
         f"model {shape.params / 1e6:.0f}M parameters, {shape.layers} layers, hidden "
         f"{shape.hidden}, vocabulary {shape.vocab} (from {source})",
         work,
-        f"this machine: {rates} ({when}, fingerprint {found.fingerprint})",
+        *lora_words(job),
+        f"this machine: {rates} ({when}; fingerprint {found.fingerprint})",
     ]
 
 
@@ -231,6 +270,7 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
         seq_len=seq_len,
         train_dtype=dtype,
         trainable=trainable,
+        lora_targets=len(config.lora.target_modules) if config.lora else 0,
         micro_batch_tokens=micro,
         on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0,
@@ -259,7 +299,7 @@ def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
             return None, [f"Estimate: not made ({why})"]
         slowdown, busy = shared(machine)
         result = estimate(job, shape, found, slowdown)
-        result.basis = basis(shape, source, job, found) + busy
+        result.basis, result.speeds = basis(shape, source, job, found) + busy, found
         return result, describe(result, job, machine.memory_gib, None)
     except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
         return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

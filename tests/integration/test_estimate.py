@@ -1,5 +1,6 @@
-"""The estimate on a real tiny run: printed before the start, the time left on every progress
-line reaching zero at the end, and run.json holding the estimate beside the measured totals."""
+"""The estimate on a real tiny run: printed before the start, the machine's new measurement
+cached as the run starts, the time left on every progress line reaching zero at the end, and
+run.json holding the estimate beside the measured totals."""
 
 import json
 import subprocess
@@ -15,10 +16,13 @@ pytestmark = pytest.mark.integration
 def test_a_tiny_runs_time_left_reaches_zero_and_run_json_holds_both(tmp_path, tiny_model_dir):
     out, config, log = tmp_path / "run", tmp_path / "rl.toml", tmp_path / "rl.log"
     config.write_text(tiny_rl_toml(tiny_model_dir, out, free_port(), max_steps=4))
-    rl = start_rl(config, log=log)
+    cache = tmp_path / "cache"  # this machine measured anew, and cached as the run starts
+    rl = start_rl(config, log=log, env={"RL_CACHE_DIR": str(cache)})
     assert rl.wait(timeout=600) == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert "Estimate (from the model's shape" in text and "  run: ~" in text
+    assert "; cached once the run starts; " in text
+    assert len(list((cache / "calibration").glob("*.json"))) == 1
     assert "Traceback" not in text
     lines = [line for line in text.splitlines() if line.startswith("[")]
     assert len(lines) == 4 and all(" | left ~" in line for line in lines), lines

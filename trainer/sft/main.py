@@ -3,6 +3,7 @@
 does before it touches the run folder."""
 
 import sys
+from typing import TYPE_CHECKING
 
 from rlcore.config.entry import entry_point, exit_with, parse_config
 from rlcore.errors import ConfigError
@@ -11,6 +12,9 @@ from rlcore.processes.heap import bound_kernel_caches
 from rlcore.reporting.logs import setup_logging
 from trainer.dist import maybe_reexec_under_torchrun
 from trainer.sft.config import SFTConfig
+
+if TYPE_CHECKING:
+    from rlcore.forecast.model import Forecast
 
 USAGE = "sft @ sft.toml [--KEY.PATH VALUE ...] [--check-data]"
 CHECK_FLAG = "--check-data"
@@ -26,19 +30,20 @@ def check_data(config: SFTConfig) -> None:
         exit_with(str(err), "sft")
 
 
-def say_estimate(config: SFTConfig) -> None:
-    """The run's estimate (rlcore/forecast), when started alone (`rl sft` prints it itself).
-    Never stops the run: one line when it cannot be made."""
+def say_estimate(config: SFTConfig) -> "Forecast | None":
+    """The run's estimate (rlcore/forecast), when started alone (`rl sft` prints it itself);
+    None otherwise. Never stops the run: one line when it cannot be made."""
     import os
 
     from rlcore.runs.runlock import LAUNCHER_ENV
 
     if os.environ.get(LAUNCHER_ENV) or "RANK" in os.environ:  # torchrun: its parent said it
-        return
+        return None
     from rlcore.forecast.report import sft_forecast
 
-    _, lines = sft_forecast(config)
+    forecast, lines = sft_forecast(config)
     print("\n".join(lines), flush=True)
+    return forecast
 
 
 @entry_point("sft")
@@ -51,16 +56,17 @@ def main(argv: list[str] | None = None) -> None:
     if check_only:
         check_data(config)
         return
-    say_estimate(config)
+    forecast = say_estimate(config)
     bound_kernel_caches()  # before torch's first matmul (rlcore/processes/heap.py)
     try:
         maybe_reexec_under_torchrun(argv, module="trainer.sft.main")
     except ConfigError as err:
         exit_with(str(err), "sft")
+    from rlcore.forecast.report import keep_measurement
     from trainer.sft.train import run
 
     try:
-        run(config)
+        run(config, started=lambda: keep_measurement(forecast))  # its measurement, once set up
     except ConfigError as err:
         exit_with(str(err), "sft")
     except BaseException as err:  # DCP wraps write errors in a BaseException subclass

@@ -10,6 +10,7 @@ steps and at the end, weights/step_<n> + STABLE at the end, metrics.jsonl record
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +63,15 @@ class SFT:
     start_step: int = 0
 
 
-def run(config: SFTConfig) -> None:
+def run(config: SFTConfig, started: Callable[[], None] | None = None) -> None:
+    """Set up (data, folder, model, optimizer), call `started` once all of that has passed,
+    then train to `max_steps`."""
     prepare_environment(config.deterministic)
     world = setup_world()
     try:
         sft = setup_sft(config, world)
+        if started is not None and world.is_main:
+            started()
         for step in range(sft.start_step + 1, config.max_steps + 1):
             sft_step(sft, step)
         sft.checkpointer.close()

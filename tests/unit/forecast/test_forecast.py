@@ -3,6 +3,7 @@ and from an HF folder, the calibration's cache, the time left from measured step
 estimate that cannot be made saying why in one line."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,75 @@ def test_train_seconds_by_hand():
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
     expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam  # op_s = 0: no fixed work
     assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
+
+
+def test_the_prefix_cache_shares_only_whole_blocks_of_a_groups_prompt():
+    job = Job(max_steps=1, rollouts=8, rollouts_per_example=4, prompt_tokens=44)
+    assert model.prefill_tokens(job) == 8 * 44  # vLLM's 128-token blocks on CPU: none full
+    assert model.prefill_tokens(replace(job, block_tokens=32)) == 2 * 32 + 8 * 12
+    assert model.prefill_tokens(replace(job, block_tokens=11)) == 2 * 44
+
+
+# LoRA: 100 adapter parameters on 2 projections of each of SMALL's 2 layers.
+LORA = dict(trainable=100, lora_targets=2, served_dtype="float32")
+LORA_SPEEDS = replace(
+    FLAT, op_s=1e-6, lora_bytes={"float32": 2e9}, lora_prefill_bytes={"float32": 1e9}
+)
+
+
+def lora_job(**extra) -> Job:
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
+    return replace(job, micro_batch_tokens=1000, **{**LORA, **extra})
+
+
+def test_a_lora_step_trains_the_adapters_on_top_of_the_frozen_base_by_hand():
+    job, answer = lora_job(), 6.0
+    tokens = 2 * 10 + 4 * 6
+    base = 2 * model.forward_flops(SMALL, tokens, context=10 + 6)  # no weight gradients
+    adapters = 6 * 100 * tokens  # forward 2 x 100 a token, backward twice that
+    rate = 1e9 * model.TRAIN_EFFICIENCY
+    ops = model.TRAIN_OPS_PER_LAYER * 2 + model.LORA_TRAIN_OPS * 2 * 2  # 1 micro-batch
+    adam = model.ADAM_BYTES_PER_PARAM * 100 / 1e9  # the adapters' moments only
+    expected = (base + adapters) / rate + (ops + model.TRAIN_STEP_OPS) * 1e-6 + adam
+    assert model.train_s(job, SMALL, LORA_SPEEDS, answer) == pytest.approx(expected)
+    assert model.lora_train_s(job, SMALL, LORA_SPEEDS, tokens, 1) == pytest.approx(
+        adapters / rate + model.LORA_TRAIN_OPS * 2 * 2 * 1e-6
+    )
+
+
+def test_serving_an_adapter_on_a_cpu_gathers_it_for_every_token_by_hand():
+    job, answer = lora_job(), 6.0
+    adapter = 100 * 4  # fp32 bytes, copied for each token
+    prefill = 4 * 10 * adapter / 1e9  # every rollout's prompt, at the prefill rate
+    decode = 4 * 6 * adapter / 2e9  # every answer token, at the decode rate
+    calls = 8 * 2 * 2 * 2  # iterations x layers x projections x (shrink, expand)
+    expected = prefill + decode + calls * model.LORA_OPS_PER_CALL * 1e-6
+    assert model.lora_generate_s(job, SMALL, LORA_SPEEDS, answer) == pytest.approx(expected)
+    plain = replace(job, trainable=None, lora_targets=0)
+    assert model.generate_s(job, SMALL, LORA_SPEEDS, answer) == pytest.approx(
+        model.generate_s(plain, SMALL, LORA_SPEEDS, answer) + expected
+    )
+
+
+def test_an_adapter_costs_generation_nothing_on_a_gpu_or_without_a_lora_measurement():
+    assert model.lora_generate_s(lora_job(on_gpu=True), SMALL, LORA_SPEEDS, 6.0) == 0.0
+    assert model.lora_generate_s(lora_job(), SMALL, FLAT, 6.0) == 0.0
+    bf16 = lora_job(served_dtype="bfloat16")  # not measured: the slowest measured rates
+    assert model.lora_generate_s(bf16, SMALL, LORA_SPEEDS, 6.0) == pytest.approx(
+        4 * 10 * 200 / 1e9 + 4 * 6 * 200 / 2e9 + 64 * model.LORA_OPS_PER_CALL * 1e-6
+    )
+
+
+def test_a_lora_runs_first_steps_are_generated_by_the_base_policy():
+    job = lora_job(max_steps=5, async_level=1, trainer_peak=1.0)
+    result = model.estimate(job, SMALL, LORA_SPEEDS)
+    base = replace(job, adapter_served=False)  # no adapter yet: vLLM skips its prefill
+    base_step = model.step_phases(base, SMALL, LORA_SPEEDS, job.answer_mean)["step"]
+    assert base_step < result.step_s
+    start = model.start_s(job, SMALL, LORA_SPEEDS) + model.FIRST_STEP_EXTRA * base_step
+    assert result.start_s == pytest.approx(start)
+    end = result.end_s
+    assert result.wall_s == pytest.approx(start + 2 * base_step + 3 * result.step_s + end)
 
 
 def test_checkpoint_and_disk_bytes_by_hand():
@@ -236,12 +306,27 @@ def test_a_cached_calibration_is_reused_and_a_damaged_one_measured_again(tmp_pat
         calibrate, "run_child", lambda dtypes, device: runs.append((dtypes, device)) or measured
     )
     first = calibrate.speeds(MACHINE, ["float32"])
+    assert list(tmp_path.iterdir()) == [], "a measurement writes nothing until kept"
+    calibrate.keep(first)
     again = calibrate.speeds(MACHINE, ["float32"])
     assert len(runs) == 1 and not first.cached and again.cached
     assert again.matmul_flops == {"float32": 2e9} and runs == [(["float32"], "cpu")]
     calibrate.cache_file(first.fingerprint).write_text("{not json")
     calibrate.speeds(MACHINE, ["float32"])
     assert len(runs) == 2
+
+
+def test_keep_writes_only_a_new_measurement(tmp_path, monkeypatch):
+    from rlcore.host.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    calibrate.keep(None)
+    calibrate.keep(replace(FLAT, fingerprint="abc", cached=True))
+    calibrate.keep(replace(FLAT, fingerprint=""))
+    assert list(tmp_path.iterdir()) == []
+    calibrate.keep(replace(FLAT, fingerprint="abc", lora_bytes={"float32": 3e9}))
+    kept = calibrate.read_cache("abc")
+    assert kept is not None and kept.cached and kept.lora_bytes == {"float32": 3e9}
 
 
 def test_a_failed_calibration_is_named(tmp_path, monkeypatch):

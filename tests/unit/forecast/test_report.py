@@ -91,6 +91,15 @@ def test_lora_adapters_from_each_targets_shape():
     assert report.lora_trainable(None, SHAPE) is None
 
 
+@pytest.mark.parametrize(
+    ("vllm_args", "on_gpu", "tokens"),
+    [({}, False, 128), ({}, True, 16), ({"block_size": 32}, False, 32)]
+    + [({"block-size": 64}, True, 64), ({"block_size": "32"}, False, 128)],
+)
+def test_the_kv_block_is_vllm_args_or_vllms_default(vllm_args, on_gpu, tokens):
+    assert report.block_tokens(vllm_args, on_gpu) == tokens
+
+
 def test_an_environments_turns_come_from_its_args_or_its_source():
     assert report.environment_turns("rl-guess-number", {"max_turns": 5}) == 5
     assert report.environment_turns("rl-guess-number", {}) == 2  # load_environment's default
@@ -136,6 +145,10 @@ def test_a_plan_without_the_measurement_says_why_in_one_line(monkeypatch, tiny_m
     monkeypatch.setenv("RL_CALIBRATION", "on")
     made, lines = forecast(plan)
     assert made is not None and lines[0].startswith("Estimate (") and len(lines) > 5
+    assert made.speeds is FLAT  # what run_checks caches once every check has passed
+    assert "(measured now in 0.0 s; cached once the run starts; " in "\n".join(lines)
+    _, dry = forecast(plan, dry_run=True)
+    assert "(measured now in 0.0 s; not cached: a dry run writes nothing; " in "\n".join(dry)
 
     def broken(*args):
         raise RuntimeError("a bug")
