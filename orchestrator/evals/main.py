@@ -17,6 +17,11 @@ USAGE = (
     "each new policy of a live run)"
 )
 
+WATCH_ESTIMATE = (
+    "each policy is evaluated as the run publishes it, beside the training that shares the "
+    "machine; `evals --run RUN --step N` estimates one"
+)
+
 
 @entry_point("evals")
 def main(argv: list[str] | None = None) -> None:
@@ -32,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     run: Callable[[EvalsConfig], object]
     if config.watch is not None:
         from orchestrator.evals.watch import watch as run
+
+        print(f"Estimate: not made (--watch: {WATCH_ESTIMATE})", flush=True)
     else:
         from orchestrator.evals.run import run
 

@@ -13,11 +13,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from orchestrator.evals.config import EvalsConfig
+from orchestrator.evals.estimate import evals_forecast
 from orchestrator.evals.server import own_server
 from orchestrator.evals.summary import env_summary, eval_labels, result_row, table, write_results
 from orchestrator.seeds import eval_seeds
 from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
+from rlcore.forecast.progress import duration
+from rlcore.forecast.report import keep_measurement
 from rlcore.host.machine import differences, probe, serving_dtypes
 from rlcore.processes import children
 from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
@@ -36,12 +39,17 @@ def run(config: EvalsConfig) -> dict[str, dict]:
         model = policy_folder(source, config.step, out, run_id)
         if not config.client.base_url:
             note_other_numerics(config, source)
+    forecast, lines = evals_forecast(config, model)  # never raises nor writes
+    print("\n".join(lines), flush=True)
     started = time.monotonic()
     with serving(config, model) as urls:
+        keep_measurement(forecast)  # the server is ready: the evaluation starts
         rows = asyncio.run(evaluate(config, urls, model))
     summary = summarize(config, rows)
     write_results(out, rows, summary)
-    print(f"evaluated {model} in {time.monotonic() - started:.0f} s -> {out}")
+    took = time.monotonic() - started
+    against = f" (estimated {duration(forecast.wall_s)})" if forecast is not None else ""
+    print(f"evaluated {model} in {took:.0f} s{against} -> {out}")
     print(table(summary), flush=True)
     return summary
 
