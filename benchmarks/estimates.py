@@ -1,15 +1,20 @@
 """The pre-launch estimate against what runs measure: for each job, the estimated and measured
-wall time, peak memory per process (PSS of each process tree, sampled by `rl`) and disk at the
-end, with their ratio (measured / estimated); and the time left printed once a quarter of the
-steps is done, against when the run really ended. Jobs: the quick start, 64- and 256-token
-answers, 128 rollouts, LoRA, a multi-turn environment (`rl-guess-number`) and `rl sft`.
+wall time and steady step (the median step that waited for a trained policy), peak memory per
+process (PSS of each process tree, sampled by `rl`) and disk at the end, with their ratio
+(measured / estimated); and the time left printed once a quarter of the steps is done, against
+when the run really ended. Jobs: the quick start, 64- and 256-token answers, 128 rollouts,
+LoRA, a multi-turn environment (`rl-guess-number`) and `rl sft`; on request `rl eval` of the
+tiny model (`evals-tiny`) and of SmolLM2-135M (`evals`).
 
-    python -m benchmarks.estimates                     # all jobs, this machine
+    python -m benchmarks.estimates                     # all rl jobs, this machine
     python -m benchmarks.estimates --avx2              # the same under rlcore.host.machine.AVX2_ENV
     python -m benchmarks.estimates --jobs quickstart lora --steps-scale 0.5
+    python -m benchmarks.estimates --jobs evals-tiny evals
 
 Each run's own run.json holds the estimate and the measured totals (launcher/eta.py); this
-script reads them back and adds the ETA check from the progress lines' `left ~...` words.
+script reads them back and adds the ETA check from the progress lines' `left ~...` words. An
+evaluation's estimate is made here as `evals` makes it, just before it starts. Before each job
+it waits (`--settle-s`) for the load average to forget the previous one.
 Results: benchmarks/results/estimates[-avx2].json; the table goes in benchmarks/README.md."""
 
 import argparse
@@ -17,6 +22,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -24,6 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
 
 from benchmarks.common import REPO, rl_argv, save  # noqa: E402
 
@@ -78,6 +86,13 @@ JOBS = {
 }
 """name: (rl arguments, steps): short, so that the set runs in well under an hour on a busy
 2-CPU machine; the quick start's 8 steps give the time left after a quarter a measured pace."""
+EVAL_JOBS = {
+    "evals-tiny": ("tiny", 4, 3, 8),
+    "evals": ("HuggingFaceTB/SmolLM2-135M-Instruct", 32, 4, 16),
+}
+"""name: (model, examples, rollouts per example, max_tokens) of `rl eval` on rl-add-digits with
+its own server (1 GiB of KV cache); `tiny` is the tests' tiny model."""
+EVALUATED = re.compile(r"^evaluated .* in (\d+) s")
 LEFT = re.compile(r"^\[[#-]+\] (\d+)/(\d+) .*\| left ~(.+)$")
 UNITS = {"h": 3600, "min": 60, "s": 1}
 
@@ -119,6 +134,7 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
         "steps": steps,
         "estimate": state.get("estimate"),
         "measured": state.get("measured"),
+        "steady_step_s": steady_step_s(out),
         "load": os.getloadavg(),
     }
     quarter = math.ceil(steps / 4)
@@ -135,12 +151,111 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
     return result
 
 
+def eval_config(name: str, work: Path) -> Path:
+    """The eval.toml of the evals job `name` (EVAL_JOBS)."""
+    model, examples, rollouts, max_tokens = EVAL_JOBS[name]
+    if model == "tiny":
+        from tests.tiny_model import cached_tiny_model
+
+        model = str(cached_tiny_model(seed=0))
+    path = work / f"{name}.toml"
+    path.write_text(
+        f'output_dir = "{work / name}"\nseq_len = 256\n[model]\nname = "{model}"\n'
+        f"[sampling]\nmax_tokens = {max_tokens}\n"
+        f'[[eval.env]]\nid = "rl-add-digits"\nnum_examples = {examples}\n'
+        f"rollouts_per_example = {rollouts}\n[inference]\ncpu = {{ kvcache_space_gib = 1 }}\n"
+    )
+    return path
+
+
+def sample_peaks(pid: int, peaks: dict[str, int]) -> None:
+    """The evaluation's own memory (PSS) now and its server's (its children's trees), kept at
+    their peaks."""
+    from launcher.eta import tree_memory
+
+    try:
+        process = psutil.Process(pid)
+        own = process.memory_full_info().pss
+        children = [child.pid for child in process.children()]
+    except psutil.Error:
+        return
+    peaks["evals"] = max(peaks["evals"], own)
+    peaks["inference"] = max(peaks["inference"], sum(tree_memory(child) for child in children))
+
+
+def run_eval_job(name: str, work: Path, env: dict) -> dict:
+    """Run one evals job to its end: its estimate (made here as `evals` makes it, just before
+    it starts), the span `evals` measures (server start to stop: `evaluated ... in N s`), the
+    peak memory of the evaluation and of its server's process tree, and the folder's bytes."""
+    import tomllib
+
+    from orchestrator.evals.config import EvalsConfig
+    from orchestrator.evals.estimate import evals_forecast
+    from rlcore.files.disk_use import folder_bytes
+
+    path = eval_config(name, work)
+    config = EvalsConfig.model_validate(tomllib.loads(path.read_text()))
+    subprocess.run(["rm", "-rf", str(config.output_dir)], check=True)
+    forecast, _ = evals_forecast(config, config.model.name)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        rl_argv("eval", "@", str(path)), cwd=REPO, stdout=subprocess.PIPE, text=True, env=env
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
+    peaks = {"evals": 0, "inference": 0}
+    while proc.poll() is None:
+        sample_peaks(proc.pid, peaks)
+        time.sleep(0.5)
+    reader.join(timeout=10)
+    (work / f"{name}.log").write_text("".join(output))
+    span = next((int(m[1]) for line in output if (m := EVALUATED.match(line))), None)
+    return {
+        "exit_code": proc.returncode,
+        "wall_s": span,
+        "command_s": round(time.monotonic() - started, 1),
+        "estimate": forecast.record() if forecast is not None else None,
+        "measured": {
+            "wall_s": span,
+            "peak_memory_bytes": peaks,
+            "disk_bytes": folder_bytes(config.output_dir),
+        },
+        "load": os.getloadavg(),
+    }
+
+
+def settle(limit_s: float) -> None:
+    """Wait up to `limit_s` for the 1-minute load average to fall below 1 (a job just ended
+    still counts in it for a minute or two)."""
+    deadline = time.monotonic() + limit_s
+    while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
+        time.sleep(5)
+
+
+def steady_step_s(out: Path) -> float | None:
+    """The median seconds of the steps that waited for a trained policy: the orchestrator's
+    batches from the third on (async 1: the first two come from the base policy, and with
+    LoRA no adapter is served yet), or `rl sft`'s steps after the first."""
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    records = [json.loads(line) for line in lines if line.strip()]
+    times = [
+        r["time/step_s"] for r in records if r.get("component") == "orchestrator" and r["step"] >= 2
+    ] or [r["step_time_s"] for r in records if r.get("component") == "sft" and r["step"] >= 2]
+    return statistics.median(times) if times else None
+
+
 def ratios(result: dict) -> dict:
     """measured / estimated per figure (the whole command's wall time against the estimate)."""
     estimate, measured = result.get("estimate") or {}, result.get("measured") or {}
     found = {}
     if estimate.get("wall_s"):
         found["wall"] = result["wall_s"] / estimate["wall_s"]
+    if estimate.get("step_s") and result.get("steady_step_s"):
+        found["step"] = result["steady_step_s"] / estimate["step_s"]
     for name, value in (estimate.get("memory_bytes") or {}).items():
         got = (measured.get("peak_memory_bytes") or {}).get(name)
         if value and got:
@@ -152,42 +267,62 @@ def ratios(result: dict) -> dict:
 
 
 def table(results: dict) -> str:
-    """Markdown rows: job, wall est/meas, memory per process est/meas, disk est/meas, ratios,
-    ETA after a quarter."""
+    """Markdown rows: job, wall est/meas, step est/meas (the steady step: `steady_step_s`),
+    memory per process est/meas, disk est/meas, ratios, ETA after a quarter."""
     gib = 2**30
+    from rlcore.forecast.report import gib as size
+
     rows = [
-        "| job | wall est / meas | trainer GiB | inference GiB | orchestrator GiB | "
-        "disk GiB | ratios (meas / est) | ETA after 1/4 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| job | wall est / meas | step est / meas | trainer GiB | inference GiB | "
+        "orchestrator (evals) GiB | disk | ratios (meas / est) | ETA after 1/4 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, result in results.items():
         estimate, measured = result.get("estimate") or {}, result.get("measured") or {}
         mem_e, mem_m = estimate.get("memory_bytes") or {}, measured.get("peak_memory_bytes") or {}
 
-        def pair(key: str, mem_e=mem_e, mem_m=mem_m) -> str:
-            if key not in mem_e:
+        def pair(*keys: str, mem_e=mem_e, mem_m=mem_m) -> str:
+            key = next((k for k in keys if k in mem_e), None)
+            if key is None:
                 return "-"
             return f"{mem_e[key] / gib:.2f} / {mem_m.get(key, 0) / gib:.2f}"
 
-        disk_e = sum((estimate.get("disk_bytes") or {}).values()) / gib
-        disk_m = (measured.get("disk_bytes") or 0) / gib
+        disk_e = sum((estimate.get("disk_bytes") or {}).values())
+        disk_m = measured.get("disk_bytes") or 0
         eta = result.get("eta_quarter")
         eta_words = f"{eta['error']:+.0%}" if eta else "-"
         ratio_words = ", ".join(f"{k} {v}" for k, v in ratios(result).items())
+        step_m = result.get("steady_step_s")
+        step = f"{estimate.get('step_s', 0):.1f} / {step_m:.1f} s" if step_m else "-"
         rows.append(
-            f"| {name} | {estimate.get('wall_s', 0):.0f} / {result['wall_s']:.0f} s | "
-            f"{pair('trainer')} | {pair('inference')} | {pair('orchestrator')} | "
-            f"{disk_e:.2f} / {disk_m:.2f} | {ratio_words} | {eta_words} |"
+            f"| {name} | {estimate.get('wall_s', 0):.0f} / {result['wall_s']:.0f} s | {step} | "
+            f"{pair('trainer')} | {pair('inference')} | {pair('orchestrator', 'evals')} | "
+            f"{size(disk_e)} / {size(disk_m)} | {ratio_words} | {eta_words} |"
         )
     return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="*", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument(
+        "--jobs",
+        nargs="*",
+        default=list(JOBS),
+        choices=[*JOBS, *EVAL_JOBS],
+        help="rl jobs by "
+        "default; `evals-tiny` and `evals` run `rl eval` (the estimate `evals` prints)",
+    )
     parser.add_argument("--avx2", action="store_true", help="run under AVX2_ENV (an AVX2 cap)")
     parser.add_argument("--steps-scale", type=float, default=1.0, help="scale every job's steps")
     parser.add_argument("--work", default="outputs/estimates-bench", help="runs and logs here")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=180.0,
+        help="before each job, wait up to this long for the 1-minute load average to fall below "
+        "1, so that a job's estimate does not count the previous job's processes as other "
+        "programs' load (0: no wait)",
+    )
     args = parser.parse_args()
     from rlcore.host.machine import AVX2_ENV
 
@@ -199,10 +334,16 @@ def main() -> None:
     env = {**os.environ, **(AVX2_ENV if args.avx2 else {})}
     results = {}
     for name in args.jobs:
+        settle(args.settle_s)
+        if name in EVAL_JOBS:
+            print(f"{name}: (load {os.getloadavg()[0]:.1f}) ...", flush=True)
+            results[name] = run_eval_job(name, work, env)
+            print(f"{name}: {ratios(results[name])}", flush=True)
+            continue
         argv, steps = JOBS[name]
         argv = [a.replace("{work}", str(work)) for a in argv]
         steps = max(4, round(steps * args.steps_scale))
-        print(f"{name}: {steps} steps ...", flush=True)
+        print(f"{name}: {steps} steps (load {os.getloadavg()[0]:.1f}) ...", flush=True)
         results[name] = run_job(name, argv, steps, work, env)
         print(f"{name}: {ratios(results[name])} eta {results[name].get('eta_quarter')}", flush=True)
     print("\n" + table(results))
