@@ -236,13 +236,18 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
 
 
 def read_cache(key: str) -> Speeds | None:
+    """The cached measurement, read through the bounded reader (a FIFO, a huge, deep or
+    non-UTF-8 file is refused unread or unparsed); None when absent or damaged, which is
+    measured again."""
+    from rlcore.files.readback import SMALL, Damaged, read_object
+
     path = cache_file(key)
     try:
-        if not path.is_file() or path.stat().st_size > 64_000:
+        if not path.exists():
             return None
-        return from_record(json.loads(path.read_text()), key, cached=True)
-    except (OSError, ValueError):
-        return None  # a damaged entry is measured again
+        return from_record(read_object(path, SMALL), key, cached=True)
+    except (OSError, ValueError, Damaged):
+        return None
 
 
 def run_child(dtypes: list[str], device: str = "cpu") -> dict:

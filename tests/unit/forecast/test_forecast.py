@@ -7,22 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from known_speeds import FLAT, SMALL
 
 from rlcore.forecast import calibrate, model, progress
-from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.model import Job
 from rlcore.forecast.shape import ModelShape, folder_shape, gguf_shape
-
-# A known small model: 1,000 parameters of which a 50 x 10 tied embedding, 2 layers.
-SMALL = ModelShape(params=1000, hidden=10, layers=2, vocab=50, heads=2, kv_heads=1)
-FLAT = Speeds(
-    matmul_flops={"float32": 1e9},
-    stream_bytes={"float32": 1e9},
-    op_s=0.0,
-    copy_bytes=1e9,
-    import_s=1.0,
-    threads=1,
-)
 
 
 def test_forward_flops_are_two_per_parameter_and_token_plus_attention():
@@ -327,6 +316,30 @@ def test_keep_writes_only_a_new_measurement(tmp_path, monkeypatch):
     calibrate.keep(replace(FLAT, fingerprint="abc", lora_bytes={"float32": 3e9}))
     kept = calibrate.read_cache("abc")
     assert kept is not None and kept.cached and kept.lora_bytes == {"float32": 3e9}
+
+
+@pytest.mark.parametrize("damage", ["fifo", "deep", "bytes", "list", "huge"])
+def test_a_damaged_cache_entry_is_measured_again_never_read_on_trust(tmp_path, monkeypatch, damage):
+    """The cache lives in the user's cache folder, which anything may have written: a FIFO is
+    refused without blocking, a 100,000-deep JSON or any bytes are no record."""
+    import os
+
+    from rlcore.host.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    path = calibrate.cache_file("abc")
+    path.parent.mkdir(parents=True)
+    if damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "deep":
+        path.write_text("[" * 100_000)
+    elif damage == "bytes":
+        path.write_bytes(b"\xff\xfe{\x00")
+    elif damage == "list":
+        path.write_text(json.dumps({"matmul_flops": [1], "stream_bytes": {}}))
+    else:
+        path.write_text(json.dumps({"pad": "x" * 200_000}))
+    assert calibrate.read_cache("abc") is None
 
 
 def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
