@@ -6,24 +6,14 @@ be made saying why in one line, never raising."""
 from dataclasses import replace
 
 import pytest
+from known_speeds import FLAT, SMALL
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.estimate import describe_evals, evals_forecast, evals_jobs
 from rlcore.forecast import evals, model, report
-from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.model import GIB, Job
-from rlcore.forecast.shape import ModelShape
 from rlcore.host.machine import probe
 
-SMALL = ModelShape(params=1000, hidden=10, layers=2, vocab=50, heads=2, kv_heads=1)
-FLAT = Speeds(
-    matmul_flops={"float32": 1e9},
-    stream_bytes={"float32": 1e9},
-    op_s=0.0,
-    copy_bytes=1e9,
-    import_s=1.0,
-    threads=1,
-)
 JOB = Job(
     max_steps=1,
     rollouts=6,
