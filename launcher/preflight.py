@@ -12,7 +12,6 @@ from orchestrator.config import EnvConfig, EvalEnvConfig
 from rlcore.errors import ConfigError
 from rlcore.files.paths import nearest_existing
 from rlcore.files.readback import RUN_JSON, Damaged, read_object
-from rlcore.forecast.report import keep_measurement
 from rlcore.host.environments import check_envs
 from rlcore.host.machine import differences
 from rlcore.host.models import model_folder
@@ -178,11 +177,10 @@ def dry_run_checks(plan: Plan, clean: bool) -> None:
 
 def run_checks(plan: Plan, clean: bool) -> int | None:
     """Every check before anything starts (the inference ports were checked and reserved as
-    the plan was built: launcher.prepare.settle_ports); returns the resolved resume step. Once
-    all have passed, the estimate's new measurement of this machine is cached."""
+    the plan was built: launcher.prepare.settle_ports); returns the resolved resume step. The
+    estimate's new measurement of this machine is cached only once the run starts
+    (launcher.supervisor, when inference is healthy): a refused start writes nothing."""
     check_environments(plan)
     check_references(plan)
     check_disk(plan, model_folder(plan.config.inference.model.name))
-    step = prepare_run_dir(plan, clean)
-    keep_measurement(plan.forecast)
-    return step
+    return prepare_run_dir(plan, clean)

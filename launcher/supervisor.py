@@ -30,6 +30,7 @@ from rlcore.errors import USER_ERROR_EXIT_CODE
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, stopped_text
 from rlcore.files.readback import LOG_TAIL, Damaged, decode, read_tail
 from rlcore.forecast.model import Forecast
+from rlcore.forecast.report import keep_measurement
 from rlcore.processes import children, poll, procs
 from rlcore.processes.health import ForeignServer, port_holder, probe_health
 from rlcore.processes.poll import Stop, check_stop, ignore_stop_signals
@@ -152,6 +153,7 @@ class Supervisor:
             return self.fail("inference", USER_ERROR_EXIT_CODE, str(err))
         if all(c.proc.poll() is None for c in self.inference):
             print("rl: inference is healthy", flush=True)
+            keep_measurement(self.spec.forecast)  # the run has started: cache its measurement
             self.write_state("running")  # "running": inference serves
         name, code = poll.wait_until(self.poll, math.inf, 0.5, "the run to end")
         if name == "done":
