@@ -11,11 +11,10 @@ from launcher.slurm import check_no_job
 from orchestrator.config import EnvConfig, EvalEnvConfig
 from rlcore.errors import ConfigError
 from rlcore.files.paths import nearest_existing
-from rlcore.files.readback import RUN_JSON, Damaged, read_object
 from rlcore.host.environments import check_envs
-from rlcore.host.machine import differences
 from rlcore.host.models import model_folder
 from rlcore.runs.ownership import read_run_id, remove_run_files, verified_run
+from rlcore.runs.run_json import changed_choices, recorded_choices
 from rlcore.runs.runguard import RL, check_run, hold
 from rlcore.secrets import dotenv, redact_command, resolve
 
@@ -122,9 +121,9 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
         if resume_step is not None:
             raise ConfigError("--clean deletes the checkpoints --ckpt.resume-step would load")
         clean_run(run.root)
-    recorded = read_choices(run.run_json) if resume_step is not None else {}
+    recorded = recorded_choices(run.root) if resume_step is not None else {}
     step = run.prepare_attempt(resume_step, ("rollouts", "weights"), RL)  # claimed and held
-    changed = differences(recorded, numeric_choices(plan)) if step else []
+    changed = changed_choices(recorded, numeric_choices(plan)) if step else []
     if changed:
         print(
             f"rl: note: resuming step {step} with other numerics than the run had "
@@ -133,15 +132,6 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
             flush=True,
         )
     return step
-
-
-def read_choices(run_json: Path) -> dict:
-    """The numeric choices a run's run.json recorded (launcher.plan.numeric_choices)."""
-    try:
-        choices = read_object(run_json, RUN_JSON, run_json.parent).get("numeric_choices")
-    except (OSError, Damaged):
-        return {}
-    return choices if isinstance(choices, dict) else {}
 
 
 def clean_run(root: Path) -> None:

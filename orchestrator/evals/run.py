@@ -3,7 +3,6 @@ or what a running server serves), the server (its own or the given one), every [
 examples with seeded rollouts, then results.jsonl, summary.json and the table."""
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -21,8 +20,9 @@ from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
 from rlcore.forecast.progress import duration
 from rlcore.forecast.report import keep_measurement
-from rlcore.host.machine import differences, probe, serving_dtypes
+from rlcore.host.machine import probe, serving_dtypes
 from rlcore.processes import children
+from rlcore.runs.run_json import changed_choices, recorded_choices
 from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
 from rlcore.runs.runlock import LAUNCHER_ENV
 
@@ -58,12 +58,8 @@ def note_other_numerics(config: EvalsConfig, source: Path) -> None:
     """Say so when this machine serves the policy of the run in `source` with other numerics
     (ISA, dtypes) than the run's own inference had: its scores may then differ in the last
     bits."""
-    try:
-        recorded = json.loads((source / "run.json").read_text())
-    except (OSError, ValueError):
-        return
-    choices = recorded.get("numeric_choices") if isinstance(recorded, dict) else None
-    if not isinstance(choices, dict):
+    choices = recorded_choices(source)  # read back as untrusted data, bounded
+    if not choices:
         return
     machine, model = probe(), config.inference.get("model", {})
     cpu = config.inference.get("cpu", {})
@@ -75,7 +71,7 @@ def note_other_numerics(config: EvalsConfig, source: Path) -> None:
         "inference.model.dtype": served,
         "inference.cpu.matmul_dtype": matmul,
     }
-    changed = differences(choices, now)
+    changed = changed_choices(choices, now)
     if changed:
         logger.warning(
             f"the run's inference computed otherwise than this evaluation's server "

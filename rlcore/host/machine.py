@@ -318,13 +318,3 @@ def bf16_matmul_refusal(key: str, machine: Machine) -> str | None:
         f"{key} = bfloat16 needs a oneDNN bf16 matmul, which this CPU ({machine.isa}, no "
         f"AVX-512) does not have: set {key} = auto (float32 products here) or model"
     )
-
-
-def differences(recorded: dict, now: dict) -> list[str]:
-    """`key: recorded -> now` for each numeric choice (ISA, dtypes) that differs from what a
-    run recorded in run.json; keys the record lacks (an older run) are not compared."""
-    return [
-        f"{key} {recorded[key]} -> {value}"
-        for key, value in now.items()
-        if key in recorded and recorded[key] != value
-    ]

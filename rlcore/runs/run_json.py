@@ -27,6 +27,9 @@ SERVER_URL = re.compile(
 )
 """An inference server's address as the launcher records it: scheme, host (an IPv6 literal in
 brackets) and port, nothing else."""
+CHOICE = re.compile(r"[A-Za-z0-9_.+-]{0,40}")
+"""A numeric choice's name or value as run.json records it (`isa`, `trainer.model.dtype`,
+`bfloat16`, `avx512_bf16`); anything else is not compared, so never printed."""
 
 
 def is_job_id(value: object) -> bool:
@@ -141,3 +144,27 @@ def identities(state: RunState) -> dict:
     """The identity records run.json keeps by process name (rlcore.processes.procs)."""
     found = state.data.get(procs.IDENTITIES)
     return found if isinstance(found, dict) else {}
+
+
+def recorded_choices(root: Path) -> dict[str, str]:
+    """The numeric choices (ISA, dtypes: launcher.plan.numeric_choices) that the run in `root`
+    recorded in its run.json; {} when there is none, it is damaged, or an older run recorded
+    none. Names and values that are not short plain words are left out."""
+    choices = read_state(root).data.get("numeric_choices")
+    if not isinstance(choices, dict):
+        return {}
+    return {
+        k: v
+        for k, v in choices.items()
+        if isinstance(k, str) and isinstance(v, str) and CHOICE.fullmatch(k) and CHOICE.fullmatch(v)
+    }
+
+
+def changed_choices(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+    """`key: recorded -> now` for each numeric choice that differs from what a run recorded;
+    keys the record lacks (an older run) are not compared."""
+    return [
+        f"{key} {recorded[key]} -> {value}"
+        for key, value in now.items()
+        if key in recorded and recorded[key] != value
+    ]

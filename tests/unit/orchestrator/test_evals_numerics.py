@@ -2,6 +2,7 @@
 did (another ISA, other dtypes), instead of silently giving other bits."""
 
 import json
+import os
 import logging
 
 from orchestrator.evals.config import EvalsConfig
@@ -40,4 +41,17 @@ def test_the_same_numerics_or_an_older_run_say_nothing(tmp_path, caplog):
         note_other_numerics(evals_config(run), run)
         note_other_numerics(evals_config(older), older)
         note_other_numerics(evals_config(tmp_path / "missing"), tmp_path / "missing")
+    assert caplog.text == ""
+
+
+def test_a_fifo_or_forged_run_json_is_read_as_untrusted(tmp_path, caplog):
+    """run.json is read back through the bounded reader: a FIFO is refused, not waited on (a
+    plain read hung here), and a forged value is never printed."""
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "run.json")
+    forged = recorded_run(tmp_path, isa="\x1b]52;c;aGk=\x07")
+    with caplog.at_level(logging.WARNING, logger="orchestrator"):
+        note_other_numerics(evals_config(fifo), fifo)
+        note_other_numerics(evals_config(forged), forged)
     assert caplog.text == ""

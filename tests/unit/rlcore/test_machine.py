@@ -9,7 +9,6 @@ from rlcore.host.machine import (
     DTYPE_BYTES,
     bf16_matmul_refusal,
     compute_dtype,
-    differences,
     probe,
     read_machine,
     slow_bf16_warning,
@@ -105,13 +104,6 @@ def test_bf16_linear_layers_are_refused_where_onednn_has_none():
     refusal = bf16_matmul_refusal("inference.cpu.matmul_dtype", machine(ZEN3))
     assert "inference.cpu.matmul_dtype = auto" in refusal
     assert bf16_matmul_refusal("x", machine(SKYLAKE_SP)) is None
-
-
-def test_differences_name_what_changed_and_skip_what_an_older_run_lacks():
-    recorded = {"isa": "avx512_bf16", "trainer.model.dtype": "bfloat16"}
-    now = {"isa": "avx2", "trainer.model.dtype": "bfloat16", "inference.model.dtype": "float32"}
-    assert differences(recorded, now) == ["isa avx512_bf16 -> avx2"]
-    assert differences({}, now) == []
 
 
 def test_the_probe_agrees_with_torch_in_this_process():
