@@ -24,7 +24,7 @@ from rlcore.processes.ports import HELD_ENV
 from rlcore.runs.admin_token import ADMIN_TOKEN_ENV, new_token
 from rlcore.runs.attempt import ATTEMPT_ENV
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import LAUNCHER_ENV
 from rlcore.runs.waits import COMPONENT_ENV, server_name
 from trainer.speed_policy import SpeedChoices
 
@@ -42,6 +42,9 @@ class Plan:
     """The run's estimate (launcher.forecast): recorded in run.json, the time left from it."""
     estimate: list[str] = field(default_factory=list)
     """The estimate block's lines, or one line saying why there is none."""
+    disk_need: float | None = None
+    """Bytes the run folder may hold at its fullest (launcher.prepare.disk_need), which the start
+    checks against the free space; None when the model's shape is unknown."""
 
     @property
     def run(self) -> RunDir:

@@ -73,37 +73,25 @@ def announce_local_programs(programs: list[str]) -> None:
         )
 
 
-def _folder_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*.safetensors")) if path.is_dir() else 0
+def check_model(plan: Plan) -> None:
+    """A model named by a local path exists and is a model folder (rlcore.host.models); a hub
+    name is left to the processes."""
+    model_folder(plan.config.inference.model.name)
 
 
-def estimate_run_bytes(plan: Plan, model_bytes: int) -> int:
-    """Peak disk of weights and checkpoints: live weight folders plus kept checkpoints."""
-    config = plan.config.trainer
-    live_weights = config.weight_transfer.num_policy_folders(config.async_level)
-    ckpt = config.ckpt
-    if not ckpt.enabled:
-        num_ckpts = 0
-    elif ckpt.keep is not None:
-        num_ckpts = ckpt.keep + 1  # one more while the newest is written
-    else:
-        num_ckpts = config.max_steps // (ckpt.interval or config.max_steps) + 1
-    # model + two fp32 Adam moments (model bytes may be bf16: count moments at 2x).
-    ckpt_bytes = model_bytes * (1 + 4)
-    return live_weights * model_bytes + num_ckpts * ckpt_bytes
-
-
-def check_disk(plan: Plan, model_dir: Path | None) -> None:
-    if model_dir is None:
+def check_disk(plan: Plan) -> None:
+    """The run folder's fullest (`plan.disk_need`, from the estimate's disk figures) against the
+    free space where it is made."""
+    need = plan.disk_need
+    if need is None:
         return
-    need = estimate_run_bytes(plan, _folder_bytes(model_dir))
     root = plan.run.root
     free = shutil.disk_usage(nearest_existing(root)).free
     if need > free:
         raise ConfigError(
-            f"{root} needs about {need / 2**30:.1f} GiB for weights and checkpoints but only "
-            f"{free / 2**30:.1f} GiB is free: lower --ckpt.keep, raise --ckpt.interval, or use "
-            "another --output-dir"
+            f"{root} needs about {need / 2**30:.1f} GiB at its fullest (checkpoints, policy "
+            f"folders, the rollout archive and logs) but only {free / 2**30:.1f} GiB is free: "
+            "lower --ckpt.keep, raise --ckpt.interval, or use another --output-dir"
         )
 
 
@@ -115,7 +103,7 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
     resume_step = plan.config.trainer.ckpt.resume_step
     check_run(run.root, RL)  # an rl run, or new or empty; nobody else in it; no link out of it
     if read_run_id(run.root) is not None:
-        hold(run.root, RL)  # a run that another rl is running is left alone (rlcore.runs.runlock)
+        hold(run.root, RL)  # a run that another rl is running is left alone (rlcore.runs.runguard)
         check_no_job(run, "output_dir")  # nor one a SLURM job may still be writing
     if clean and run.root.exists():
         if resume_step is not None:
@@ -162,7 +150,8 @@ def dry_run_checks(plan: Plan, clean: bool) -> None:
     check_output_dir(plan, clean)
     check_environments(plan, announce=False)
     check_references(plan)
-    check_disk(plan, model_folder(plan.config.inference.model.name))
+    check_model(plan)
+    check_disk(plan)
 
 
 def run_checks(plan: Plan, clean: bool) -> int | None:
@@ -172,5 +161,6 @@ def run_checks(plan: Plan, clean: bool) -> int | None:
     (launcher.supervisor, when inference is healthy): a refused start writes nothing."""
     check_environments(plan)
     check_references(plan)
-    check_disk(plan, model_folder(plan.config.inference.model.name))
+    check_model(plan)
+    check_disk(plan)
     return prepare_run_dir(plan, clean)

@@ -1,16 +1,20 @@
-"""Building the plan `rl` runs: the GPUs this machine has, the plan (launcher/plan.py) and the
-trainer's memory estimate against them (launcher/memory.py)."""
+"""Building the plan `rl` runs: the GPUs this machine has, the plan (launcher/plan.py), the
+trainer's memory estimate against them (launcher/memory.py), the estimate (launcher/forecast.py)
+and the disk the run folder will need."""
 
 import shutil
 import subprocess
+from dataclasses import replace
 
-from launcher.forecast import forecast
+from launcher.forecast import forecast, rl_job
 from launcher.memory import check_memory
 from launcher.plan import Plan, make_plan
 from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
 from rlcore.errors import ConfigError
+from rlcore.forecast.model import disk
+from rlcore.forecast.shape import shape_of
 from rlcore.processes import children, ports
 from rlcore.processes.health import server_url
 
@@ -94,4 +98,23 @@ def build_plan(config: RLConfig, dry_run: bool) -> Plan:
         if warning is not None:
             plan.warnings.append(warning)
         plan.forecast, plan.estimate = forecast(plan, dry_run)  # never raises nor writes
+        plan.disk_need = disk_need(plan)
     return plan
+
+
+def disk_need(plan: Plan) -> float | None:
+    """Bytes the run folder may hold at its fullest, by the estimate's own disk figures
+    (rlcore.forecast.model.disk): the checkpoints kept and one more being written, every live
+    policy folder of the weight transport, the rollout archive and the logs. None when the
+    model's shape is unknown (a hub model not yet fetched): no disk check then."""
+    shape, _ = shape_of(plan.config.trainer.model.name)
+    if shape is None:
+        return None
+    job = rl_job(plan, shape)
+    trainer = plan.config.trainer
+    fullest = replace(
+        job,
+        checkpoints_kept=min(job.checkpoints_saved, job.checkpoints_kept + 1),
+        policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level),
+    )
+    return sum(disk(fullest, shape, job.answer_mean).values())

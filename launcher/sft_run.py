@@ -33,8 +33,7 @@ from rlcore.processes.poll import (
 )
 from rlcore.reporting.metrics import read_records
 from rlcore.runs.rundir import RunDir, record_state
-from rlcore.runs.runguard import RL_SFT, check_run, hold
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import LAUNCHER_ENV, RL_SFT, check_run, hold
 from trainer.sft.config import SFTConfig
 
 USAGE = "rl sft @ sft.toml [--KEY.PATH VALUE ...] [--max-restarts N] [--clean]"

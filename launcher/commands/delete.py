@@ -17,8 +17,7 @@ from rlcore.processes import procs
 from rlcore.runs.ownership import RUN_ENTRIES, RUN_MARKER, remove_run_files, verified_run
 from rlcore.runs.run_json import RunState, read_state, recorded_pid
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runguard import is_plain_name, looks_like_run, run_candidates
-from rlcore.runs.runlock import locked
+from rlcore.runs.runguard import is_plain_name, locked, looks_like_run, run_candidates
 
 NAME = "delete"
 HELP = "delete a run folder (asks first; refuses a running run)"

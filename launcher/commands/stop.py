@@ -21,7 +21,7 @@ from rlcore.processes.poll import wait_until
 from rlcore.runs.ownership import RUN_MARKER, read_run_id
 from rlcore.runs.run_json import read_state
 from rlcore.runs.rundir import RunDir, record_state
-from rlcore.runs.runlock import lock_holders
+from rlcore.runs.runguard import lock_holders
 
 NAME = "stop"
 HELP = "stop a running run cleanly"

@@ -23,8 +23,7 @@ from rlcore.forecast.report import keep_measurement
 from rlcore.host.machine import probe, serving_dtypes
 from rlcore.processes import children
 from rlcore.runs.run_json import changed_choices, recorded_choices
-from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import EVALS, LAUNCHER_ENV, find_run, mark_own, open_run, replace_own
 
 logger = logging.getLogger("orchestrator")
 

@@ -27,8 +27,7 @@ from rlcore.errors import ConfigError
 from rlcore.reporting.wandb_run import WandbRun, continue_wandb
 from rlcore.runs.admin_token import read_token
 from rlcore.runs.rundir import RunDir, step_name, steps_in
-from rlcore.runs.runguard import EVALS, find_run, mark_own, open_run, replace_own
-from rlcore.runs.runlock import lock_holders
+from rlcore.runs.runguard import EVALS, find_run, lock_holders, mark_own, open_run, replace_own
 
 logger = logging.getLogger("orchestrator")
 COMPONENT = "evals"

@@ -11,7 +11,7 @@ on a recorded pid (`rl stop` signals it; `rl status` and `rl list` report it as 
 only on what `verify` returned, never on the bare number.
 
 The launcher's record is proved one step further: it must hold the run's lock (the exclusive
-`flock` on the run's marker, rlcore.runs.runlock), so a launcher that is alive but no longer runs
+`flock` on the run's marker, rlcore.runs.runguard), so a launcher that is alive but no longer runs
 this folder (the folder was deleted and claimed again) is not taken for the run's.
 
 A record from another host cannot be checked here; a run.json without records (written by an

@@ -184,7 +184,7 @@ def _only_markers(folder: Path) -> bool:
 
 def _write_marker(root: Path, kind: str | None = None, entry: str | None = None) -> str:
     """Create the marker exclusively: of two processes claiming one folder, both end with the
-    winner's id. It is never rewritten (its inode carries the run's lock, rlcore.runs.runlock)."""
+    winner's id. It is never rewritten (its inode carries the run's lock, rlcore.runs.runguard)."""
     root.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:16]
     record = {"run_id": run_id, "created": time.time(), "folder": str(root.resolve())}

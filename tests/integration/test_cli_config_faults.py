@@ -297,7 +297,7 @@ the folders these tests snapshot: what they prove is that a failed start writes 
 run and none of the user's files."""
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from rlcore.runs.runlock import hold_run; "
+    "import sys, time; from pathlib import Path; from rlcore.runs.runguard import hold_run; "
     "hold_run(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
 )
 

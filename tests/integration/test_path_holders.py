@@ -19,7 +19,7 @@ from launcher.slurm import job_comment
 from rlcore.errors import ConfigError
 from rlcore.runs.ownership import read_run_id
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import LAUNCHER_ENV
 from tests.unit.launcher.test_path_promises import make_tree, release_locks, snapshot
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
 from pathlib import Path
-from rlcore.runs.runlock import join_run
+from rlcore.runs.runguard import join_run
 join_run(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(120)

@@ -126,7 +126,7 @@ def test_stop_refuses_a_folder_without_the_run_marker(tmp_path, stranger, capsys
 HOLD = """
 import sys, time
 from pathlib import Path
-from rlcore.runs.runlock import hold_run
+from rlcore.runs.runguard import hold_run
 hold_run(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(60)
@@ -192,7 +192,7 @@ from launcher.plan import Plan
 from launcher.rl_config import RLConfig
 from launcher.supervisor import Supervisor
 from rlcore.processes.poll import Stop, ignore_stop_signals, install_stop_handlers, sleep
-from rlcore.runs.runlock import hold_run
+from rlcore.runs.runguard import hold_run
 
 given = {"output_dir": sys.argv[1], "inference": {"server": {"port": 8000}}}  # as rl settles it
 plan = Plan(RLConfig.model_validate(given),

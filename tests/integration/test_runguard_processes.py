@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.runs.ownership import claim
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import LAUNCHER_ENV
 from tests.integration.helpers import REPO, free_port
 from tests.unit.launcher.test_path_promises import snapshot
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 HOLD = """
 import sys, time
 from pathlib import Path
-from rlcore.runs.runlock import hold_run
+from rlcore.runs.runguard import hold_run
 hold_run(Path(sys.argv[1]))
 print("held", flush=True)
 time.sleep(300)

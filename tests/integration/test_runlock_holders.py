@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import LAUNCHER_ENV
+from rlcore.runs.runguard import LAUNCHER_ENV
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ TRY = """
 import sys, time
 from pathlib import Path
 from rlcore.errors import ConfigError
-from rlcore.runs.runlock import hold_run, join_run
+from rlcore.runs.runguard import hold_run, join_run
 root, how = Path(sys.argv[-2]), sys.argv[-1]
 try:
     join_run(root) if how == "join" else hold_run(root)

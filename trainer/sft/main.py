@@ -35,7 +35,7 @@ def say_estimate(config: SFTConfig) -> "Forecast | None":
     None otherwise. Never stops the run: one line when it cannot be made."""
     import os
 
-    from rlcore.runs.runlock import LAUNCHER_ENV
+    from rlcore.runs.runguard import LAUNCHER_ENV
 
     if os.environ.get(LAUNCHER_ENV) or "RANK" in os.environ:  # torchrun: its parent said it
         return None

@@ -7,7 +7,7 @@ import pytest
 from inference.config import InferenceConfig
 from inference.vllm_args import owned_argv
 from launcher.plan import make_plan
-from launcher.preflight import estimate_run_bytes
+from launcher.prepare import disk_need
 from launcher.rl_config import RLConfig
 from rlcore.config.base import CollectiveTransferConfig, FilesystemTransferConfig
 from rlcore.config.weight_transfer import Deployment
@@ -108,11 +108,20 @@ def test_gpu_deployments_derive_nccl_and_every_worker():
     assert (transfer.backend, transfer.inference_workers, transfer.port) == ("nccl", 8, 1234)
 
 
-def test_the_disk_estimate_counts_the_transports_policy_folders():
-    filesystem, collective = plan_for(async_level=2), plan_for(**COLLECTIVE, async_level=2)
+def test_the_disk_check_counts_the_transports_policy_folders(tiny_model_dir):
+    """A filesystem transport at async level 2 keeps 4 policy folders live, each about the size
+    of the model's own folder (its safetensors in float32 and its side files); collective
+    keeps none."""
+    def sections() -> dict:
+        model = {"name": str(tiny_model_dir), "dtype": "float32"}
+        return {"trainer": {"model": model}, "inference": {"model": dict(model)}, "async_level": 2}
+
+    filesystem, collective = plan_for(**sections()), plan_for(**COLLECTIVE, **sections())
     assert filesystem.config.trainer.weight_transfer.num_policy_folders(2) == 4
     assert collective.config.trainer.weight_transfer.num_policy_folders(2) == 0
-    assert estimate_run_bytes(filesystem, 10) - estimate_run_bytes(collective, 10) == 4 * 10
+    folder = sum(f.stat().st_size for f in tiny_model_dir.iterdir() if f.is_file())
+    extra = disk_need(filesystem) - disk_need(collective)
+    assert abs(extra - 4 * folder) < 4 * 64 * 1024  # the safetensors headers aside
 
 
 def test_inference_adds_what_the_transport_asks_of_vllm():

@@ -10,7 +10,7 @@ from launcher.commands import run_command
 from launcher.rl import API_KEY_FLAG, main, take_flag
 from rlcore.processes import procs
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import hold_run
+from rlcore.runs.runguard import hold_run
 from tests.unit.launcher.test_path_promises import release_locks
 
 

@@ -25,7 +25,7 @@ from launcher.workflow import load_workflow
 from rlcore.config.base import RUNS_ROOT
 from rlcore.errors import ConfigError
 from rlcore.files.paths import resolve_path
-from rlcore.runs import runlock
+from rlcore.runs import runguard
 from rlcore.runs.ownership import RUN_MARKER, read_run_id
 from rlcore.runs.rundir import RunDir
 
@@ -132,9 +132,9 @@ def spelled(form: str, cwd: Path) -> str:
 def release_locks() -> None:
     """In-process starts keep their run lock for the life of the process: let go between
     examples, as a finished `rl` would."""
-    for fd in runlock._held.values():
+    for fd in runguard._held.values():
         os.close(fd)
-    runlock._held.clear()
+    runguard._held.clear()
 
 
 def changes(before: dict, after: dict) -> set[Path]:

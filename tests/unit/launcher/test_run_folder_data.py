@@ -128,7 +128,7 @@ def test_a_stale_launcher_pid_naming_a_stranger_lets_delete_go_as_stop_finds_not
 
 
 def test_delete_refuses_a_run_its_proved_launcher_runs(tmp_path, capsys):
-    from rlcore.runs.runlock import hold_run
+    from rlcore.runs.runguard import hold_run
     from tests.unit.launcher.test_path_promises import release_locks
 
     run = RunDir(tmp_path / "r")

@@ -2,8 +2,8 @@
 did (another ISA, other dtypes), instead of silently giving other bits."""
 
 import json
-import os
 import logging
+import os
 
 from orchestrator.evals.config import EvalsConfig
 from orchestrator.evals.run import note_other_numerics

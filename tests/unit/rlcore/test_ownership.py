@@ -15,7 +15,7 @@ from rlcore.errors import ConfigError
 from rlcore.processes import procs
 from rlcore.runs.ownership import RUN_MARKER, claim, read_run_id, remove_run_files, verified_run
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import hold_run
+from rlcore.runs.runguard import hold_run
 from tests.unit.launcher.test_path_promises import release_locks
 from trainer.weights import place_weights
 

@@ -22,7 +22,7 @@ import torch
 from launcher.commands import run_command
 from rlcore.errors import ConfigError
 from rlcore.runs.ownership import RUN_MARKER, claim
-from rlcore.runs.runlock import locked
+from rlcore.runs.runguard import locked
 from tests.unit.launcher.test_path_promises import release_locks, snapshot
 
 REPO = Path(__file__).resolve().parents[3]

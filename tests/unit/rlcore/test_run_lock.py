@@ -8,7 +8,7 @@ import pytest
 
 from rlcore.errors import ConfigError
 from rlcore.runs.rundir import RunDir
-from rlcore.runs.runlock import hold_run, in_use_message, locked
+from rlcore.runs.runguard import hold_run, in_use_message, locked
 
 
 def test_a_folder_whose_marker_went_missing_is_a_clear_error(tmp_path):

@@ -1,0 +1,52 @@
+"""The start's disk check (launcher/preflight.py check_disk) against the run folder's fullest,
+which the estimate's own disk figures give (launcher/prepare.py disk_need): real free space,
+the tiny model's real shape."""
+
+import shutil
+
+import pytest
+
+from launcher.plan import make_plan
+from launcher.preflight import check_disk
+from launcher.prepare import disk_need
+from launcher.rl_config import RLConfig
+from rlcore.errors import ConfigError
+
+
+def plan_for(model, out, **trainer):
+    spec = {"name": str(model), "dtype": "float32"}
+    config = RLConfig.model_validate(
+        {
+            "output_dir": str(out),
+            "trainer": {"model": spec, **trainer},
+            "inference": {"model": dict(spec)},
+        }
+    )
+    plan = make_plan(config, [], dry_run=False, submitting=False)
+    plan.disk_need = disk_need(plan)
+    return plan
+
+
+def test_a_run_that_would_fill_the_disk_is_refused_naming_the_fix(tmp_path, tiny_model_dir):
+    free = shutil.disk_usage(tmp_path).free
+    every = {"interval": 1}
+    one, two = (plan_for(tiny_model_dir, tmp_path / "s", max_steps=n, ckpt=every) for n in (1, 2))
+    per_step = two.disk_need - one.disk_need  # one more checkpoint kept, a step's archive, logs
+    steps = int(free // per_step) + 10  # a checkpoint every step, all kept: more than is free
+    plan = plan_for(tiny_model_dir, tmp_path / "big", max_steps=steps, ckpt=every)
+    assert plan.disk_need > free
+    with pytest.raises(ConfigError) as refused:
+        check_disk(plan)
+    words = str(refused.value)
+    assert str(tmp_path / "big") in words and "--ckpt.keep" in words and "GiB is free" in words
+    kept = plan_for(
+        tiny_model_dir, tmp_path / "kept", max_steps=steps, ckpt={"interval": 1, "keep": 2}
+    )
+    check_disk(kept)  # keeping 2 fits
+    assert kept.disk_need < plan.disk_need / 100
+
+
+def test_an_unknown_model_shape_makes_no_disk_check(tmp_path):
+    plan = plan_for("some-org/not-fetched", tmp_path / "run")
+    assert plan.disk_need is None
+    check_disk(plan)
