@@ -112,6 +112,7 @@ def test_the_disk_check_counts_the_transports_policy_folders(tiny_model_dir):
     """A filesystem transport at async level 2 keeps 4 policy folders live, each about the size
     of the model's own folder (its safetensors in float32 and its side files); collective
     keeps none."""
+
     def sections() -> dict:
         model = {"name": str(tiny_model_dir), "dtype": "float32"}
         return {"trainer": {"model": model}, "inference": {"model": dict(model)}, "async_level": 2}
