@@ -2,11 +2,15 @@
 GGUF file's header (the bundled default model before its first conversion)."""
 
 import json
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+SAFETENSORS_MAX_HEADER = 100 << 20
+"""The safetensors format's own bound on a header's JSON."""
 GGUF_MAGIC = b"GGUF"
 GGUF_MAX_HEADER_ITEMS = 1 << 24
 """Bound on any count read from a GGUF header (a damaged file is not a reason to loop)."""
@@ -53,37 +57,70 @@ def _count(shape: list) -> int:
     return count
 
 
+def safetensors_header(file: Path) -> dict:
+    """The JSON header of the safetensors `file`, read as untrusted data: a regular file only
+    (a FIFO is never waited on), a header within the format's bound and the file's size;
+    ValueError otherwise."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        size_on_disk = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{file} is not a regular file")
+        (size,) = struct.unpack("<Q", f.read(8))
+        if size > min(SAFETENSORS_MAX_HEADER, size_on_disk - 8):
+            raise ValueError(f"{file}: a header of {size} bytes")
+        header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: its header is no object")
+    return header
+
+
 def safetensors_params(folder: Path) -> int:
     """Elements over all *.safetensors files in `folder`, read from their JSON headers."""
     total = 0
     for file in folder.glob("*.safetensors"):
-        with file.open("rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
+        header = safetensors_header(file)
         total += sum(_count(e["shape"]) for k, e in header.items() if k != "__metadata__")
     return total
 
 
+def _positive(value: object) -> int:
+    """A count config.json gives (hidden size, layers, ...): a positive int, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"not a positive integer: {value!r:.40}")
+    return value
+
+
+def _optional(config: dict, key: str) -> int:
+    value = config.get(key)
+    return 0 if value is None else _positive(value)
+
+
 def folder_shape(folder: Path) -> ModelShape | None:
     """The shape of the HF model in `folder`; None when its files do not say."""
+    from rlcore.errors import ConfigError
+    from rlcore.files.user_files import read_user_bytes
+
     try:
-        config = json.loads((folder / "config.json").read_text())
+        config = json.loads(read_user_bytes(folder / "config.json", "the model's config.json"))
         config = config.get("text_config", config)
         params = safetensors_params(folder)
         if not params:
             return None
         return ModelShape(
             params,
-            config["hidden_size"],
-            config["num_hidden_layers"],
-            config["vocab_size"],
-            heads=config.get("num_attention_heads") or 0,
-            kv_heads=config.get("num_key_value_heads") or 0,
-            head_dim=config.get("head_dim") or 0,
-            intermediate=config.get("intermediate_size") or 0,
+            _positive(config["hidden_size"]),
+            _positive(config["num_hidden_layers"]),
+            _positive(config["vocab_size"]),
+            heads=_optional(config, "num_attention_heads"),
+            kv_heads=_optional(config, "num_key_value_heads"),
+            head_dim=_optional(config, "head_dim"),
+            intermediate=_optional(config, "intermediate_size"),
             tied=bool(config.get("tie_word_embeddings", True)),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a JSON error is a ValueError
+    except (RecursionError, struct.error):
         return None
 
 

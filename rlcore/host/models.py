@@ -107,6 +107,12 @@ def model_folder(name: str) -> Path | None:
 
     path = Path(name).expanduser()
     if _path_kind(name, path, ConfigError) == "dir":
+        config = path / "config.json"
+        if config.exists() and not config.is_file():
+            raise ConfigError(
+                f"model.name = {name!r}: its config.json is not a regular file (a FIFO, a device "
+                "or a folder): every process would wait on it or fail; save it as a file"
+            )
         return path
     if name == DEFAULT_MODEL:
         bundled = cache_dir() / BUNDLED_DIR_NAME
