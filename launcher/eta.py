@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 
 from rlcore.files.disk_use import folder_bytes
+from rlcore.forecast.answers import MAX_STEPS_READ, remember, summarize
 from rlcore.forecast.progress import Progress, accuracy, duration
 from rlcore.reporting.metrics import is_training_step
 
@@ -38,17 +39,46 @@ def tree_memory(pid: int) -> int:
     return total
 
 
+def archived_answers(root: Path) -> dict | None:
+    """The run's answers (rlcore.forecast.answers.summarize) from the policy's tokens of up to
+    MAX_STEPS_READ of its archived steps, spread over the run; None without an archive, or
+    where it cannot be read (only an estimate is missed: nothing is kept)."""
+    from rlcore.contracts.samples_store import SAMPLES_DIR, list_steps, read_step, step_file
+
+    folder = root / SAMPLES_DIR
+    try:
+        steps = list_steps(folder)
+        picked = steps[:: max(-(-len(steps) // MAX_STEPS_READ), 1)]
+        rows = []
+        for step in picked:
+            table = read_step(step_file(folder, step), ["token_mask", "num_prompt_tokens"])
+            masks = table.column("token_mask").to_pylist()
+            prompts = table.column("num_prompt_tokens").to_pylist()
+            rows.append(
+                [
+                    ([bool(t) for t in mask or []], int(prompt or 0))
+                    for mask, prompt in zip(masks, prompts, strict=True)
+                ]
+            )
+        return summarize(rows)
+    except Exception:  # noqa: BLE001  (a damaged archive costs the next estimate, not the run)
+        return None
+
+
 class RunClock:
     """One attempt's progress against the plan's estimate (None: no estimate, measured only)."""
 
     def __init__(self, forecast, max_steps: int, components: list[str]):
         self.estimate = forecast.record() if forecast is not None else None
+        self.answers_key = forecast.answers_key if forecast is not None else ""
         self.started = time.monotonic()
         self.progress = Progress(
             max_steps,
             forecast.step_s if forecast is not None else None,
             forecast.end_s if forecast is not None else 0.0,
             start=self.started,
+            untrained_batches=forecast.untrained_batches if forecast is not None else 0,
+            estimated_start_s=forecast.start_s - forecast.warmup_s if forecast is not None else 0,
         )
         self.first_step_at: float | None = None
         self.peaks: dict[str, int] = {}
@@ -76,12 +106,7 @@ class RunClock:
     def left_s(self) -> float | None:
         if self.finished_at is not None:
             return 0.0
-        left = self.progress.left_s(time.monotonic())
-        if not self.progress.seen and self.estimate and left is not None:
-            # before the first step: what is left of the start as well
-            start = self.estimate["start_s"] - self.estimate["step_s"]
-            left += max(start - (time.monotonic() - self.started), 0.0)
-        return left
+        return self.progress.left_s(time.monotonic())
 
     def suffix(self) -> str:
         """` | left ~4 min 10 s` for the progress line ('' without a figure)."""
@@ -116,6 +141,8 @@ class RunClock:
             "disk_bytes": folder_bytes(root),
         }
         self.measured = measured
+        if self.answers_key and self.progress.seen:  # for the next estimate of this job
+            remember(self.answers_key, archived_answers(root))
         return measured
 
     def against_estimate(self) -> str | None:

@@ -4,6 +4,7 @@ machine's, the disk at the end, GPU-hours and their price. The figures come from
 rlcore/forecast (the model's shape, the job from the config, this machine's measured speed);
 an estimate that cannot be made says why in one line and never stops the run."""
 
+from rlcore.forecast import answers
 from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
     basis,
@@ -31,8 +32,26 @@ def resident(parts: dict[str, float]) -> float:
     return TRAINER_RESIDENT * sum(v for k, v in parts.items() if k != "background copies")
 
 
+def answers_key(config) -> str:
+    """The key of the run's answers (rlcore.forecast.answers): the model, the environments, the
+    sampling and `seq_len`."""
+    orch = config.orchestrator
+    envs = [e.model_dump(mode="json", exclude={"name"}) for e in orch.env]
+    sampling = orch.sampling.model_dump(mode="json")
+    return answers.job_key(config.trainer.model.name, envs, sampling, orch.seq_len)
+
+
+def measured_answers(config) -> answers.Measured | None:
+    """What the last finished run of the same job measured of its prompts and answers."""
+    orch = config.orchestrator
+    max_tokens = min(orch.sampling.max_tokens, orch.seq_len)
+    return answers.recall(answers_key(config), max_tokens, orch.seq_len)
+
+
 def rl_job(plan, shape: ModelShape) -> Job:
-    """The `rl` run of `plan` as the estimate sees it."""
+    """The `rl` run of `plan` as the estimate sees it: its prompts and answers as the last
+    finished run of the same job measured them, else every turn taken and every answer at
+    `max_tokens` (an upper bound)."""
     from launcher.memory import estimate_parts, gpu_memory
 
     config = plan.config
@@ -49,13 +68,16 @@ def rl_job(plan, shape: ModelShape) -> Job:
         config, plan.gpu_map, shape, ac, trainer.model.activation_checkpointing_freq
     )
     kv = 0.0 if inference_gpus else inference.cpu.kvcache_space_gib * GIB
+    attention = trainer.model.attn_implementation
+    sdpa = attention == "sdpa" or (attention == "auto" and not gpus)  # trainer/attention.py
+    measured = measured_answers(config)
     return Job(
         max_steps=trainer.max_steps,
         rollouts=orch.batch_size,
         rollouts_per_example=orch.rollouts_per_example,
-        prompt_tokens=PROMPT_TOKENS,
+        prompt_tokens=round(measured.prompt_tokens) if measured else PROMPT_TOKENS,
         answer_tokens=min(orch.sampling.max_tokens, orch.seq_len),
-        turns=(1 + turns) / 2,
+        turns=sum(t.share for t in measured.turns) if measured else turns,
         max_turns=turns,
         seq_len=orch.seq_len,
         async_level=trainer.async_level,
@@ -66,6 +88,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         trainable=lora_trainable(trainer.lora, shape),
         lora_targets=len(trainer.lora.target_modules) if trainer.lora else 0,
         micro_batch_tokens=trainer.tokens_per_pass(on_cpu=not gpus),
+        row_attention=trainer.data.share_prompts and sdpa,
         max_concurrent=orch.client.max_concurrent,
         block_tokens=block_tokens(inference.vllm_args, bool(inference_gpus)),
         on_gpu=bool(gpus),
@@ -82,6 +105,8 @@ def rl_job(plan, shape: ModelShape) -> Job:
         archive=orch.samples.keep,
         trainer_peak=resident(peak),
         tokenizer_bytes=side_files_bytes(config.trainer.model.name),
+        answer_fill=1.0,
+        answers=measured.turns if measured else (),
     )
 
 
@@ -100,7 +125,7 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     shape, source = shape_of(config.trainer.model.name)
     if shape is None:
         return None, [f"Estimate: not made ({source})"]
-    job = rl_job(plan, shape)
+    job, measured = rl_job(plan, shape), measured_answers(config)
     dtypes = sorted({job.train_dtype, job.decode_dtype})
     if job.trainable is not None and not job.on_gpu:  # the adapter is served in this dtype
         dtypes = sorted({*dtypes, job.served_dtype})
@@ -109,6 +134,8 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
         return None, [f"Estimate: not made ({why})"]
     slowdown, busy = shared(plan.machine)
     result = estimate(job, shape, found, slowdown)
-    result.basis, result.speeds = basis(shape, source, job, found, dry_run) + busy, found
+    said = answers.words(measured, job.answer_tokens, job.max_turns)
+    result.basis = [*basis(shape, source, job, found, dry_run), said, *busy]
+    result.speeds, result.answers_key = found, answers_key(config)
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)

@@ -10,7 +10,11 @@ machine's own measured speed; and, while it runs, the time left corrected from m
   throughput in the run's dtypes, in a child process (the launcher never imports torch), cached
   per machine fingerprint (`rlcore.host.machine` plus library versions) only once a run starts
   after all its checks (a dry run or a refused start writes nothing).
-- `progress.py`: the time left from measured step times, and what run.json records.
+- `answers.py`: how long a job's answers run (and its prompts), measured from a finished run's
+  rollout archive and kept per job (model, environments, sampling) beside the calibration,
+  read back through the bounded reader for the next estimate of the same job.
+- `progress.py`: the time left from measured step times (the pace policy that
+  benchmarks/eta_replay.py chose on recorded runs), and what run.json records.
 - `memory.py`: the trainer's peak memory from the shape, which the pre-flight check and the
   trainer's `auto` activation checkpointing read too.
 - `evals.py`: the arithmetic of an evaluation (`evals`): its server's start, each

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6
 """Bumped when what is measured changes: old cache entries are then ignored."""
 TIMEOUT_S = 120.0
 """The child's limit (about 4 s of CPU time, torch's import included; longer on a busy machine)."""
@@ -62,6 +62,10 @@ class Speeds:
     import_s: float
     """CPU seconds to import torch (the start of every process)."""
     threads: int
+    stream_one_bytes: dict[str, float] = field(default_factory=dict)
+    """The same product's weight bytes/s at one row: a decode iteration's fixed part (the weights
+    streamed once), whatever the rows; the difference to `stream_bytes` is each row's own cost.
+    Empty in a record older than it (the model then takes every row's cost as fixed)."""
     lora_bytes: dict[str, float] = field(default_factory=dict)
     """Adapter bytes/s of vLLM's CPU LoRA product at a decode step's rows (DECODE_ROWS), per
     dtype: each row gathers its own copy of the adapter's matrices, then a batched product
@@ -118,7 +122,7 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     torch.manual_seed(0)
     threads = torch.get_num_threads()  # what the run's processes use: the CPUs they may run on
     torch.set_num_threads(1)  # one thread, timed in its CPU time: the load cannot stretch it
-    matmul, stream, lora, lora_prefill = {}, {}, {}, {}
+    matmul, stream, stream_one, lora, lora_prefill = {}, {}, {}, {}, {}
     decode = torch.nn.functional.linear
     on_gpu = device == "cuda" and torch.cuda.is_available()
     where = "cuda" if on_gpu else "cpu"
@@ -135,6 +139,9 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
         x = torch.randn(DECODE_ROWS, side, dtype=dtype, device=where)
         one = _timed(lambda x=x, w=weight: decode(x, w), sync=sync)
         stream[name] = scale * weight.numel() * dtype.itemsize / one
+        row = x[:1].clone()
+        one = _timed(lambda x=row, w=weight: decode(x, w), sync=sync)
+        stream_one[name] = scale * weight.numel() * dtype.itemsize / one
         if not on_gpu:
             lora[name], one_thread = lora_rates(torch, dtype)
             lora_prefill[name] = scale * one_thread
@@ -147,6 +154,7 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     return {
         "matmul_flops": matmul,
         "stream_bytes": stream,
+        "stream_one_bytes": stream_one,
         "op_s": op_s,
         "copy_bytes": copy,
         "lora_bytes": lora,
@@ -217,6 +225,9 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
         return Speeds(
             matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
             stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
+            stream_one_bytes={
+                str(k): float(v) for k, v in data.get("stream_one_bytes", {}).items()
+            },
             op_s=float(data["op_s"]),
             copy_bytes=float(data["copy_bytes"]),
             import_s=float(data["import_s"]),

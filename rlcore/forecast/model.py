@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from rlcore.config.base import CPU_BLOCK_TOKENS
-from rlcore.forecast.calibrate import Speeds
+from rlcore.forecast.calibrate import DECODE_ROWS, Speeds
 from rlcore.forecast.shape import ModelShape
 from rlcore.host.machine import DTYPE_BYTES
 
@@ -100,6 +100,21 @@ LOG_BYTES_FIXED = 60_000.0
 
 
 @dataclass(frozen=True)
+class TurnAnswers:
+    """One turn of a step's rollouts, as generation sees it."""
+
+    share: float
+    """Share of the step's rollouts that reach this turn."""
+    mean: float
+    """The policy's tokens in an answer of this turn, on average."""
+    longest: float
+    """The longest answer of this turn in a step (the decode iterations it takes), tokens."""
+    added: float = 0.0
+    """Tokens the environment adds before this turn (its reply and the chat template's; 0 in
+    the first turn, whose prompt is `Job.prompt_tokens`)."""
+
+
+@dataclass(frozen=True)
 class Job:
     """What the run does, as the estimate needs it (built from a config by the launcher)."""
 
@@ -129,6 +144,9 @@ class Job:
     """False for a LoRA run's first batches, which the base policy generates before the first
     adapter: vLLM then skips the adapter's prefill (its decode still gathers)."""
     micro_batch_tokens: int = 2048
+    row_attention: bool = False
+    """The trainer's attention computes every token of a packed row against every other (sdpa
+    with the shared-prompt mask, `data.share_prompts`: the masked pairs are computed too)."""
     max_concurrent: int = 32
     block_tokens: int = CPU_BLOCK_TOKENS
     """inference's KV-cache block (`vllm_args.block_size`): the prefix cache shares whole ones."""
@@ -155,6 +173,10 @@ class Job:
     """A policy folder's files besides its weights (tokenizer, config)."""
     answer_fill: float = ANSWER_FILL
     """Share of `answer_tokens` an answer uses on average (1: `answer_tokens` is a mean)."""
+    answers: tuple[TurnAnswers, ...] = ()
+    """The answers an earlier run of the same model, environments and sampling measured, turn
+    by turn (rlcore.forecast.answers); empty: `turns` turns of `answer_mean`-token answers, the
+    longest `answer_tokens` (`turn_answers`)."""
 
     @property
     def answer_mean(self) -> float:
@@ -188,6 +210,14 @@ class Forecast:
     speeds: Speeds | None = None
     """The machine's measured speed it rests on; a new measurement is cached only once the run
     starts (`rlcore.forecast.report.keep_measurement`)."""
+    warmup_s: float = 0.0
+    """The first step's warm-up, part of `start_s`."""
+    untrained_batches: int = 0
+    """Batches generated before the first needs a trained policy (`async_level + 1`; 0 in SFT):
+    they follow each other without a wait, so the measured pace skips them."""
+    answers_key: str = ""
+    """The job's key for its measured answers (rlcore.forecast.answers): the run keeps its own
+    under it when it ends; empty where none are kept (SFT, an evaluation)."""
 
     @property
     def disk_total(self) -> float:
@@ -202,6 +232,8 @@ class Forecast:
             "end_s": round(self.end_s, 2),
             "wall_s": round(self.wall_s, 1),
             "wall_range_s": [round(x, 1) for x in self.wall_range],
+            "warmup_s": round(self.warmup_s, 2),
+            "untrained_batches": self.untrained_batches,
             "memory_bytes": {k: int(v) for k, v in self.memory.items()},
             "machine_memory_bytes": int(self.machine_memory),
             "gpu_memory_bytes": {k: int(v) for k, v in self.gpu_memory.items()},
@@ -226,11 +258,10 @@ def train_flops(shape: ModelShape, tokens: float, context: float, lora: bool) ->
 
 
 def train_tokens(job: Job, answer: float) -> float:
-    """Tokens a step trains on: each group's prompt once (shared prompts), every answer, and
-    in a multi-turn job every turn's prompt and answer."""
-    turns = job.turns
-    prompt = job.groups * job.prompt_tokens * turns
-    return prompt + job.rollouts * answer * turns
+    """Tokens a step trains on: each group's prompt once (shared prompts) and every rollout's
+    completion (in a multi-turn job every turn's answer and the environment's tokens between
+    them, masked but computed: `completion_tokens`)."""
+    return job.groups * job.prompt_tokens + job.rollouts * completion_tokens(job, answer)
 
 
 def prefill_tokens(job: Job) -> float:
@@ -242,29 +273,70 @@ def prefill_tokens(job: Job) -> float:
 
 
 # -- time ------------------------------------------------------------------------------------
+def turn_answers(job: Job, answer: float) -> tuple[TurnAnswers, ...]:
+    """The job's answers turn by turn: measured by an earlier run (`Job.answers`), else every
+    one of `turns` reached by every rollout, answers of `answer` tokens on average, the longest
+    `answer_tokens` long, and before each later turn the environment adding a prompt's worth."""
+    if job.answers:
+        return job.answers
+    return tuple(
+        TurnAnswers(1.0, answer, float(job.answer_tokens), 0.0 if turn == 0 else job.prompt_tokens)
+        for turn in range(max(round(job.turns), 1))
+    )
+
+
+def completion_tokens(job: Job, answer: float) -> float:
+    """A rollout's tokens after its prompt: every turn's answer and what the environment adds
+    before it, weighted by the rollouts that reach the turn."""
+    return sum(t.share * (t.mean + t.added) for t in turn_answers(job, answer))
+
+
 def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
-    """One step's generation: each turn's prefill, then one decode iteration per answer token
-    (the longest answer sets the count) in waves of `max_concurrent` rollouts."""
+    """One step's generation, turn by turn (`turn_answers`): the turn's new tokens prefilled
+    (the first turn's prompts as the prefix cache shares them), then its decode (`decode_s`);
+    and the step's fixed work."""
+    dtype = job.decode_dtype
+    flops = speeds.matmul_flops.get(dtype) or min(speeds.matmul_flops.values())
+    total, context, previous = 0.0, float(job.prompt_tokens), 0.0
+    for index, turn in enumerate(turn_answers(job, answer)):
+        active = job.rollouts * turn.share
+        if index == 0:
+            new = prefill_tokens(job)
+        else:  # the previous answer and the environment's reply, the earlier turns cached
+            new = active * (previous + turn.added)
+            context += previous + turn.added
+        total += forward_flops(shape, new, context) / flops
+        total += decode_s(job, shape, speeds, turn, context)
+        previous = turn.mean
+    return total + lora_generate_s(job, shape, speeds, answer) + GENERATE_STEP_OPS * speeds.op_s
+
+
+def decode_s(
+    job: Job, shape: ModelShape, speeds: Speeds, turn: TurnAnswers, context: float
+) -> float:
+    """One turn's decode on `job.rollouts * turn.share` rollouts in waves of `max_concurrent`:
+    each iteration streams the weights once (the decode product at one row, `stream_one_bytes`)
+    and pays vLLM's ops, and a wave iterates until its longest answer ends; each answer token
+    adds its row's share of the product at DECODE_ROWS rows beyond one (`stream_bytes`) and
+    its attention over the context so far."""
     dtype = job.decode_dtype
     flops = speeds.matmul_flops.get(dtype) or min(speeds.matmul_flops.values())
     stream = speeds.stream_bytes.get(dtype) or min(speeds.stream_bytes.values())
-    concurrent = max(min(job.rollouts, job.max_concurrent), 1)
-    waves = math.ceil(job.rollouts / concurrent)
+    one_row = speeds.stream_one_bytes.get(dtype) or stream  # an older record: no row's share
+    active = job.rollouts * turn.share
+    if active <= 0:
+        return 0.0
+    concurrent = max(min(active, job.max_concurrent), 1.0)
+    waves = math.ceil(active / concurrent - 1e-9)
     weight_bytes = shape.matmul_params * DTYPE_BYTES.get(dtype, 4)
-    total = 0.0
-    for turn in range(max(round(job.turns), 1)):
-        context = job.prompt_tokens * (turn + 1) + answer * turn
-        prefill = forward_flops(shape, prefill_tokens(job), context) / flops
-        batches = max(concurrent / 32, 1.0)  # the stream rate was measured at 32 rows
-        iteration = weight_bytes / stream * batches
-        iteration += (DECODE_OPS_PER_LAYER * shape.layers + DECODE_ITERATION_OVERHEAD_OPS) * (
-            speeds.op_s
-        )
-        iteration += forward_flops(shape, concurrent, context + answer) / flops - (
-            2 * shape.matmul_params * concurrent / flops
-        )  # attention beyond the products the stream rate covers
-        total += prefill + waves * job.answer_tokens * iteration
-    return total + lora_generate_s(job, shape, speeds, answer) + GENERATE_STEP_OPS * speeds.op_s
+    fixed = weight_bytes / one_row
+    fixed += (DECODE_OPS_PER_LAYER * shape.layers + DECODE_ITERATION_OVERHEAD_OPS) * speeds.op_s
+    per_row = max(weight_bytes / stream - weight_bytes / one_row, 0.0) / DECODE_ROWS
+    position = context + turn.mean / 2  # attention beyond the products the stream rate covers
+    per_row += (forward_flops(shape, 1, position) - 2 * shape.matmul_params) / flops
+    tokens = active * turn.mean
+    iterations = max(waves * turn.longest, tokens / concurrent)
+    return iterations * fixed + tokens * per_row
 
 
 def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
@@ -282,10 +354,18 @@ def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) 
         speeds.lora_prefill_bytes.values(), default=decode_rate
     )
     adapter_bytes = job.trainable * DTYPE_BYTES.get(dtype, 4)
-    prefill_rows = prefill_tokens(job) * job.turns if job.adapter_served else 0.0
-    decode_rows = job.rollouts * answer * job.turns
-    waves = math.ceil(job.rollouts / max(min(job.rollouts, job.max_concurrent), 1))
-    iterations = waves * job.answer_tokens * job.turns
+    turns = turn_answers(job, answer)
+    later = sum(
+        job.rollouts * turn.share * (before.mean + turn.added)
+        for before, turn in zip(turns, turns[1:], strict=False)
+    )
+    prefill_rows = prefill_tokens(job) + later if job.adapter_served else 0.0
+    decode_rows = job.rollouts * sum(t.share * t.mean for t in turns)
+    iterations = 0.0
+    for turn in turns:
+        active = job.rollouts * turn.share
+        concurrent = max(min(active, job.max_concurrent), 1.0)
+        iterations += math.ceil(active / concurrent - 1e-9) * turn.longest
     calls = iterations * shape.layers * job.lora_targets * 2
     return (
         prefill_rows * adapter_bytes / prefill_rate
@@ -296,14 +376,17 @@ def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) 
 
 def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
     """One optimizer step: forward + backward at TRAIN_EFFICIENCY of the calibrated rate,
-    dispatch overhead per layer and micro-batch, and AdamW's memory traffic."""
+    dispatch overhead per layer and micro-batch, and AdamW's memory traffic. Attention spans a
+    sample's tokens, or with `Job.row_attention` its whole packed row (a micro-batch)."""
     flops = speeds.matmul_flops.get(job.train_dtype) or min(speeds.matmul_flops.values())
     shards = max(job.trainer_gpus, 1)
     tokens = train_tokens(job, answer)
-    context = job.prompt_tokens + answer
+    micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
+    context = job.prompt_tokens + completion_tokens(job, answer)
+    if job.row_attention:
+        context = tokens / shards / micro_batches
     lora = job.trainable is not None
     compute = train_flops(shape, tokens, context, lora) / (flops * TRAIN_EFFICIENCY) / shards
-    micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
     optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
@@ -397,7 +480,7 @@ def checkpoint_bytes(job: Job, shape: ModelShape) -> float:
 
 def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
     """The run folder at the end, by part."""
-    rollout_tokens = (job.prompt_tokens + answer) * job.turns
+    rollout_tokens = job.prompt_tokens + completion_tokens(job, answer)
     per_step = job.rollouts * (rollout_tokens * ARCHIVE_BYTES_PER_TOKEN + ARCHIVE_BYTES_PER_ROLLOUT)
     policy: float = shape.params * job.served_bytes if job.trainable is None else 4 * job.trainable
     policy += job.tokenizer_bytes
@@ -440,12 +523,18 @@ def run_times(
     return mid, start, end, wall
 
 
+def warmup_s(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float) -> float:
+    """The first step's warm-up (part of `run_times`' start)."""
+    base = replace(job, adapter_served=False) if job.trainable is not None else job
+    return FIRST_STEP_EXTRA * stretched_phases(base, shape, speeds, slowdown)["step"]
+
+
 def wall_with_answers(
     job: Job, shape: ModelShape, speeds: Speeds, slowdown: float, share: float
 ) -> float:
-    """The wall time were every answer `share` of `answer_tokens` long (an SFT job's samples
-    are measured: unchanged)."""
-    if not job.sft:
+    """The wall time were every answer `share` of `answer_tokens` long (answers an earlier run
+    measured, and an SFT job's samples, are taken as they are: unchanged)."""
+    if not job.sft and not job.answers:
         job = replace(job, answer_tokens=max(round(job.answer_tokens * share), 1), answer_fill=1.0)
     return run_times(job, shape, speeds, slowdown)[3]
 
@@ -484,4 +573,6 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
         gpu_memory=gpu_memory,
         disk=disk(job, shape, job.answer_mean),
         gpu_hours=gpus * wall / 3600,
+        warmup_s=warmup_s(job, shape, speeds, slowdown),
+        untrained_batches=0 if job.sft else job.async_level + 1,
     )

@@ -12,9 +12,29 @@ from rlcore.reporting.metrics import is_training_step
 RECENT_STEPS = 8
 """Measured intervals per stream the pace is taken from (the latest ones: the first step's
 warm-up and an earlier load fade out)."""
-MEDIAN_FROM = 3
-"""From this many measured intervals on, the pace is their median alone; below, their mean
-with the pre-launch step time counted as one more."""
+
+
+@dataclass(frozen=True)
+class PacePolicy:
+    """How the measured intervals and the pre-launch step time make the pace (chosen on recorded
+    runs by benchmarks/eta_replay.py, which replays others against it)."""
+
+    trainer_from: int = 1
+    """The trainer's first completed step an interval may start at (1: its first step's end;
+    the first step's own warm-up lies before it)."""
+    batches_waiting: bool = True
+    """Count the orchestrator's intervals only between batches that waited for a trained policy
+    (from batch `untrained_batches` on): the earlier ones are generated back to back from the
+    base policy, faster than any step."""
+    estimate_weight: float = 1.0
+    """How many measured intervals the pre-launch step time counts as, until `median_from`."""
+    median_from: int = 2
+    """From this many measured intervals on, the pace is their median alone."""
+    warmup_steps: float = 1.0
+    """Steps of the pace added for the trainer's first step's warm-up until that step is seen."""
+
+
+PACE = PacePolicy()
 
 
 @dataclass
@@ -31,6 +51,12 @@ class Progress:
     """The trainer's completed steps (1-based count) and when each was seen."""
     batches: dict[int, float] = field(default_factory=dict)
     """The orchestrator's written batches (1-based count) and when each was seen."""
+    untrained_batches: int = 0
+    """Batches the orchestrator writes before the first needs a trained policy (an async run's
+    `async_level + 1`; 0 where unknown)."""
+    estimated_start_s: float = 0.0
+    """Before the first step: the processes' start (imports, engines, loading) from `start`."""
+    policy: PacePolicy = PACE
 
     def step_done(self, done: int, now: float) -> None:
         self.seen.setdefault(done, now)
@@ -39,28 +65,33 @@ class Progress:
         self.batches.setdefault(done, now)
 
     def intervals(self) -> list[float]:
-        """Seconds per step between consecutive records of each stream (the trainer's from its
-        second step on: its first carries the model's warm-up), the latest RECENT_STEPS."""
+        """Seconds per step between consecutive records of each stream (the trainer's from step
+        `policy.trainer_from` on, the orchestrator's from the first batch that waited for a
+        trained policy), the latest RECENT_STEPS of each."""
+        first_batch = max(self.untrained_batches, 1) if self.policy.batches_waiting else 1
         found = []
-        for times, first in ((self.seen, 2), (self.batches, 1)):
+        for times, first in ((self.seen, self.policy.trainer_from), (self.batches, first_batch)):
             done = [n for n in sorted(times) if n >= first][-(RECENT_STEPS + 1) :]
             for a, b in zip(done, done[1:], strict=False):
                 found.append((times[b] - times[a]) / (b - a))
         return found
 
     def pace_s(self) -> float | None:
-        """Seconds per step: the measured intervals' median once there are MEDIAN_FROM, before
-        that their mean with the estimate counted once; the estimate alone before any."""
+        """Seconds per step: the measured intervals' median once there are `median_from`, before
+        that their mean with the estimate counted `estimate_weight` times; the estimate alone
+        before any."""
         measured, estimate = self.intervals(), self.estimated_step_s
         if not measured:
             return estimate
-        if len(measured) >= MEDIAN_FROM or estimate is None:
+        weight = self.policy.estimate_weight
+        if len(measured) >= self.policy.median_from or estimate is None or weight <= 0:
             return statistics.median(measured)
-        return (sum(measured) + estimate) / (len(measured) + 1)
+        return (sum(measured) + weight * estimate) / (len(measured) + weight)
 
     def left_s(self, now: float) -> float | None:
-        """Seconds until the run ends (the trainer's steps left, then the end); None without
-        any figure."""
+        """Seconds until the run ends (the trainer's steps left, then the end; before its first
+        step, what is left of the start and the first step's warm-up); None without any
+        figure."""
         done = max(self.seen, default=0)
         since_last = now - self.seen[done] if done else 0.0
         if done >= self.max_steps:
@@ -68,7 +99,11 @@ class Progress:
         pace = self.pace_s()
         if pace is None:
             return None
-        return max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
+        left = max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
+        if not done:
+            left += self.policy.warmup_steps * pace
+            left += max(self.estimated_start_s - (now - self.start), 0.0)
+        return left
 
 
 def duration(seconds: float | None) -> str:
@@ -107,10 +142,14 @@ def from_records(estimate: object, records: list, max_steps: int) -> Progress:
     step at the wall-clock `time` its record carries. Damaged fields count as absent."""
     estimate = estimate if isinstance(estimate, dict) else {}
     step_s, end_s = estimate.get("step_s"), estimate.get("end_s")
+    untrained = estimate.get("untrained_batches")
     progress = Progress(
         max_steps,
         float(step_s) if isinstance(step_s, int | float) and step_s > 0 else None,
         float(end_s) if isinstance(end_s, int | float) and end_s >= 0 else 0.0,
+        untrained_batches=untrained
+        if isinstance(untrained, int) and not isinstance(untrained, bool) and 0 <= untrained < 64
+        else 0,
     )
     for record in records:
         step, when = record.get("step"), record.get("time")

@@ -1,8 +1,10 @@
 """The estimate on a real tiny run: printed before the start, the machine's new measurement
-cached as the run starts, the time left on every progress line reaching zero at the end, and
-run.json holding the estimate beside the measured totals."""
+cached as the run starts, the time left on every progress line reaching zero at the end,
+run.json holding the estimate beside the measured totals, and the run's answers kept for the
+next estimate of the same job, which says it took them."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -43,6 +45,23 @@ def test_a_tiny_runs_time_left_reaches_zero_and_run_json_holds_both(tmp_path, ti
     )
     assert status.returncode == 0, status.stderr
     assert "time:         estimated " in status.stdout
+    first = [line for line in text.splitlines() if "basis: answers:" in line]
+    assert first and "none measured yet" in first[0] and "an upper bound" in first[0], first
+    kept = list((cache / "answers").glob("*.json"))
+    assert len(kept) == 1, kept
+    record = json.loads(kept[0].read_text())
+    assert record["rollouts"] > 0 and record["turns"][0]["share"] == 1.0
+    again = subprocess.run(
+        [sys.executable, "-m", "launcher.rl", "@", str(config), "--dry-run"]
+        + ["--output-dir", str(tmp_path / "again")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "RL_CACHE_DIR": str(cache)},
+    )
+    assert again.returncode == 0, again.stderr
+    assert "basis: answers: as the last finished run of this model" in again.stdout
 
 
 def test_an_estimate_that_cannot_be_made_says_why_and_the_dry_run_goes_on(tmp_path):

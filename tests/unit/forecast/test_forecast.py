@@ -47,6 +47,94 @@ def test_train_seconds_by_hand():
     assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
 
 
+def test_attention_over_a_packed_row_counts_the_whole_row_by_hand():
+    """With the shared-prompt mask (sdpa), every token of a row is computed against every
+    other: the context is the row, 52 tokens here, not the sample's 18."""
+    job = Job(
+        max_steps=1,
+        rollouts=4,
+        rollouts_per_example=2,
+        prompt_tokens=10,
+        answer_tokens=8,
+        micro_batch_tokens=1000,
+        row_attention=True,
+    )
+    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 52)
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
+    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    assert model.train_s(job, SMALL, FLAT, 8.0) == pytest.approx(expected)
+    # two micro-batches of 26 tokens: each row half as long
+    two = replace(job, micro_batch_tokens=30)
+    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 26)
+    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    assert model.train_s(two, SMALL, FLAT, 8.0) == pytest.approx(expected)
+
+
+# A decode product of 1,000 parameters (4 kB in fp32): 1 us at one row, 4 us at 32 rows.
+ROWS = replace(FLAT, stream_bytes={"float32": 1e9}, stream_one_bytes={"float32": 4e9})
+
+
+def test_a_turns_decode_by_hand():
+    """Each iteration streams the weights once (1 us); each answer token adds its row's share
+    of the 32-row product beyond one ((4 - 1) / 32 us) and its attention; a wave iterates until
+    its longest answer ends."""
+    job = Job(max_steps=1, rollouts=8, max_concurrent=4)
+    turn = model.TurnAnswers(share=0.5, mean=3.0, longest=10.0)
+    # 4 rollouts reach the turn: one wave of 4, 10 iterations, 12 answer tokens
+    fixed = 4000 / 4e9
+    per_row = (4000 / 1e9 - 4000 / 4e9) / 32 + 4 * 2 * 10 * (20 + 3 / 2) / 1e9
+    assert model.decode_s(job, SMALL, ROWS, turn, context=20) == pytest.approx(
+        10 * fixed + 12 * per_row
+    )
+    # all 8: two waves of 4 (20 iterations)
+    whole = model.TurnAnswers(share=1.0, mean=3.0, longest=10.0)
+    assert model.decode_s(job, SMALL, ROWS, whole, context=20) == pytest.approx(
+        20 * fixed + 24 * per_row
+    )
+    # an older calibration without the one-row rate: every row's cost is fixed
+    old = replace(ROWS, stream_one_bytes={})
+    assert model.decode_s(job, SMALL, old, whole, context=20) == pytest.approx(
+        20 * 4000 / 1e9 + 24 * 4 * 2 * 10 * 21.5 / 1e9
+    )
+
+
+def test_answers_are_taken_at_their_bound_until_an_earlier_run_measured_them():
+    bound = Job(max_steps=1, rollouts=4, answer_tokens=16, turns=2, prompt_tokens=10)
+    assert model.turn_answers(bound, 12.0) == (
+        model.TurnAnswers(1.0, 12.0, 16.0, 0.0),
+        model.TurnAnswers(1.0, 12.0, 16.0, 10.0),  # the environment adds a prompt's worth
+    )
+    measured = (model.TurnAnswers(1.0, 5.0, 9.0), model.TurnAnswers(0.5, 4.0, 6.0, 3.0))
+    job = replace(bound, answers=measured)
+    assert model.turn_answers(job, 12.0) == measured
+    assert model.completion_tokens(job, 12.0) == 5.0 + 0.5 * (4.0 + 3.0)
+    # the range around measured answers is the machine's alone
+    result = model.estimate(replace(job, trainer_peak=1.0), SMALL, ROWS)
+    assert result.wall_range == pytest.approx(
+        (model.WALL_RANGE[0] * result.wall_s, model.WALL_RANGE[1] * result.wall_s)
+    )
+
+
+def test_a_multi_turn_generation_by_hand():
+    """The second turn prefills only what is new (the first answer and the environment's
+    reply) at the context grown by them, then decodes its own rollouts."""
+    measured = (model.TurnAnswers(1.0, 5.0, 9.0), model.TurnAnswers(0.5, 4.0, 6.0, 3.0))
+    job = Job(
+        max_steps=1,
+        rollouts=4,
+        rollouts_per_example=4,
+        prompt_tokens=10,
+        answer_tokens=16,
+        block_tokens=128,
+        answers=measured,
+    )
+    first = model.forward_flops(SMALL, 4 * 10, 10) / 1e9
+    first += model.decode_s(job, SMALL, ROWS, measured[0], 10)
+    second = model.forward_flops(SMALL, 2 * (5 + 3), 18) / 1e9
+    second += model.decode_s(job, SMALL, ROWS, measured[1], 18)
+    assert model.generate_s(job, SMALL, ROWS, 0.0) == pytest.approx(first + second)
+
+
 def test_the_prefix_cache_shares_only_whole_blocks_of_a_groups_prompt():
     job = Job(max_steps=1, rollouts=8, rollouts_per_example=4, prompt_tokens=44)
     assert model.prefill_tokens(job) == 8 * 44  # vLLM's 128-token blocks on CPU: none full
@@ -353,31 +441,50 @@ def test_a_failed_calibration_is_named(tmp_path, monkeypatch):
 
 # -- the time left ---------------------------------------------------------------------------
 def test_the_time_left_follows_measured_steps_and_reaches_zero():
-    clock = progress.Progress(max_steps=10, estimated_step_s=10.0, estimated_end_s=5.0)
-    assert clock.left_s(0.0) == 10 * 10.0 + 5.0
-    clock.step_done(1, 100.0)  # the trainer's first step carries its warm-up: not a pace
-    clock.step_done(2, 104.0)
+    clock = progress.Progress(
+        max_steps=10, estimated_step_s=10.0, estimated_end_s=5.0, policy=progress.PACE
+    )
+    # before the trainer's first step: every step, its warm-up (one more) and the end
+    assert clock.left_s(0.0) == 10 * 10.0 + 10.0 + 5.0
+    clock.step_done(1, 100.0)  # the first step's end starts the first interval
     assert clock.intervals() == []
-    clock.step_done(3, 108.0)  # one interval of 4 s, the estimate counted once
+    assert clock.left_s(100.0) == 9 * 10.0 + 5.0  # its warm-up is behind it
+    clock.step_done(2, 104.0)  # one interval of 4 s, the estimate counted once
     assert clock.pace_s() == pytest.approx((4.0 + 10.0) / 2)
-    assert clock.left_s(108.0) == pytest.approx(7 * 7.0 + 5.0)
-    clock.step_done(4, 112.0)
-    clock.step_done(5, 116.0)  # three intervals: their median alone
-    assert clock.pace_s() == pytest.approx(4.0)
-    assert clock.left_s(118.0) == pytest.approx(5 * 4.0 - 2.0 + 5.0)
-    for done in range(6, 11):
-        clock.step_done(done, 100.0 + 4.0 * done)
-    assert clock.left_s(140.0) == pytest.approx(5.0)  # the end (the last checkpoint) is left
-    assert clock.left_s(146.0) == 0.0
+    assert clock.left_s(104.0) == pytest.approx(8 * 7.0 + 5.0)
+    clock.step_done(3, 110.0)  # two intervals: their median alone
+    assert clock.pace_s() == pytest.approx(5.0)
+    assert clock.left_s(112.0) == pytest.approx(7 * 5.0 - 2.0 + 5.0)
+    for done in range(4, 11):
+        clock.step_done(done, 110.0 + 5.0 * (done - 3))
+    assert clock.left_s(145.0) == pytest.approx(5.0)  # the end (the last checkpoint) is left
+    assert clock.left_s(151.0) == 0.0
 
 
-def test_the_orchestrators_batches_show_the_pace_before_the_trainer_does():
-    clock = progress.Progress(max_steps=8, estimated_step_s=20.0)
-    for done, at in ((1, 50.0), (2, 55.0), (3, 60.0), (4, 65.0)):
+def test_what_is_left_of_the_start_counts_until_the_first_step():
+    clock = progress.Progress(4, 10.0, 2.0, start=100.0, estimated_start_s=30.0)
+    assert clock.left_s(100.0) == 30.0 + 4 * 10.0 + 10.0 + 2.0
+    assert clock.left_s(120.0) == 10.0 + 4 * 10.0 + 10.0 + 2.0
+    assert clock.left_s(150.0) == 4 * 10.0 + 10.0 + 2.0  # later than estimated: nothing more
+
+
+def test_the_orchestrators_batches_show_the_pace_once_they_wait_for_a_policy():
+    """An async run's first `async_level + 1` batches need no trained policy: they are written
+    back to back, faster than any step, and give no interval."""
+    clock = progress.Progress(max_steps=8, estimated_step_s=20.0, untrained_batches=2)
+    clock.batch_done(1, 50.0)
+    clock.batch_done(2, 52.0)  # generated at once from the base policy: no pace
+    assert clock.intervals() == []
+    for done, at in ((3, 60.0), (4, 65.0), (5, 70.0)):
         clock.batch_done(done, at)
+    assert clock.intervals() == [8.0, 5.0, 5.0]
     assert clock.pace_s() == pytest.approx(5.0)
     clock.step_done(1, 62.0)
     assert clock.left_s(62.0) == pytest.approx(7 * 5.0)
+    unknown = progress.Progress(max_steps=8, estimated_step_s=20.0)  # every batch counts
+    unknown.batch_done(1, 50.0)
+    unknown.batch_done(2, 52.0)
+    assert unknown.intervals() == [2.0]
 
 
 def test_the_time_left_without_an_estimate_is_measured_only():
@@ -397,7 +504,7 @@ def test_status_words_from_a_run_json_and_its_records():
     records.append({"component": "trainer", "step": "x", "time": "damaged"})
     records.append({"component": "trainer", "step": 3, "time": float("nan")})
     line = progress.status_line(state, records, now=1006.0)
-    # one interval of 2 s and the estimate's 2 s: a step and the end left
+    # two intervals of 2 s: a step and the end left
     assert line.startswith("~3 s (expected to finish at")
     state["measured"] = {"wall_s": 33.0}
     state["estimate_accuracy"] = {"wall": 1.1, "disk": 0.95}

@@ -2,6 +2,8 @@
 an in-run eval record (logged at step n before batch n is written) is no batch, in the time
 left read back (`rl status`, `rl view`) and in the launcher's live clock alike."""
 
+import pytest
+
 from launcher.eta import RunClock
 from rlcore.forecast.progress import from_records
 
@@ -41,3 +43,28 @@ def test_an_eval_record_is_no_batch_in_the_launchers_clock():
 def test_a_batch_whose_reward_is_damaged_is_no_batch():
     damaged = {"component": "orchestrator", "step": 0, "time": 100.0, "reward": "0.5"}
     assert from_records(ESTIMATE, [damaged], max_steps=10).batches == {}
+
+
+def test_the_batches_before_a_trained_policy_are_read_back_as_the_live_clock_takes_them():
+    """run.json's estimate says how many batches need no trained policy; a forged figure counts
+    as unknown (every batch then counts), never as an error."""
+    records = [batch(step, 100.0 + 10 * step) for step in range(4)]
+    estimate = {**ESTIMATE, "untrained_batches": 2}
+    assert from_records(estimate, records, max_steps=10).intervals() == [10.0, 10.0]
+    for forged in ("2", True, -1, 10**9, 2.5):
+        progress = from_records({**ESTIMATE, "untrained_batches": forged}, records, max_steps=10)
+        assert progress.untrained_batches == 0
+
+
+def test_the_launchers_clock_takes_the_same_batches_from_its_estimate():
+    from known_speeds import FLAT, SMALL
+
+    from rlcore.forecast import model
+    from rlcore.forecast.model import Job
+
+    forecast = model.estimate(Job(max_steps=10, rollouts=4, trainer_peak=1.0), SMALL, FLAT)
+    assert forecast.untrained_batches == 2  # async_level 1
+    clock = RunClock(forecast, max_steps=10, components=["trainer", "orchestrator"])
+    assert clock.progress.untrained_batches == 2
+    assert clock.progress.estimated_start_s == pytest.approx(forecast.start_s - forecast.warmup_s)
+    assert forecast.record()["untrained_batches"] == 2
