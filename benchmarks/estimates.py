@@ -12,7 +12,10 @@ tiny model (`evals-tiny`) and of SmolLM2-135M (`evals`).
     python -m benchmarks.estimates --jobs evals-tiny evals
 
 Each run's own run.json holds the estimate and the measured totals (launcher/eta.py); this
-script reads them back and adds the ETA check from the progress lines' `left ~...` words. An
+script reads them back and adds the ETA check from the progress lines' `left ~...` words, the
+load average at each start, whether the estimate took the job's answers as an earlier run
+measured them or at their bound (its `basis: answers:` line), and each run's timeline (its
+trainer steps and batches at their records' times, for benchmarks/eta_replay.py). An
 evaluation's estimate is made here as `evals` makes it, just before it starts. Before each job
 it waits (`--settle-s`) for the load average to forget the previous one.
 Results: benchmarks/results/estimates[-avx2].json; the table goes in benchmarks/README.md."""
@@ -108,7 +111,8 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
     out = work / name
     command = rl_argv(*argv, "--max-steps", str(steps), "--output-dir", str(out), "--clean")
     log = (work / f"{name}.log").open("w")
-    started = time.monotonic()
+    load_at_start = os.getloadavg()[0]
+    started, started_wall = time.monotonic(), time.time()
     proc = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -135,7 +139,9 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
         "estimate": state.get("estimate"),
         "measured": state.get("measured"),
         "steady_step_s": steady_step_s(out),
+        "load_at_start": round(load_at_start, 2),
         "load": os.getloadavg(),
+        "timeline": timeline(out, started_wall, total, lefts),
     }
     quarter = math.ceil(steps / 4)
     after = next((x for x in lefts if x[0] >= quarter), None)
@@ -197,6 +203,7 @@ def run_eval_job(name: str, work: Path, env: dict) -> dict:
     config = EvalsConfig.model_validate(tomllib.loads(path.read_text()))
     subprocess.run(["rm", "-rf", str(config.output_dir)], check=True)
     forecast, _ = evals_forecast(config, config.model.name)
+    load_at_start = os.getloadavg()[0]
     started = time.monotonic()
     proc = subprocess.Popen(
         rl_argv("eval", "@", str(path)), cwd=REPO, stdout=subprocess.PIPE, text=True, env=env
@@ -221,6 +228,7 @@ def run_eval_job(name: str, work: Path, env: dict) -> dict:
             "peak_memory_bytes": peaks,
             "disk_bytes": folder_bytes(config.output_dir),
         },
+        "load_at_start": round(load_at_start, 2),
         "load": os.getloadavg(),
     }
 
@@ -248,6 +256,45 @@ def steady_step_s(out: Path) -> float | None:
     return statistics.median(times) if times else None
 
 
+TIMELINE_KEYS = (
+    "time/step_s",
+    "time/generate_s",
+    "time/wait_weights_s",
+    "completion_len",
+    "metrics/num_turns",
+    "truncated_fraction",
+    "step_time_s",
+)
+
+
+def timeline(out: Path, started_wall: float, total_s: float, lefts: list) -> dict:
+    """What benchmarks/eta_replay.py replays: every trainer step and training batch at its
+    record's `time`, in seconds since `rl` started (with the few figures a pace policy or the
+    answer lengths may read), the run's end, and each `left ~...` the progress line showed."""
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        lines = []
+    records = []
+    for line in lines:
+        record = json.loads(line) if line.strip() else {}
+        if record.get("component") not in ("trainer", "sft", "orchestrator"):
+            continue
+        if not isinstance(record.get("time"), int | float):
+            continue
+        kept = {k: record[k] for k in ("component", "step") if k in record}
+        kept["time"] = round(record["time"] - started_wall, 3)
+        kept |= {k: record[k] for k in TIMELINE_KEYS if k in record}
+        if "reward" in record:
+            kept["reward"] = record["reward"]
+        records.append(kept)
+    return {
+        "end_s": round(total_s, 3),
+        "records": records,
+        "lefts": [[d, round(at, 2), left] for d, at, left in lefts],
+    }
+
+
 def ratios(result: dict) -> dict:
     """measured / estimated per figure (the whole command's wall time against the estimate)."""
     estimate, measured = result.get("estimate") or {}, result.get("measured") or {}
@@ -273,9 +320,9 @@ def table(results: dict) -> str:
     from rlcore.forecast.report import gib as size
 
     rows = [
-        "| job | wall est / meas | step est / meas | trainer GiB | inference GiB | "
-        "orchestrator (evals) GiB | disk | ratios (meas / est) | ETA after 1/4 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| job | load at start | answers | wall est / meas | step est / meas | trainer GiB | "
+        "inference GiB | orchestrator (evals) GiB | disk | ratios (meas / est) | ETA after 1/4 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, result in results.items():
         estimate, measured = result.get("estimate") or {}, result.get("measured") or {}
@@ -294,8 +341,12 @@ def table(results: dict) -> str:
         ratio_words = ", ".join(f"{k} {v}" for k, v in ratios(result).items())
         step_m = result.get("steady_step_s")
         step = f"{estimate.get('step_s', 0):.1f} / {step_m:.1f} s" if step_m else "-"
+        said = next((b for b in estimate.get("basis") or [] if b.startswith("answers:")), "")
+        answers = "measured" if "as the last finished run" in said else "bound" if said else "-"
+        load = result.get("load_at_start")
         rows.append(
-            f"| {name} | {estimate.get('wall_s', 0):.0f} / {result['wall_s']:.0f} s | {step} | "
+            f"| {name} | {f'{load:.1f}' if load is not None else '-'} | {answers} | "
+            f"{estimate.get('wall_s', 0):.0f} / {result['wall_s']:.0f} s | {step} | "
             f"{pair('trainer')} | {pair('inference')} | {pair('orchestrator', 'evals')} | "
             f"{size(disk_e)} / {size(disk_m)} | {ratio_words} | {eta_words} |"
         )
