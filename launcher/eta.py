@@ -13,6 +13,8 @@ from rlcore.forecast.answers import MAX_STEPS_READ, remember, summarize
 from rlcore.forecast.progress import Progress, accuracy, duration
 from rlcore.reporting.metrics import is_training_step
 
+MAX_TOKENS_READ = 4_000_000
+"""Completion tokens a finished run's answers are measured on at most (a few seconds)."""
 MEMORY_SAMPLE_S = 5.0
 """How often each process tree's memory is read (proportional set size: shared pages split)."""
 
@@ -41,15 +43,16 @@ def tree_memory(pid: int) -> int:
 
 def archived_answers(root: Path) -> dict | None:
     """The run's answers (rlcore.forecast.answers.summarize) from the policy's tokens of up to
-    MAX_STEPS_READ of its archived steps, spread over the run; None without an archive, or
-    where it cannot be read (only an estimate is missed: nothing is kept)."""
+    MAX_STEPS_READ of its archived steps, spread over the run, within MAX_TOKENS_READ tokens
+    (the steps after the one that reaches it are left); None without an archive, or where it
+    cannot be read (only an estimate is missed: nothing is kept)."""
     from rlcore.contracts.samples_store import SAMPLES_DIR, list_steps, read_step, step_file
 
     folder = root / SAMPLES_DIR
     try:
         steps = list_steps(folder)
         picked = steps[:: max(-(-len(steps) // MAX_STEPS_READ), 1)]
-        rows = []
+        rows, tokens = [], 0
         for step in picked:
             table = read_step(step_file(folder, step), ["token_mask", "num_prompt_tokens"])
             masks = table.column("token_mask").to_pylist()
@@ -60,6 +63,9 @@ def archived_answers(root: Path) -> dict | None:
                     for mask, prompt in zip(masks, prompts, strict=True)
                 ]
             )
+            tokens += sum(len(mask) for mask, _ in rows[-1])
+            if tokens >= MAX_TOKENS_READ:
+                break
         return summarize(rows)
     except Exception:  # noqa: BLE001  (a damaged archive costs the next estimate, not the run)
         return None

@@ -164,3 +164,13 @@ def test_the_basis_says_which_answers_were_taken():
         "them (prompt 44 tokens; answers of max_tokens 256: turn 1: 100% of rollouts, mean 41, "
         "longest 250; turn 2: 50% of rollouts, mean 9, longest 12, 14 added by the environment)"
     )
+
+
+def test_a_large_archive_is_measured_within_a_token_bound(tmp_path, monkeypatch):
+    import launcher.eta
+
+    folder = tmp_path / SAMPLES_DIR
+    write_step(folder, 0, 0, [archive_row(0, 0, [T] * 4, 40)])
+    write_step(folder, 1, 0, [archive_row(1, 0, [T] * 6, 42)])
+    monkeypatch.setattr(launcher.eta, "MAX_TOKENS_READ", 4)
+    assert archived_answers(tmp_path) == answers.summarize([[([T] * 4, 40)]])
