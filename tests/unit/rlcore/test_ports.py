@@ -23,13 +23,25 @@ def own_names(monkeypatch):
     ports.release_all()
 
 
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture
 def base(monkeypatch) -> int:
-    """A DEFAULT_PORT with a few free ports above it (the OS's pick, far from the real 8000)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    port = min(port, 60000)
+    """A DEFAULT_PORT with the few ports above it that the tests use free too (the OS's pick,
+    far from the real 8000, tried again while a busy machine holds one of them)."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port <= 60000 and all(_free(port + i) for i in range(8)):
+            break
     monkeypatch.setattr(ports, "DEFAULT_PORT", port)
     monkeypatch.setattr(ports, "SCAN_PORTS", 50)
     return port
