@@ -41,11 +41,12 @@ def tree_memory(pid: int) -> int:
     return total
 
 
-def archived_answers(root: Path) -> dict | None:
+def archived_answers(root: Path, bound: int = 0) -> dict | None:
     """The run's answers (rlcore.forecast.answers.summarize) from the policy's tokens of up to
     MAX_STEPS_READ of its archived steps, spread over the run, within MAX_TOKENS_READ tokens
-    (the steps after the one that reaches it are left); None without an archive, or where it
-    cannot be read (only an estimate is missed: nothing is kept)."""
+    (the steps after the one that reaches it are left), answers at most `bound` tokens
+    (`max_tokens`); None without an archive, or where it cannot be read (only an estimate is
+    missed: nothing is kept)."""
     from rlcore.contracts.samples_store import SAMPLES_DIR, list_steps, read_step, step_file
 
     folder = root / SAMPLES_DIR
@@ -66,7 +67,7 @@ def archived_answers(root: Path) -> dict | None:
             tokens += sum(len(mask) for mask, _ in rows[-1])
             if tokens >= MAX_TOKENS_READ:
                 break
-        return summarize(rows)
+        return summarize(rows, bound)
     except Exception:  # noqa: BLE001  (a damaged archive costs the next estimate, not the run)
         return None
 
@@ -77,6 +78,7 @@ class RunClock:
     def __init__(self, forecast, max_steps: int, components: list[str]):
         self.estimate = forecast.record() if forecast is not None else None
         self.answers_key = forecast.answers_key if forecast is not None else ""
+        self.answers_bound = forecast.answers_bound if forecast is not None else 0
         self.started = time.monotonic()
         self.progress = Progress(
             max_steps,
@@ -148,7 +150,7 @@ class RunClock:
         }
         self.measured = measured
         if self.answers_key and self.progress.seen:  # for the next estimate of this job
-            remember(self.answers_key, archived_answers(root))
+            remember(self.answers_key, archived_answers(root, self.answers_bound))
         return measured
 
     def against_estimate(self) -> str | None:

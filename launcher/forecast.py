@@ -137,5 +137,6 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     said = answers.words(measured, job.answer_tokens, job.max_turns)
     result.basis = [*basis(shape, source, job, found, dry_run), said, *busy]
     result.speeds, result.answers_key = found, answers_key(config)
+    result.answers_bound = job.answer_tokens
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)

@@ -55,9 +55,12 @@ def answers_file(key: str) -> Path:
     return cache_dir() / "answers" / f"{key}.json"
 
 
-def mask_turns(mask: list[bool]) -> tuple[list[int], list[int]]:
+def mask_turns(mask: list[bool], bound: int = 0) -> tuple[list[int], list[int]]:
     """(the policy's tokens in each answer, the environment's tokens before each later answer)
-    from an archived rollout's `token_mask` (true where the policy produced the token)."""
+    from an archived rollout's `token_mask` (true where the policy produced the token). Turns
+    are told apart by the environment's tokens between them; where a turn's context was
+    re-tokenized the archive has none, and a run of the policy's tokens longer than `bound`
+    (`max_tokens`; 0: none) is read as answers of `bound` tokens and the rest."""
     answers: list[int] = []
     added: list[int] = []
     run, policy = 0, True
@@ -71,20 +74,34 @@ def mask_turns(mask: list[bool]) -> tuple[list[int], list[int]]:
     if answers and answers[0] == 0:  # the completion opened with the environment's tokens
         answers.pop(0)
         added.pop(0)
-    return answers, added[: max(len(answers) - 1, 0)]
+    added = added[: max(len(answers) - 1, 0)]
+    if bound > 0 and any(tokens > bound for tokens in answers):
+        split: list[int] = []
+        gaps: list[int] = []
+        for index, tokens in enumerate(answers):
+            if index:
+                gaps.append(added[index - 1])
+            while tokens > bound:
+                split.append(bound)
+                gaps.append(0)
+                tokens -= bound
+            split.append(tokens)
+        answers, added = split, gaps
+    return answers, added
 
 
-def summarize(steps: list[list[tuple[list[bool], int]]]) -> dict | None:
+def summarize(steps: list[list[tuple[list[bool], int]]], bound: int = 0) -> dict | None:
     """The record of a run's answers, from each rollout's `token_mask` and prompt tokens in some
     of its steps: the mean prompt, and per turn the share of rollouts that reach it, their
     answers' mean tokens, the longest answer of a step (averaged over the steps) and the
-    environment's tokens before it; None without a rollout that answered."""
+    environment's tokens before it (`mask_turns`, answers at most `bound` tokens); None without
+    a rollout that answered."""
     turns: list[dict] = []
     rollouts, prompts = 0, 0
     for rows in steps:
         step_longest: dict[int, int] = {}
         for mask, prompt in rows:
-            answers, added = mask_turns(mask)
+            answers, added = mask_turns(mask, bound)
             if not answers:
                 continue
             rollouts += 1

@@ -218,6 +218,8 @@ class Forecast:
     answers_key: str = ""
     """The job's key for its measured answers (rlcore.forecast.answers): the run keeps its own
     under it when it ends; empty where none are kept (SFT, an evaluation)."""
+    answers_bound: int = 0
+    """The job's bound on an answer (`max_tokens`), which the answers it keeps respect."""
 
     @property
     def disk_total(self) -> float:

@@ -30,6 +30,14 @@ def test_a_rollouts_turns_are_the_runs_of_the_policys_tokens(mask, turns, added)
     assert answers.mask_turns(mask) == (turns, added)
 
 
+def test_a_run_longer_than_the_bound_is_two_turns_the_archive_did_not_tell_apart():
+    """A turn whose context the server re-tokenized has no environment tokens in the archive:
+    its answer follows the previous one unseparated."""
+    assert answers.mask_turns([T] * 24, bound=16) == ([16, 8], [0])
+    assert answers.mask_turns([T] * 3 + [F] * 2 + [T] * 20, bound=16) == ([3, 16, 4], [2, 0])
+    assert answers.mask_turns([T] * 24) == ([24], [])
+
+
 def test_the_summary_by_hand():
     # step 1: answers 4 and 2 (then 1 after 3 environment tokens); step 2: 6, and an errored
     # rollout without tokens, which is no rollout
