@@ -163,17 +163,16 @@ def query_job(job_id: str) -> Job | None:
     `--jobs=ID` and after the words of `scontrol show job`, where no id can be an option."""
     assert is_job_id(job_id), job_id
     done = ask_slurm(["squeue", "-h", f"--jobs={job_id}", "-o", "%T|%k"])
-    if done is not None and done.returncode == 0:
-        lines = done.stdout.strip().splitlines()
-        if not lines:
-            return Job(job_id, None)
-        state, _, comment = lines[0].partition("|")
+    if done is not None and done.returncode == 0 and done.stdout.strip():
+        state, _, comment = done.stdout.strip().splitlines()[0].partition("|")
         return Job(job_id, state.strip() or None, comment.strip())
     if done is not None and "invalid job id" in done.stderr.lower():
         return Job(job_id, None)
+    # squeue lists pending and running jobs only; scontrol still knows a finished one's state
+    not_running = done is not None and done.returncode == 0
     done = ask_slurm(["scontrol", "show", "job", job_id])
     if done is None or done.returncode != 0:
-        gone = done is not None and "invalid job id" in done.stderr.lower()
+        gone = not_running or (done is not None and "invalid job id" in done.stderr.lower())
         return Job(job_id, None) if gone else None
     return scontrol_job(job_id, done.stdout)
 
