@@ -7,6 +7,7 @@ on the runs it is judged by.
 
     python -m benchmarks.eta_replay                                  # results/estimates*.json
     python -m benchmarks.eta_replay FILE.json ... --choose quickstart answers-64 lora
+    python -m benchmarks.eta_replay DEV.json --held-out LATER.json      # later runs confirm only
 
 Per policy: the error of the end predicted after the first quarter of the steps (the goal:
 within 15%) on each job, and the mean absolute error over every line from a quarter to three
@@ -150,16 +151,25 @@ def main() -> None:
         "--runs", nargs="*", type=Path, default=[], help="finished run folders to replay as well"
     )
     parser.add_argument("--choose", nargs="*", default=list(CHOOSE), help="jobs to choose on")
+    parser.add_argument(
+        "--held-out",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="results files whose runs only confirm (later runs: out of sample in time as well)",
+    )
     args = parser.parse_args()
     paths = args.files or ([] if args.runs else sorted(RESULTS.glob("estimates*.json")))
     found = runs(paths)
+    later = runs(args.held_out)
+    found |= later
     for folder in args.runs:
         result = from_run(folder)
         if result is not None and result["exit_code"] == 0:
             found[f"{folder.parent}:{folder.name}"] = result
     if not found:
         raise SystemExit("no recorded timelines: run benchmarks/estimates.py first")
-    choose = [n for n in found if n.split(":", 1)[1] in args.choose]
+    choose = [n for n in found if n.split(":", 1)[1] in args.choose and n not in later]
     confirm = [n for n in found if n not in choose]
     print(f"choosing on {len(choose)} runs: {', '.join(choose)}")
     print(f"confirming on {len(confirm)} runs: {', '.join(confirm)}\n")
