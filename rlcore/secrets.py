@@ -177,6 +177,10 @@ _URL_STOP = frozenset("'\"<>`")
 _URL_TRAILING = frozenset(".,:;)]")
 _WHOLE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 _URL_PARTS = re.compile(r"(?s)([^:/?#]+:)//([^/?#]*)([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
+_SLASHED_USERINFO = re.compile(r"(?s)([^:/?#]+:)//([^@\s?#/:]*:[^@\s?#]*/[^@\s?#]*)@(.*)")
+"""`user:pass@` whose password holds a `/` (a base64 token typed as is, not percent-encoded):
+by the RFC the `/` would end the authority, which would leave the password in a path. Read as
+user info, the safe side for a secret (`http://host:8080/a/@b` is read so too)."""
 """RFC 3986 appendix B: scheme, authority, path, query, fragment."""
 _COMMAND_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s'"])+""")
 """A word of a shown command line (quotes kept)."""
@@ -343,6 +347,15 @@ def _is_word_char(char: str) -> bool:
 
 
 def _map_url(url: str, change: Callable[[str, str, str, bool], str]) -> str:
+    slashed = _SLASHED_USERINFO.fullmatch(url)
+    if slashed is not None:
+        scheme, userinfo, rest = slashed.groups()
+        reference = _USERINFO_REFERENCE.match(userinfo) is not None
+        userinfo = change(
+            "its user info (user:password@) of a URL", "URL_USERINFO", userinfo, reference
+        )
+        mapped = _map_url(f"{scheme}//{rest}", change)
+        return f"{scheme}//{userinfo}@{mapped[len(scheme) + 2 :]}"
     match = _URL_PARTS.fullmatch(url)
     if match is None:
         return url

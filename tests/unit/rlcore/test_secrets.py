@@ -407,3 +407,19 @@ def test_a_child_config_file_holds_no_secret_and_the_child_reads_it_back(case, t
     text = path.read_text()
     assert MARK not in text and "***" not in text
     assert resolve(load_toml(path), "sft", env) == config
+
+
+def test_a_password_with_a_slash_is_user_info_not_a_path():
+    """`user:pass@` whose password holds a `/` typed as is (Hypothesis found `ZQX/` quoted by a
+    TOML syntax error's hint): hidden in messages, and passed whole by environment."""
+    from rlcore.config.literal_secrets import externalize
+    from rlcore.secrets import redact_text, redact_url
+
+    assert redact_url("http://alice:ab/cd@host/v1?x=1") == "http://***@host/v1?x=1"
+    hint = 'hint: strings must be quoted in TOML, e.g. `= "http://alice:ZQX/@host/v1"`'
+    assert "ZQX" not in redact_text(hint)
+    assert redact_url("http://host/users/@me") == "http://host/users/@me"  # no user:pass
+    data, env = externalize({"client": {"base_url": "http://alice:ab/cd@host/v1"}}, "")
+    written = data["client"]["base_url"]
+    assert "ab/cd" not in written and list(env.values()) == ["alice:ab/cd"]
+    assert written.replace(f"${{{next(iter(env))}}}", "alice:ab/cd") == "http://alice:ab/cd@host/v1"
