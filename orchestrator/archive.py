@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import SamplesConfig
+from orchestrator.config import ARCHIVE_FREE_SHARE, SamplesConfig
 from orchestrator.envs import Rollout
 from orchestrator.evals.summary import jsonable
 from orchestrator.rollouts import extends
@@ -26,13 +26,11 @@ from rlcore.files.disk_full import is_disk_full
 from rlcore.files.paths import nearest_existing
 
 logger = logging.getLogger("orchestrator")
-DEFAULT_SHARE = 0.05
-"""The default bound: this share of the disk space free under output_dir at start."""
 REPLACEMENT = "\ufffd"
 TOKENIZER_FILE = "tokenizer.json"
 
 
-def default_bound(folder: Path, share: float = DEFAULT_SHARE) -> tuple[int, str]:
+def default_bound(folder: Path, share: float = ARCHIVE_FREE_SHARE) -> tuple[int, str]:
     """(bytes, how they were chosen) for `share` of the space free where `folder` lives."""
     free = shutil.disk_usage(nearest_existing(folder)).free
     return int(free * share), f"{share:.0%} of the {free / 2**30:.1f} GiB free at start"

@@ -170,6 +170,10 @@ class DynamicSamplingConfig(BaseConfig):
     trains on the informative groups found (or, with none, on the last round's groups)."""
 
 
+ARCHIVE_FREE_SHARE = 0.05
+"""The archive's default bound: this share of the disk space free under output_dir at start."""
+
+
 class SamplesConfig(BaseConfig):
     """The rollout archive: every rollout of every step (prompt, completion, reward and its
     parts, advantage, tokens with their text and logprobs) in `samples/step_<n>.parquet`, for
@@ -181,6 +185,14 @@ class SamplesConfig(BaseConfig):
     max_gib: PositiveFloat | None = None
     """Most GiB the archive may take; past it the oldest steps' files are deleted (said once in
     the log). None: 5% of the disk space free under output_dir when the orchestrator starts."""
+
+    def bound_bytes(self, free: int) -> int:
+        """The archive's bound where `free` bytes are free under output_dir at start."""
+        return (
+            int(self.max_gib * 2**30)
+            if self.max_gib is not None
+            else int(free * ARCHIVE_FREE_SHARE)
+        )
 
     @model_validator(mode="after")
     def validate_keep(self) -> "SamplesConfig":

@@ -13,13 +13,14 @@ from launcher.rl_config import RLConfig
 from rlcore.errors import ConfigError
 
 
-def plan_for(model, out, **trainer):
+def plan_for(model, out, orchestrator=None, **trainer):
     spec = {"name": str(model), "dtype": "float32"}
     config = RLConfig.model_validate(
         {
             "output_dir": str(out),
             "trainer": {"model": spec, **trainer},
             "inference": {"model": dict(spec)},
+            "orchestrator": orchestrator or {},
         }
     )
     plan = make_plan(config, [], dry_run=False, submitting=False)
@@ -43,7 +44,19 @@ def test_a_run_that_would_fill_the_disk_is_refused_naming_the_fix(tmp_path, tiny
         tiny_model_dir, tmp_path / "kept", max_steps=steps, ckpt={"interval": 1, "keep": 2}
     )
     check_disk(kept)  # keeping 2 fits
-    assert kept.disk_need < plan.disk_need / 100
+    assert kept.disk_need < plan.disk_need
+
+
+def test_the_archive_counts_within_its_bound(tmp_path, tiny_model_dir):
+    """A long run's archive is bounded (`samples.max_gib`; the oldest steps are deleted past
+    it), so it never makes the check refuse a run that fits."""
+    bounded = {"samples": {"max_gib": 0.001}}
+    steps = 10**7
+    plan = plan_for(tiny_model_dir, tmp_path / "r", max_steps=steps, orchestrator=bounded)
+    free_of_archive = plan_for(
+        tiny_model_dir, tmp_path / "r", max_steps=steps, orchestrator={"samples": {"keep": False}}
+    )
+    assert plan.disk_need - free_of_archive.disk_need == pytest.approx(0.001 * 2**30, rel=1e-6)
 
 
 def test_an_unknown_model_shape_makes_no_disk_check(tmp_path):
