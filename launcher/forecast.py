@@ -15,7 +15,6 @@ from rlcore.forecast.report import (
     lora_trainable,
     measured_speeds,
     sft_forecast,
-    shared,
     side_files_bytes,
 )
 from rlcore.forecast.shape import ModelShape, shape_of
@@ -39,6 +38,32 @@ def answers_key(config) -> str:
     envs = [e.model_dump(mode="json", exclude={"name"}) for e in orch.env]
     sampling = orch.sampling.model_dump(mode="json")
     return answers.job_key(config.trainer.model.name, envs, sampling, orch.seq_len)
+
+
+def shared(machine) -> tuple[float, list[str]]:
+    """(the slowdown other programs cause now, the basis line saying so when they do): the
+    1-minute load average, at most the threads runnable now (`runnable_now`: a program that has
+    just ended, such as the run before, still counts in the average)."""
+    import os
+
+    from rlcore.forecast.calibrate import runnable_now
+    from rlcore.forecast.model import shared_slowdown
+
+    try:
+        average = os.getloadavg()[0]
+    except OSError:
+        return 1.0, []
+    now = runnable_now()
+    load = average if now is None else min(average, now)
+    cpus = machine.num_cpus if machine else os.cpu_count() or 1
+    slowdown = shared_slowdown(load, cpus)
+    if slowdown < 1.1:
+        return 1.0, []
+    how = "load average" if now is None or average <= now else "runnable now"
+    return slowdown, [
+        f"this machine is shared: other programs keep {load:.1f} threads busy on {cpus} CPUs "
+        f"({how}), CPU times stretched {slowdown:.1f}x"
+    ]
 
 
 def measured_answers(config) -> answers.Measured | None:
