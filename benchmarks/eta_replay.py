@@ -26,9 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS  # noqa: E402
-from rlcore.forecast.progress import PACE, PacePolicy, Progress  # noqa: E402
+from rlcore.forecast.progress import PACE, PacePolicy, from_estimate  # noqa: E402
 
 CHOOSE = ("quickstart", "answers-64", "lora")
+BEFORE = PacePolicy(
+    trainer_from=2, batches_waiting=False, estimate_weight=1.0, median_from=3, warmup_steps=0
+)
+"""The rule before #62, which also read the estimate's later step for every step."""
 """The jobs a policy is chosen on by default; the others confirm it."""
 
 
@@ -38,9 +42,7 @@ def policies() -> dict[str, PacePolicy]:
     the start is the estimate's own wall time (which counts it), so it is kept as `PACE` has it
     (the policy before it left it out)."""
     found = {"committed": PACE}
-    found["before (#62)"] = PacePolicy(
-        trainer_from=2, batches_waiting=False, estimate_weight=1.0, median_from=3, warmup_steps=0
-    )
+    found["before (#62)"] = BEFORE
     grid = itertools.product((1, 2), (False, True), (0.0, 0.5, 1.0), (2, 3, 4))
     for trainer_from, waiting, weight, median_from in grid:
         policy = PacePolicy(trainer_from, waiting, weight, median_from, PACE.warmup_steps)
@@ -90,16 +92,12 @@ def from_run(folder: Path) -> dict | None:
 def replay(result: dict, policy: PacePolicy) -> list[tuple[int, float, float]]:
     """(batches done, seconds since start, the end it predicts) at each progress line."""
     estimate, timeline = result["estimate"], result["timeline"]
-    warmup = estimate.get("warmup_s", estimate["step_s"])  # a record before warmup_s: one step
-    progress = Progress(
-        result["steps"],
-        estimate["step_s"],
-        estimate["end_s"],
-        start=0.0,
-        untrained_batches=estimate.get("untrained_batches", 2),
-        estimated_start_s=estimate["start_s"] - warmup,
-        policy=policy,
-    )
+    progress = from_estimate(estimate, result["steps"], start=0.0)
+    progress.policy = policy
+    if policy == BEFORE or "warmup_s" not in estimate:  # as it was: the later step throughout
+        progress.estimated_step_s = estimate["step_s"]
+        progress.estimated_warmup_s = None
+        progress.estimated_start_s = estimate["start_s"] - estimate["step_s"]
     lines = []
     for record in sorted(timeline["records"], key=lambda r: r["time"]):
         when, step = record["time"], record["step"]

@@ -10,7 +10,7 @@ import psutil
 
 from rlcore.files.disk_use import folder_bytes
 from rlcore.forecast.answers import MAX_STEPS_READ, remember, summarize
-from rlcore.forecast.progress import Progress, accuracy, duration
+from rlcore.forecast.progress import accuracy, duration, from_estimate
 from rlcore.reporting.metrics import is_training_step
 
 MAX_TOKENS_READ = 4_000_000
@@ -80,14 +80,7 @@ class RunClock:
         self.answers_key = forecast.answers_key if forecast is not None else ""
         self.answers_bound = forecast.answers_bound if forecast is not None else 0
         self.started = time.monotonic()
-        self.progress = Progress(
-            max_steps,
-            forecast.step_s if forecast is not None else None,
-            forecast.end_s if forecast is not None else 0.0,
-            start=self.started,
-            untrained_batches=forecast.untrained_batches if forecast is not None else 0,
-            estimated_start_s=forecast.start_s - forecast.warmup_s if forecast is not None else 0,
-        )
+        self.progress = from_estimate(self.estimate, max_steps, start=self.started)
         self.first_step_at: float | None = None
         self.peaks: dict[str, int] = {}
         self.components = components

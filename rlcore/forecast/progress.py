@@ -56,6 +56,8 @@ class Progress:
     `async_level + 1`; 0 where unknown)."""
     estimated_start_s: float = 0.0
     """Before the first step: the processes' start (imports, engines, loading) from `start`."""
+    estimated_warmup_s: float | None = None
+    """The first step's warm-up as the estimate has it (None: a step of the pace)."""
     policy: PacePolicy = PACE
 
     def step_done(self, done: int, now: float) -> None:
@@ -101,7 +103,10 @@ class Progress:
             return None
         left = max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
         if not done:
-            left += self.policy.warmup_steps * pace
+            warmup = pace
+            if self.estimated_warmup_s is not None and self.estimated_step_s:
+                warmup = self.estimated_warmup_s * pace / self.estimated_step_s
+            left += self.policy.warmup_steps * warmup
             left += max(self.estimated_start_s - (now - self.start), 0.0)
         return left
 
@@ -137,20 +142,45 @@ def accuracy(estimate: dict, measured: dict) -> dict[str, float]:
     return ratios
 
 
-def from_records(estimate: object, records: list, max_steps: int) -> Progress:
-    """A run's progress read back (run.json's `estimate`, metrics.jsonl's records): each trainer
-    step at the wall-clock `time` its record carries. Damaged fields count as absent."""
+def number(value: object, low: float = 0.0) -> float | None:
+    """A finite number of at least `low` read back, else None (damaged counts as absent)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= low else None
+
+
+def from_estimate(estimate: object, max_steps: int, start: float = 0.0) -> Progress:
+    """The progress of a run of `max_steps` against its estimate (run.json's `estimate`, the
+    record of `rlcore.forecast.model.Forecast`), before any step: the estimate's own steps on
+    average (its wall less its start and end: a LoRA run's first steps are the base policy's,
+    shorter), its warm-up, start and end, so that the time left at the start is its wall time.
+    Damaged fields count as absent."""
     estimate = estimate if isinstance(estimate, dict) else {}
-    step_s, end_s = estimate.get("step_s"), estimate.get("end_s")
+    step_s = number(estimate.get("step_s"))
+    wall, start_s = number(estimate.get("wall_s")), number(estimate.get("start_s"))
+    end_s, warmup = number(estimate.get("end_s")), number(estimate.get("warmup_s"))
     untrained = estimate.get("untrained_batches")
-    progress = Progress(
+    if step_s and wall is not None and start_s is not None and end_s is not None:
+        steps = (wall - start_s - end_s) / max(max_steps, 1)
+        step_s = steps if steps > 0 else step_s
+    return Progress(
         max_steps,
-        float(step_s) if isinstance(step_s, int | float) and step_s > 0 else None,
-        float(end_s) if isinstance(end_s, int | float) and end_s >= 0 else 0.0,
+        step_s or None,
+        end_s or 0.0,
+        start=start,
         untrained_batches=untrained
         if isinstance(untrained, int) and not isinstance(untrained, bool) and 0 <= untrained < 64
         else 0,
+        estimated_start_s=max((start_s or 0.0) - (warmup or 0.0), 0.0),
+        estimated_warmup_s=warmup,
     )
+
+
+def from_records(estimate: object, records: list, max_steps: int) -> Progress:
+    """A run's progress read back (run.json's `estimate`, metrics.jsonl's records): each trainer
+    step at the wall-clock `time` its record carries. Damaged fields count as absent."""
+    progress = from_estimate(estimate, max_steps)
+    progress.estimated_start_s = 0.0  # its start is not on the records' clock
     for record in records:
         step, when = record.get("step"), record.get("time")
         if not isinstance(step, int) or not isinstance(when, int | float):

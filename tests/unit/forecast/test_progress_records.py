@@ -66,5 +66,20 @@ def test_the_launchers_clock_takes_the_same_batches_from_its_estimate():
     assert forecast.untrained_batches == 2  # async_level 1
     clock = RunClock(forecast, max_steps=10, components=["trainer", "orchestrator"])
     assert clock.progress.untrained_batches == 2
-    assert clock.progress.estimated_start_s == pytest.approx(forecast.start_s - forecast.warmup_s)
-    assert forecast.record()["untrained_batches"] == 2
+    record = forecast.record()
+    assert clock.progress.estimated_start_s == pytest.approx(record["start_s"] - record["warmup_s"])
+    assert record["untrained_batches"] == 2
+    # the time left at the start is the estimate's own wall time
+    assert clock.progress.left_s(clock.started) == pytest.approx(record["wall_s"], abs=0.2)
+
+
+def test_a_lora_runs_time_left_at_the_start_is_its_estimated_wall():
+    """A LoRA run's first steps are the base policy's (no adapter yet), shorter than the rest:
+    the clock takes the estimate's steps on average and its own warm-up, not its later step."""
+    estimate = {"step_s": 15.0, "start_s": 25.0, "end_s": 2.0, "wall_s": 67.0, "warmup_s": 5.0}
+    progress = from_records(estimate, [], max_steps=4)
+    assert progress.estimated_step_s == pytest.approx((67.0 - 25.0 - 2.0) / 4)
+    assert progress.left_s(0.0) == pytest.approx(4 * 10.0 + 5.0 + 2.0)  # the start is not known
+    from rlcore.forecast.progress import from_estimate
+
+    assert from_estimate(estimate, 4, start=100.0).left_s(100.0) == pytest.approx(67.0)
