@@ -193,22 +193,20 @@ RUNNABLE_INTERVAL_S = 0.05
 
 
 def runnable_now() -> float | None:
-    """Threads runnable on this machine now, besides the caller: /proc/stat's `procs_running`
-    (which counts the caller) read RUNNABLE_SAMPLES times RUNNABLE_INTERVAL_S apart, averaged;
+    """Threads runnable on this machine now, besides the caller (`runnable_threads`, which
+    counts it) read RUNNABLE_SAMPLES times RUNNABLE_INTERVAL_S apart, averaged;
     None where it cannot be read. Unlike the load average it forgets a program that has ended
     (a previous run counts in the 1-minute average for a minute or two after its end)."""
+    from rlcore.processes.procs import runnable_threads
+
     found = []
     for index in range(RUNNABLE_SAMPLES):
         if index:
             time.sleep(RUNNABLE_INTERVAL_S)
-        try:
-            text = Path("/proc/stat").read_text()
-        except OSError:
+        running = runnable_threads()
+        if running is None:
             return None
-        line = next((x for x in text.splitlines() if x.startswith("procs_running ")), None)
-        if line is None or not line.split()[1].isdigit():
-            return None
-        found.append(max(int(line.split()[1]) - 1, 0))
+        found.append(max(running - 1, 0))
     return sum(found) / len(found)
 
 

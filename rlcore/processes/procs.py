@@ -124,6 +124,20 @@ def is_stopped(pid: int) -> bool:
         return False
 
 
+def runnable_threads() -> int | None:
+    """Threads runnable on this machine now, the caller's included: /proc/stat's
+    `procs_running` (what psutil does not give); None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii", errors="replace") as stat:
+            for line in stat:
+                if line.startswith("procs_running "):
+                    value = line.split()[1]
+                    return int(value) if value.isdigit() else None
+    except OSError:
+        return None
+    return None
+
+
 def available_memory() -> int | None:
     """The memory this machine can give new work without swapping, in bytes (the kernel's
     MemAvailable); None where it cannot be read."""
