@@ -4,6 +4,7 @@ machine's, the disk at the end, GPU-hours and their price. The figures come from
 rlcore/forecast (the model's shape, the job from the config, this machine's measured speed);
 an estimate that cannot be made says why in one line and never stops the run."""
 
+from rlcore.files.disk_full import free_bytes
 from rlcore.forecast import answers
 from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
@@ -15,6 +16,7 @@ from rlcore.forecast.report import (
     lora_trainable,
     measured_speeds,
     sft_forecast,
+    shared,
     side_files_bytes,
 )
 from rlcore.forecast.shape import ModelShape, shape_of
@@ -38,32 +40,6 @@ def answers_key(config) -> str:
     envs = [e.model_dump(mode="json", exclude={"name"}) for e in orch.env]
     sampling = orch.sampling.model_dump(mode="json")
     return answers.job_key(config.trainer.model.name, envs, sampling, orch.seq_len)
-
-
-def shared(machine) -> tuple[float, list[str]]:
-    """(the slowdown other programs cause now, the basis line saying so when they do): the
-    1-minute load average, at most the threads runnable now (`runnable_now`: a program that has
-    just ended, such as the run before, still counts in the average)."""
-    import os
-
-    from rlcore.forecast.calibrate import runnable_now
-    from rlcore.forecast.model import shared_slowdown
-
-    try:
-        average = os.getloadavg()[0]
-    except OSError:
-        return 1.0, []
-    now = runnable_now()
-    load = average if now is None else min(average, now)
-    cpus = machine.num_cpus if machine else os.cpu_count() or 1
-    slowdown = shared_slowdown(load, cpus)
-    if slowdown < 1.1:
-        return 1.0, []
-    how = "load average" if now is None or average <= now else "runnable now"
-    return slowdown, [
-        f"this machine is shared: other programs keep {load:.1f} threads busy on {cpus} CPUs "
-        f"({how}), CPU times stretched {slowdown:.1f}x"
-    ]
 
 
 def measured_answers(config) -> answers.Measured | None:
@@ -128,6 +104,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         if trainer.weight_transfer.copies_in_background()
         else 0,
         archive=orch.samples.keep,
+        archive_bound=orch.samples.bound_bytes(free_bytes(config.trainer.output_dir)),
         trainer_peak=resident(peak),
         tokenizer_bytes=side_files_bytes(config.trainer.model.name),
         answer_fill=1.0,

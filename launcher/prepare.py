@@ -13,7 +13,6 @@ from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
 from rlcore.errors import ConfigError
-from rlcore.files.paths import nearest_existing
 from rlcore.forecast.model import disk
 from rlcore.forecast.shape import shape_of
 from rlcore.processes import children, ports
@@ -107,8 +106,8 @@ def disk_need(plan: Plan) -> float | None:
     """Bytes the run folder may hold at its fullest, by the estimate's own disk figures
     (rlcore.forecast.model.disk): the checkpoints kept and one more being written, every live
     policy folder of the weight transport, the rollout archive (within its bound,
-    `[orchestrator.samples] max_gib`) and the logs. None when the model's shape is unknown (a
-    hub model not yet fetched): no disk check then."""
+    `[orchestrator.samples] max_gib`: `Job.archive_bound`) and the logs. None when the model's
+    shape is unknown (a hub model not yet fetched): no disk check then."""
     shape, _ = shape_of(plan.config.trainer.model.name)
     if shape is None:
         return None
@@ -119,8 +118,4 @@ def disk_need(plan: Plan) -> float | None:
         checkpoints_kept=min(job.checkpoints_saved, job.checkpoints_kept + 1),
         policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level),
     )
-    parts = disk(fullest, shape, job.answer_mean)
-    free = shutil.disk_usage(nearest_existing(plan.run.root)).free
-    bound = plan.config.orchestrator.samples.bound_bytes(free)
-    parts["rollout archive"] = min(parts["rollout archive"], bound)
-    return sum(parts.values())
+    return sum(disk(fullest, shape, job.answer_mean).values())  # the archive within its bound

@@ -164,6 +164,9 @@ class Job:
     policy_folders: int = 0
     """weights/step_<n> folders left at the end (0 with the collective transport)."""
     archive: bool = True
+    archive_bound: float = math.inf
+    """Bytes the rollout archive may take (`samples.max_gib`, else a share of the free space):
+    past it the orchestrator deletes the oldest steps' files."""
     sft: bool = False
     """Supervised fine-tuning: no inference, no orchestrator; `rollouts` are the batch's
     samples and `answer_tokens` their length."""
@@ -489,7 +492,9 @@ def disk(job: Job, shape: ModelShape, answer: float) -> dict[str, float]:
     return {
         "checkpoints": job.checkpoints_kept * checkpoint_bytes(job, shape),
         "weights": job.policy_folders * policy,
-        "rollout archive": per_step * job.max_steps if job.archive and not job.sft else 0.0,
+        "rollout archive": min(per_step * job.max_steps, job.archive_bound)
+        if job.archive and not job.sft
+        else 0.0,
         "logs": LOG_BYTES_FIXED + LOG_BYTES_PER_STEP * job.max_steps,
     }
 

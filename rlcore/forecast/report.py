@@ -107,22 +107,28 @@ def measured_speeds(machine, dtypes: list[str], device: str = "cpu"):
 
 
 def shared(machine) -> tuple[float, list[str]]:
-    """(the slowdown other programs cause now, the basis line saying so when they do)."""
+    """(the slowdown other programs cause now, the basis line saying so when they do): the
+    1-minute load average, at most the threads runnable now (`runnable_now`: a program that has
+    just ended, such as the run before, still counts in the average)."""
     import os
 
+    from rlcore.forecast.calibrate import runnable_now
     from rlcore.forecast.model import shared_slowdown
 
     try:
-        load = os.getloadavg()[0]
+        average = os.getloadavg()[0]
     except OSError:
         return 1.0, []
+    now = runnable_now()
+    load = average if now is None else min(average, now)
     cpus = machine.num_cpus if machine else os.cpu_count() or 1
     slowdown = shared_slowdown(load, cpus)
     if slowdown < 1.1:
         return 1.0, []
+    how = "load average" if now is None or average <= now else "runnable now"
     return slowdown, [
         f"this machine is shared: other programs keep {load:.1f} threads busy on {cpus} CPUs "
-        f"(load average), CPU times stretched {slowdown:.1f}x"
+        f"({how}), CPU times stretched {slowdown:.1f}x"
     ]
 
 

@@ -187,16 +187,15 @@ def test_a_large_archive_is_measured_within_a_token_bound(tmp_path, monkeypatch)
 def test_a_run_that_just_ended_is_no_other_programs_load(monkeypatch):
     """The 1-minute load average still counts a run that ended a minute ago; the estimate
     stretches CPU times by the threads runnable now when they are fewer."""
-    import launcher.forecast
-    from rlcore.forecast import calibrate
+    from rlcore.forecast import calibrate, report
 
     monkeypatch.setattr(calibrate, "RUNNABLE_INTERVAL_S", 0.0)
     assert calibrate.runnable_now() >= 0  # this machine's /proc/stat, the caller excepted
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
     monkeypatch.setattr(calibrate, "runnable_now", lambda: 0.0)
-    assert launcher.forecast.shared(None) == (1.0, [])
+    assert report.shared(None) == (1.0, [])
     monkeypatch.setattr(calibrate, "runnable_now", lambda: 3.0)
-    slowdown, words = launcher.forecast.shared(None)
+    slowdown, words = report.shared(None)
     assert words and "(load average)" in words[0] and "1.0 threads" in words[0]
     monkeypatch.setattr(calibrate, "runnable_now", lambda: None)  # no /proc/stat
-    assert launcher.forecast.shared(None)[0] == slowdown
+    assert report.shared(None)[0] == slowdown

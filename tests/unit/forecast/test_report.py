@@ -118,7 +118,10 @@ def test_an_sft_files_tokens_from_its_first_rows(tmp_path):
 
 
 def test_a_busy_machine_stretches_cpu_times(monkeypatch):
+    from rlcore.forecast import calibrate
+
     machine = SimpleNamespace(num_cpus=2)
+    monkeypatch.setattr(calibrate, "runnable_now", lambda: None)  # the load average alone
     monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
     assert report.shared(machine) == (1.0, [])
     monkeypatch.setattr("os.getloadavg", lambda: (6.0, 6.0, 6.0))
@@ -155,3 +158,15 @@ def test_a_plan_without_the_measurement_says_why_in_one_line(monkeypatch, tiny_m
 
     monkeypatch.setattr(report, "speeds", broken)
     assert forecast(plan) == (None, ["Estimate: not made (RuntimeError: a bug)"])
+
+
+def test_the_archive_at_the_end_is_within_its_bound():
+    """Past `samples.max_gib` (or its default share of the free space) the orchestrator deletes
+    the oldest steps' files: a long run's archive ends at the bound, not at every step's files."""
+    job = Job(max_steps=10**6, rollouts=4, answer_tokens=8, archive_bound=2**20)
+    assert model.disk(job, SHAPE, 8)["rollout archive"] == 2**20
+    short = Job(max_steps=1, rollouts=4, answer_tokens=8, archive_bound=2**20)
+    per_step = 4 * ((model.PROMPT_TOKENS + 8) * model.ARCHIVE_BYTES_PER_TOKEN)
+    assert model.disk(short, SHAPE, 8)["rollout archive"] == pytest.approx(
+        per_step + 4 * model.ARCHIVE_BYTES_PER_ROLLOUT
+    )
