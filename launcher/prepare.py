@@ -111,7 +111,10 @@ def disk_need(plan: Plan) -> float | None:
     shape, _ = shape_of(plan.config.trainer.model.name)
     if shape is None:
         return None
-    job = rl_job(plan, shape)
+    try:
+        job = rl_job(plan, shape)
+    except Exception:  # noqa: BLE001  (as the estimate: never stops a run, here no disk check)
+        return None
     trainer = plan.config.trainer
     fullest = replace(
         job,
