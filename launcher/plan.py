@@ -45,6 +45,9 @@ class Plan:
     disk_need: float | None = None
     """Bytes the run folder may hold at its fullest (launcher.prepare.disk_need), which the start
     checks against the free space; None when the model's shape is unknown."""
+    numeric_choices: dict[str, str] = field(default_factory=dict)
+    """What makes this run's numbers (`numeric_choices`, set as the dtypes are chosen): run.json
+    keeps it, and a resume on a machine that chooses otherwise is told so."""
 
     @property
     def run(self) -> RunDir:
@@ -346,7 +349,9 @@ def make_plan(config: RLConfig, available: list[int], dry_run: bool, submitting:
         config.inference_gpu_ids = all_inference
     if gpu_map["trainer"] and not config.trainer_gpu_ids:
         config.trainer_gpu_ids = gpu_map["trainer"]
-    return Plan(config, gpu_map, warnings, admin_token=new_token(), machine=machine, dtypes=dtypes)
+    plan = Plan(config, gpu_map, warnings, admin_token=new_token(), machine=machine, dtypes=dtypes)
+    plan.numeric_choices = numeric_choices(config, machine)
+    return plan
 
 
 def as_given(plan: Plan) -> dict:
@@ -363,12 +368,10 @@ def as_given(plan: Plan) -> dict:
     return data
 
 
-def numeric_choices(plan: Plan) -> dict[str, str]:
-    """What made this run's numbers (run.json keeps it; a resume on a machine that chooses
-    otherwise is told so): the ISA its kernels ran with and the dtypes chosen."""
-    config = plan.config
+def numeric_choices(config: RLConfig, machine: Machine | None) -> dict[str, str]:
+    """What makes a run's numbers: the ISA its kernels run with and the dtypes chosen."""
     return {
-        "isa": plan.machine.isa if plan.machine else "",
+        "isa": machine.isa if machine else "",
         "trainer.model.dtype": config.trainer.model.dtype,
         "inference.model.dtype": config.inference.model.dtype,
         "inference.cpu.matmul_dtype": config.inference.cpu.matmul_dtype,
@@ -385,7 +388,7 @@ def run_record(plan: Plan) -> dict:
         "inference_urls": [plan.url(n) for n in servers],
         "inference_ports": {n: plan.port(n) for n in servers},
         "machine": plan.machine.record() if plan.machine else None,
-        "numeric_choices": numeric_choices(plan),
+        "numeric_choices": plan.numeric_choices,
         "speed_choices": plan.speed.record() if plan.speed else None,
     }
 

@@ -5,7 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from launcher.plan import Plan, numeric_choices
+from launcher.plan import Plan
 from launcher.rl_config import COMPONENTS
 from launcher.slurm import check_no_job
 from orchestrator.config import EnvConfig, EvalEnvConfig
@@ -111,7 +111,7 @@ def prepare_run_dir(plan: Plan, clean: bool) -> int | None:
         clean_run(run.root)
     recorded = recorded_choices(run.root) if resume_step is not None else {}
     step = run.prepare_attempt(resume_step, ("rollouts", "weights"), RL)  # claimed and held
-    changed = changed_choices(recorded, numeric_choices(plan)) if step else []
+    changed = changed_choices(recorded, plan.numeric_choices) if step else []
     if changed:
         print(
             f"rl: note: resuming step {step} with other numerics than the run had "

@@ -3,8 +3,8 @@ as a run. The config is checked before anything is written (exit 2 naming the ke
 folder is claimed and locked for the run's life (never beside another `rl`, nor a trainer or
 orchestrator started alone); the `sft` process's output goes to `logs/sft.log` and here;
 Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up to
-`--max-restarts` times, by `rl`'s restart policy (launcher/restarts.py). `sft @ sft.toml` runs
-the same process without any of this.
+`--max-restarts` times, by `rl`'s restart policy (`with_restarts` in launcher/launch.py).
+`sft @ sft.toml` runs the same process without any of this.
 """
 
 import math
@@ -16,7 +16,7 @@ from pathlib import Path
 from launcher.eta import RunClock
 from launcher.exits import exit_message, oom_kills
 from launcher.forecast import sft_forecast
-from launcher.restarts import with_restarts
+from launcher.launch import with_restarts
 from rlcore.config.entry import exit_with, parse_config
 from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError

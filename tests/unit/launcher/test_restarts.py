@@ -1,9 +1,10 @@
-"""The one restart policy of `rl` and `rl sft` (launcher/restarts.py), on scripted attempts: what
-ends a run, where a restart resumes, the pause before it and the no-progress rule."""
+"""The one restart policy of `rl` and `rl sft` (`with_restarts` in launcher/launch.py), on
+scripted attempts: what ends a run, where a restart resumes, the pause before it and the
+no-progress rule."""
 
 import pytest
 
-from launcher import restarts
+from launcher import launch as restarts
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
 from rlcore.processes import poll
 
@@ -19,8 +20,8 @@ class Run:
 
 
 def run_script(results, checkpoints, max_restarts, monkeypatch):
-    """(exit code, the steps attempts started from, the pauses, the steps restarted from)."""
-    started, pauses, restarted = [], [], []
+    """(exit code, the steps attempts started from, the pauses)."""
+    started, pauses = [], []
     monkeypatch.setattr(poll, "sleep", pauses.append)
     monkeypatch.setattr(restarts, "install_stop_handlers", lambda: None)  # pytest keeps Ctrl-C
     script = iter(results)
@@ -29,34 +30,32 @@ def run_script(results, checkpoints, max_restarts, monkeypatch):
         started.append(step)
         return next(script)
 
-    code = restarts.with_restarts(
-        attempt, None, Run(checkpoints), max_restarts, "rl", restarted.append
-    )
-    return code, started, pauses, restarted
+    code = restarts.with_restarts(attempt, None, Run(checkpoints), max_restarts, "rl")
+    return code, started, pauses
 
 
 @pytest.mark.parametrize("final", [(0, False), (DISK_FULL_EXIT_CODE, False), (143, True)])
 def test_success_a_full_disk_and_a_stop_are_final(final, monkeypatch):
-    code, started, pauses, _ = run_script([final], [], 5, monkeypatch)
+    code, started, pauses = run_script([final], [], 5, monkeypatch)
     assert code == final[0] and started == [None] and pauses == []
 
 
 def test_a_failure_restarts_from_the_latest_checkpoint_after_a_pause(monkeypatch, capsys):
-    code, started, pauses, restarted = run_script([(1, False), (0, False)], [4], 3, monkeypatch)
-    assert code == 0 and started == [None, 4] and restarted == [4] and pauses == [5.0]
+    code, started, pauses = run_script([(1, False), (0, False)], [4], 3, monkeypatch)
+    assert code == 0 and started == [None, 4] and pauses == [5.0]
     said = capsys.readouterr().out
     assert "rl: restarting in 5 s from checkpoint step 4 (restart 1 of 3)" in said
 
 
 def test_the_pause_grows_to_its_cap_and_max_restarts_ends_it(monkeypatch):
     failures = [(1, False)] * 9
-    code, started, pauses, _ = run_script(failures, list(range(1, 9)), 8, monkeypatch)
+    code, started, pauses = run_script(failures, list(range(1, 9)), 8, monkeypatch)
     assert code == 1 and started == [None, *range(1, 9)]
     assert pauses == [5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 30.0, 30.0]
 
 
 def test_two_failures_without_a_new_checkpoint_stop_for_good(monkeypatch, capsys):
-    code, started, _, _ = run_script([(1, False)] * 3, [2, 2], 5, monkeypatch)
+    code, started, _ = run_script([(1, False)] * 3, [2, 2], 5, monkeypatch)
     assert code == 1 and started == [None, 2]
     assert "rl: error: failed twice at step 2; not restarting" in capsys.readouterr().err
 
