@@ -22,7 +22,7 @@ from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
 from rlcore.files.readback import LOG_TAIL, Damaged, read_from
-from rlcore.forecast.report import keep_measurement
+from rlcore.forecast.report import keep_measurement, tokens_said
 from rlcore.processes import children, procs
 from rlcore.processes.poll import (
     STOP_EXIT_CODES,
@@ -56,8 +56,8 @@ def main(argv: list[str]) -> int:
     argv = [a for a in argv if a != "--clean"]
     max_restarts = parse_restarts(restarts)
     config, _ = parse_config(SFTConfig, "rl sft", argv, usage=USAGE, extra_help=EXTRA_HELP)
-    check_data(argv)
-    forecast, lines = sft_forecast(config)  # never raises: one line when not made
+    tokens = check_data(argv)
+    forecast, lines = sft_forecast(config, tokens)  # never raises: one line when not made
     print("\n".join(lines), flush=True)
     run = RunDir(config.output_dir)
     try:
@@ -105,13 +105,15 @@ def parse_restarts(value: str | None) -> int:
     return int(value)
 
 
-def check_data(argv: list[str]) -> None:
+def check_data(argv: list[str]) -> float | None:
     """`sft --check-data`: the data read and tokenized as `sft` will, so a bad file or row
-    exits 2 (its message already printed) before the run folder is touched."""
+    exits 2 (its message already printed) before the run folder is touched. Returns the mean
+    tokens per example it said (the estimate's), or None."""
     command = [sys.executable, "-m", "trainer.sft.main", *argv, "--check-data"]
-    code = children.run(command, stdout=subprocess.DEVNULL).returncode
-    if code:
-        sys.exit(code)
+    done = children.run(command, stdout=subprocess.PIPE)
+    if done.returncode:
+        sys.exit(done.returncode)
+    return tokens_said(done.stdout[-4096:].decode("utf-8", errors="replace"))
 
 
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:

@@ -161,12 +161,19 @@ def lora_words(job: Job) -> list[str]:
     ]
 
 
-def basis(shape: ModelShape, source: str, job: Job, found, dry_run: bool = False) -> list[str]:
-    """What the estimate rests on, one phrase each."""
+SFT_GUESSED = "the data's first rows, without a tokenizer"
+SFT_TOKENIZED = "tokenized as `sft` will, by its data check"
+
+
+def basis(
+    shape: ModelShape, source: str, job: Job, found, dry_run: bool = False, tokens: str = ""
+) -> list[str]:
+    """What the estimate rests on, one phrase each (`tokens`: where an SFT job's tokens per
+    example come from)."""
     rates = ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in sorted(found.matmul_flops.items()))
     when = measured_when(found, dry_run)
     work = (
-        f"{job.rollouts} samples x ~{job.answer_tokens} tokens a step (the data's first rows)"
+        f"{job.rollouts} samples x ~{job.answer_tokens} tokens a step ({tokens or SFT_GUESSED})"
         if job.sft
         else f"{job.rollouts} rollouts x ~{job.prompt_tokens} prompt + up to {job.answer_tokens} "
         f"answer tokens, {job.max_turns} turn(s), async {job.async_level}"
@@ -223,30 +230,65 @@ def describe(
 CHARS_PER_TOKEN = 4.0
 """Characters per token when a data file's rows are measured without a tokenizer."""
 SAMPLE_ROWS = 200
+SAMPLE_BYTES = 4 * 2**20
+"""At most this much of a data file's start is read for its rows' length."""
+TOKENS_SAID = "sft: data: mean tokens per example "
+"""How `sft --check-data` says the mean tokens of the examples it tokenized (its one stdout
+line), which `rl sft` reads back for its estimate (`tokens_said`)."""
+
+
+def tokens_said(output: str) -> float | None:
+    """The mean tokens per example `sft --check-data` said in `output` (its stdout), or None."""
+    for line in output.splitlines()[-8:]:
+        if line.startswith(TOKENS_SAID):
+            try:
+                value = float(line[len(TOKENS_SAID) :].strip()[:32])
+            except ValueError:
+                return None
+            return value if 0 < value < 2**31 else None
+    return None
 
 
 def data_tokens(name: str, seq_len: int) -> int:
-    """The mean tokens of an SFT data file's first rows (characters / CHARS_PER_TOKEN plus a
-    chat template's few tokens per message), at most `seq_len`; `seq_len` x ANSWER_FILL where
-    the file cannot be read here (a hub data set)."""
+    """The mean tokens of an SFT data file's first rows without a tokenizer: each row's
+    characters (its JSON keys and quotes standing in for the chat template's tokens) /
+    CHARS_PER_TOKEN, at most `seq_len`; `seq_len` x ANSWER_FILL where the file is not a regular
+    file here (a hub data set; a FIFO is never waited on)."""
     from rlcore.forecast.model import ANSWER_FILL
 
-    path = Path(name).expanduser()
-    lengths = []
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for line, _ in zip(f, range(SAMPLE_ROWS), strict=False):
-                if line.strip():
-                    lengths.append(len(line) / CHARS_PER_TOKEN)
-    except OSError:
-        pass
+    lines = first_lines(Path(name).expanduser())
+    lengths = [len(line) / CHARS_PER_TOKEN for line in lines[:SAMPLE_ROWS] if line.strip()]
     if not lengths:
         return int(seq_len * ANSWER_FILL)
     return int(min(sum(lengths) / len(lengths), seq_len))
 
 
-def sft_job(config, machine, shape: ModelShape) -> Job:
-    """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0)."""
+def first_lines(path: Path) -> list[str]:
+    """The whole lines in the first SAMPLE_BYTES of `path`; none unless it is a regular file."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        os.set_blocking(fd, True)
+        data = os.read(fd, SAMPLE_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines if len(data) < SAMPLE_BYTES else lines[:-1]  # the last one may be cut
+
+
+def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> Job:
+    """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0);
+    `tokens`: the mean tokens per example as tokenized (`sft --check-data`), else guessed from
+    the data file (`data_tokens`)."""
     from rlcore.forecast.memory import trainer_peak
     from rlcore.host.machine import compute_dtype
 
@@ -254,7 +296,7 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
     dtype, _ = compute_dtype(config.model.dtype, on_gpu, machine)
     data = config.data
     seq_len = min(data.seq_len or config.seq_len, config.seq_len)
-    tokens = data_tokens(data.name, seq_len)
+    tokens = min(round(tokens), seq_len) if tokens else data_tokens(data.name, seq_len)
     micro = data.micro_batch_tokens or max(seq_len, 2048)
     trainable = lora_trainable(config.lora, shape)
     ac = config.model.activation_checkpointing is True
@@ -290,8 +332,9 @@ def sft_job(config, machine, shape: ModelShape) -> Job:
     )
 
 
-def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
-    """The estimate for an SFT run and its block's lines; never raises."""
+def sft_forecast(config, tokens: float | None = None) -> tuple[Forecast | None, list[str]]:
+    """The estimate for an SFT run and its block's lines (`tokens`: as `sft_job`); never
+    raises."""
     try:
         from rlcore.host.machine import probe
 
@@ -299,13 +342,14 @@ def sft_forecast(config) -> tuple[Forecast | None, list[str]]:
         shape, source = shape_of(config.model.name)
         if shape is None:
             return None, [f"Estimate: not made ({source})"]
-        job = sft_job(config, machine, shape)
+        job = sft_job(config, machine, shape, tokens)
         found, why = measured_speeds(machine, [job.train_dtype], "cuda" if job.on_gpu else "cpu")
         if found is None:
             return None, [f"Estimate: not made ({why})"]
         slowdown, busy = shared(machine)
         result = estimate(job, shape, found, slowdown)
-        result.basis, result.speeds = basis(shape, source, job, found) + busy, found
+        said = SFT_TOKENIZED if tokens else SFT_GUESSED
+        result.basis, result.speeds = basis(shape, source, job, found, tokens=said) + busy, found
         return result, describe(result, job, machine.memory_gib, None)
     except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
         return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

@@ -21,13 +21,18 @@ CHECK_FLAG = "--check-data"
 
 
 def check_data(config: SFTConfig) -> None:
+    """Read and tokenize the data as a run will; say the examples' mean tokens on stdout (its
+    one line there: `rl sft`'s estimate reads it, rlcore.forecast.report.tokens_said)."""
+    from rlcore.forecast.report import TOKENS_SAID
     from rlcore.host.models import resolve_model
     from trainer.sft.train import load_examples
 
     try:
-        load_examples(config, resolve_model(config.model.name))
+        examples, _ = load_examples(config, resolve_model(config.model.name))
     except (ConfigError, ValueError) as err:
         exit_with(str(err), "sft")
+    if examples:
+        print(f"{TOKENS_SAID}{sum(len(e.ids) for e in examples) / len(examples):.1f}", flush=True)
 
 
 def say_estimate(config: SFTConfig) -> "Forecast | None":

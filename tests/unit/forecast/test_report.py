@@ -4,6 +4,7 @@ turns, an SFT file's tokens), a shared machine's slowdown, and an estimate that 
 saying why in one line, never raising."""
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from rlcore.forecast import model, report
 from rlcore.forecast.calibrate import Speeds
 from rlcore.forecast.model import Job
 from rlcore.forecast.shape import ModelShape
+from trainer.sft.config import SFTConfig
 
 SHAPE = ModelShape(
     params=10_000, hidden=16, layers=2, vocab=100, heads=2, kv_heads=1, intermediate=32
@@ -111,10 +113,47 @@ def test_an_sft_files_tokens_from_its_first_rows(tmp_path):
     data = tmp_path / "train.jsonl"
     rows = [{"messages": [{"role": "user", "content": "x" * 100}]}] * 10
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    per_row = len(json.dumps(rows[0]) + "\n") / report.CHARS_PER_TOKEN
+    per_row = len(json.dumps(rows[0])) / report.CHARS_PER_TOKEN  # 47 characters of JSON too
+    assert per_row == (100 + 47) / 4
     assert report.data_tokens(str(data), 2048) == int(per_row)
     assert report.data_tokens(str(data), 8) == 8  # at most seq_len
     assert report.data_tokens("org/hub-dataset", 100) == int(100 * model.ANSWER_FILL)
+
+
+def test_an_sft_file_that_is_no_regular_file_is_guessed_not_waited_on(tmp_path):
+    fifo = tmp_path / "train.jsonl"
+    os.mkfifo(fifo)  # opened without a writer, a plain read would wait for ever
+    assert report.data_tokens(str(fifo), 100) == int(100 * model.ANSWER_FILL)
+    assert report.data_tokens(str(tmp_path), 100) == int(100 * model.ANSWER_FILL)  # a folder
+
+
+@pytest.mark.parametrize(
+    ("output", "tokens"),
+    [
+        (f"{report.TOKENS_SAID}50.3\n", 50.3),
+        (f"noise\n{report.TOKENS_SAID}7\n", 7.0),
+        (f"{report.TOKENS_SAID}nan-ish\n", None),
+        (f"{report.TOKENS_SAID}-4\n", None),
+        (f"{report.TOKENS_SAID}1e400\n", None),
+        (f"{report.TOKENS_SAID}{'9' * 5000}\n", None),
+        ("sft: data: something else 12\n", None),
+        ("", None),
+    ],
+)
+def test_the_tokens_the_data_check_said_are_read_back_as_untrusted_text(output, tokens):
+    assert report.tokens_said(output) == tokens
+
+
+def test_an_sft_estimate_takes_the_tokens_the_data_check_counted(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * 40}]}) + "\n")
+    config = SFTConfig.model_validate(
+        {"model": {"dtype": "float32"}, "data": {"name": str(data)}, "seq_len": 64}
+    )
+    guessed = report.sft_job(config, None, SHAPE, None)
+    assert guessed.answer_tokens == int((40 + 47) / 4)
+    assert report.sft_job(config, None, SHAPE, 50.4).answer_tokens == 50
+    assert report.sft_job(config, None, SHAPE, 500.0).answer_tokens == 64  # at most seq_len
 
 
 def test_a_busy_machine_stretches_cpu_times(monkeypatch):
