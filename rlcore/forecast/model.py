@@ -60,7 +60,8 @@ synced)."""
 END_IMPORTS = 1.5
 """Stopping the processes at the end, in `import torch` units."""
 FIRST_STEP_EXTRA = 1.0
-"""The first step's warm-up (kernels built, caches filled) in steps."""
+"""An evaluation's warm-up (kernels built, caches filled), in waves of its first environment's
+rollouts (rlcore.forecast.evals). A run's is its first batch's generation (`warmup_s`)."""
 LOAD_WEIGHT = 1.0
 """How much of a CPU each runnable thread of other programs takes from the run, for the
 slowdown on a shared machine (`shared_slowdown`): a fair share, one CPU's worth each (on this
@@ -516,24 +517,29 @@ def stretched_phases(
 def run_times(
     job: Job, shape: ModelShape, speeds: Speeds, slowdown: float
 ) -> tuple[dict[str, float], float, float, float]:
-    """(a step's phases, start, end, wall). The first step's warm-up and a LoRA run's first
-    `async_level + 1` steps take the base policy's step (no adapter served yet)."""
+    """(a step's phases, start, end, wall). The start holds the first batch's generation
+    (`warmup_s`); a LoRA run's first `async_level + 1` steps take the base policy's step (no
+    adapter served yet)."""
     mid = stretched_phases(job, shape, speeds, slowdown)
     first, base_steps = mid["step"], 0
     if job.trainable is not None:
         base = replace(job, adapter_served=False)
         first = stretched_phases(base, shape, speeds, slowdown)["step"]
         base_steps = min(job.async_level + 1, job.max_steps)
-    start = start_s(job, shape, speeds) * slowdown + FIRST_STEP_EXTRA * first
+    start = start_s(job, shape, speeds) * slowdown + warmup_s(job, shape, speeds, slowdown)
     end = end_s(job, shape, speeds)
     wall = start + base_steps * first + (job.max_steps - base_steps) * mid["step"] + end
     return mid, start, end, wall
 
 
 def warmup_s(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float) -> float:
-    """The first step's warm-up (part of `run_times`' start)."""
+    """The first batch's generation (part of `run_times`' start), by the base policy: the
+    trainer has nothing to train until it is done, while every later step hides the next
+    batch's generation behind its training as far as the cores allow (`step_phases`). None
+    in an SFT run, which generates nothing. (Measured on this project's EPYC, 14 runs: the
+    first trainer step ends after the imports, this generation and one step.)"""
     base = replace(job, adapter_served=False) if job.trainable is not None else job
-    return FIRST_STEP_EXTRA * stretched_phases(base, shape, speeds, slowdown)["step"]
+    return stretched_phases(base, shape, speeds, slowdown)["generate"]
 
 
 def wall_with_answers(

@@ -196,10 +196,12 @@ def test_a_lora_runs_first_steps_are_generated_by_the_base_policy():
     job = lora_job(max_steps=5, async_level=1, trainer_peak=1.0)
     result = model.estimate(job, SMALL, LORA_SPEEDS)
     base = replace(job, adapter_served=False)  # no adapter yet: vLLM skips its prefill
-    base_step = model.step_phases(base, SMALL, LORA_SPEEDS, job.answer_mean)["step"]
+    phases = model.step_phases(base, SMALL, LORA_SPEEDS, job.answer_mean)
+    base_step = phases["step"]
     assert base_step < result.step_s
-    start = model.start_s(job, SMALL, LORA_SPEEDS) + model.FIRST_STEP_EXTRA * base_step
-    assert result.start_s == pytest.approx(start)
+    # the start holds the first batch's generation, by the base policy: nothing overlaps it
+    start = model.start_s(job, SMALL, LORA_SPEEDS) + phases["generate"]
+    assert result.start_s == pytest.approx(start) and result.warmup_s == phases["generate"]
     end = result.end_s
     assert result.wall_s == pytest.approx(start + 2 * base_step + 3 * result.step_s + end)
 
@@ -275,6 +277,9 @@ def test_an_sft_job_has_no_inference():
     job = Job(max_steps=3, rollouts=4, answer_tokens=32, sft=True, trainer_peak=1.0)
     result = model.estimate(job, SMALL, FLAT)
     assert result.phases["generate"] == result.phases["publish"] == 0.0
+    assert result.warmup_s == 0.0  # no batch to generate before the first step
+    start = model.start_s(job, SMALL, FLAT)
+    assert result.wall_s == pytest.approx(start + 3 * result.step_s + result.end_s)
     assert set(result.memory) == {"trainer"}
     assert result.disk["rollout archive"] == 0.0
 
