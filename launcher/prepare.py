@@ -13,7 +13,7 @@ from launcher.rl_config import RLConfig, gpu_type
 from launcher.slurm_config import inside_job
 from launcher.speed import derive_speed
 from rlcore.errors import ConfigError
-from rlcore.forecast.model import disk
+from rlcore.forecast.model import disk, fullest
 from rlcore.forecast.shape import shape_of
 from rlcore.processes import children, ports
 from rlcore.processes.health import server_url
@@ -116,9 +116,6 @@ def disk_need(plan: Plan) -> float | None:
     except Exception:  # noqa: BLE001  (as the estimate: never stops a run, here no disk check)
         return None
     trainer = plan.config.trainer
-    fullest = replace(
-        job,
-        checkpoints_kept=min(job.checkpoints_saved, job.checkpoints_kept + 1),
-        policy_folders=trainer.weight_transfer.num_policy_folders(trainer.async_level),
-    )
-    return sum(disk(fullest, shape, job.answer_mean).values())  # the archive within its bound
+    folders = trainer.weight_transfer.num_policy_folders(trainer.async_level)
+    at_fullest = replace(fullest(job), policy_folders=folders)
+    return sum(disk(at_fullest, shape, job.answer_mean).values())  # the archive within its bound

@@ -9,6 +9,7 @@ Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up t
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ from rlcore.config.entry import exit_with, parse_config
 from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
+from rlcore.files.paths import nearest_existing
 from rlcore.files.readback import LOG_TAIL, Damaged, read_from
+from rlcore.forecast.model import Forecast
 from rlcore.forecast.report import keep_measurement, tokens_said
 from rlcore.processes import children, procs
 from rlcore.processes.poll import (
@@ -61,6 +64,7 @@ def main(argv: list[str]) -> int:
     print("\n".join(lines), flush=True)
     run = RunDir(config.output_dir)
     try:
+        check_disk(run.root, forecast)
         step = prepare(run, config, clean)
     except ConfigError as err:
         exit_with(str(err), "rl sft")
@@ -114,6 +118,21 @@ def check_data(argv: list[str]) -> float | None:
     if done.returncode:
         sys.exit(done.returncode)
     return tokens_said(done.stdout[-4096:].decode("utf-8", errors="replace"))
+
+
+def check_disk(root: Path, forecast: Forecast | None) -> None:
+    """The run folder at its fullest (`Forecast.disk_fullest`) against the free space where it
+    is made, as `rl` checks its own (launcher/preflight.py); no check without an estimate."""
+    need = forecast.disk_fullest if forecast is not None else 0.0
+    if not need:
+        return
+    free = shutil.disk_usage(nearest_existing(root)).free
+    if need > free:
+        raise ConfigError(
+            f"{root} needs about {need / 2**30:.1f} GiB at its fullest (checkpoints and the "
+            f"final weights) but only {free / 2**30:.1f} GiB is free: lower --ckpt.keep, raise "
+            "--ckpt.interval, or use another --output-dir"
+        )
 
 
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:

@@ -215,7 +215,11 @@ class Forecast:
     """The machine's measured speed it rests on; a new measurement is cached only once the run
     starts (`rlcore.forecast.report.keep_measurement`)."""
     warmup_s: float = 0.0
-    """The first step's warm-up, part of `start_s`."""
+    """The first batch's generation, part of `start_s` (`warmup_s`)."""
+    disk_fullest: float = 0.0
+    """Bytes the run folder holds at its fullest: `disk` with one checkpoint more, written while
+    the newest kept is still there (what `rl sft` checks against the free space before it
+    starts; `rl` adds its policy folders: launcher.prepare.disk_need)."""
     untrained_batches: int = 0
     """Batches generated before the first needs a trained policy (`async_level + 1`; 0 in SFT):
     they follow each other without a wait, so the measured pace skips them."""
@@ -587,5 +591,12 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
         disk=disk(job, shape, job.answer_mean),
         gpu_hours=gpus * wall / 3600,
         warmup_s=warmup_s(job, shape, speeds, slowdown),
+        disk_fullest=sum(disk(fullest(job), shape, job.answer_mean).values()),
         untrained_batches=0 if job.sft else job.async_level + 1,
     )
+
+
+def fullest(job: Job) -> Job:
+    """`job` at the moment its run folder is fullest: a new checkpoint being written while the
+    newest kept is still there."""
+    return replace(job, checkpoints_kept=min(job.checkpoints_saved, job.checkpoints_kept + 1))
