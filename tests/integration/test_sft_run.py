@@ -5,6 +5,7 @@ message."""
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE
+from rlcore.forecast.calibrate import CALIBRATION_ENV
 from rlcore.runs.rundir import RunDir
 from tests.integration.helpers import REPO, small_disk
 
@@ -48,9 +50,10 @@ def sft_toml(tmp_path: Path, model: Path, out: Path, max_steps: int = 8) -> Path
     return config
 
 
-def rl_sft(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def rl_sft(*args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "launcher.rl", "sft", *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def records(out: Path) -> dict[int, dict]:
@@ -114,13 +117,22 @@ def test_bad_data_exits_2_naming_the_file_and_row(tiny_model_dir, tmp_path):
 
 
 def test_a_full_disk_is_one_message_and_no_restart(tiny_model_dir, tmp_path):
-    """A real 20 MiB file system fills at the first checkpoint (about 38 MiB): `sft` names the
-    folder it could not write and the space left, `rl sft` says it stopped on a full disk and
-    restarts nothing; no traceback, and the torn checkpoint never counts."""
+    """A real 20 MiB file system, where the first checkpoint needs about 38 MiB. With its
+    estimate `rl sft` refuses to start (exit 2, naming the folder and the knobs, nothing
+    written). Without one (RL_CALIBRATION=off: no estimate, no disk check) the disk fills at the
+    first checkpoint: `sft` names the folder it could not write and the space left, `rl sft`
+    says it stopped on a full disk and restarts nothing; no traceback, and the torn checkpoint
+    never counts."""
     with small_disk(tmp_path / "disk", "20m") as disk:
         out = disk / "run"
         config = sft_toml(tmp_path, tiny_model_dir, out, max_steps=2)
-        done = rl_sft("@", str(config), "--ckpt.interval", "1", "--max-restarts", "2")
+        args = ("@", str(config), "--ckpt.interval", "1", "--max-restarts", "2")
+        refused = rl_sft(*args)
+        assert refused.returncode == 2, (refused.stdout + refused.stderr)[-3000:]
+        assert f"rl sft: error: {out} needs about " in refused.stderr
+        assert "--ckpt.keep" in refused.stderr and "Traceback" not in refused.stderr
+        assert not out.exists()  # refused before anything was written
+        done = rl_sft(*args, env={CALIBRATION_ENV: "off"})
         said = done.stdout + done.stderr
         assert done.returncode == DISK_FULL_EXIT_CODE, said[-3000:]
         assert "Traceback" not in said
