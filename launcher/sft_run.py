@@ -1,10 +1,12 @@
-"""`rl sft @ sft.toml [--KEY VALUE ...] [--max-restarts N] [--clean]`: supervised fine-tuning
-as a run. The config is checked before anything is written (exit 2 naming the key); the run
-folder is claimed and locked for the run's life (never beside another `rl`, nor a trainer or
-orchestrator started alone); the `sft` process's output goes to `logs/sft.log` and here;
-Ctrl-C stops it and exits 130; a failure resumes from the latest checkpoint up to
-`--max-restarts` times, by `rl`'s restart policy (`with_restarts` in launcher/launch.py).
-`sft @ sft.toml` runs the same process without any of this.
+"""`rl sft @ sft.toml [--KEY VALUE ...] [--max-restarts N] [--clean]`: supervised fine-tuning as a
+run. The config is checked before anything is written (exit 2 naming the key), the data
+tokenized (`sft --check-data`: the estimate takes its tokens) and the free space compared with
+the run folder at its fullest (exit 2 naming `--ckpt.keep`); the run folder is claimed and
+locked for the run's life (never beside another `rl`, nor a trainer or orchestrator started
+alone); the `sft` process's output goes to `logs/sft.log` and here; Ctrl-C stops it and exits
+130; a failure resumes from the latest checkpoint up to `--max-restarts` times, by `rl`'s
+restart policy (`with_restarts` in launcher/launch.py). `sft @ sft.toml` runs the same process
+without any of this.
 """
 
 import math
