@@ -19,13 +19,16 @@ measured them or at their bound (its `basis: answers:` line), and each run's tim
 trainer steps and batches at their records' times, for benchmarks/eta_replay.py). An
 evaluation's estimate is made here as `evals` makes it, just before it starts. Before each job
 it waits (`--settle-s`) for the load average to forget the previous one.
-Results: benchmarks/results/estimates[-avx2].json; the table goes in benchmarks/README.md."""
+Each job's checkpoints and weights are deleted once its figures are read (`--keep-runs` keeps
+them: about 1.6 GiB a job). Results: benchmarks/results/estimates[-avx2].json; the table goes in
+benchmarks/README.md."""
 
 import argparse
 import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -164,6 +167,18 @@ def run_job(name: str, argv: list[str], steps: int, work: Path, env: dict) -> di
             "error": round((at + left) / total - 1, 3),
         }
     return result
+
+
+def drop_weights(out: Path) -> None:
+    """Delete the checkpoints and weights of the run this script just made in `out` (its
+    figures are read): only in a folder `rl` marked as a run, never through a link."""
+    from rlcore.runs.ownership import read_run_id
+
+    if out.is_symlink() or read_run_id(out) is None:
+        return
+    for folder in (out / "checkpoints", out / "weights"):
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
 
 
 def eval_config(name: str, work: Path) -> Path:
@@ -385,6 +400,12 @@ def main() -> None:
         "1, so that a job's estimate does not count the previous job's processes as other "
         "programs' load (0: no wait)",
     )
+    parser.add_argument(
+        "--keep-runs",
+        action="store_true",
+        help="keep each job's checkpoints and weights (1.6 GiB a job; by default they go once "
+        "the job's figures are read: logs, metrics and run.json stay)",
+    )
     args = parser.parse_args()
     from rlcore.host.machine import AVX2_ENV
 
@@ -408,6 +429,8 @@ def main() -> None:
         print(f"{name}: {steps} steps (load {os.getloadavg()[0]:.1f}) ...", flush=True)
         results[name] = run_job(name, argv, steps, work, env)
         print(f"{name}: {ratios(results[name])} eta {results[name].get('eta_quarter')}", flush=True)
+        if not args.keep_runs:
+            drop_weights(work / name)
     print("\n" + table(results))
     save("estimates-avx2" if args.avx2 else "estimates", {"jobs": results})
 
