@@ -82,16 +82,25 @@ def check_model(plan: Plan) -> None:
 def check_disk(plan: Plan) -> None:
     """The run folder's fullest (`plan.disk_need`, from the estimate's disk figures) against the
     free space where it is made."""
-    need = plan.disk_need
-    if need is None:
+    holds = "checkpoints, policy folders, the rollout archive and logs"
+    check_room(plan.run.root, plan.disk_need, holds)
+
+
+def check_room(root: Path, need: float | None, holds: str) -> None:
+    """`need` bytes (what the run folder `root` holds at its fullest: `holds`) against the free
+    space where it is made, for `rl` and `rl sft` alike; no check without a figure or where the
+    free space cannot be read."""
+    if not need:
         return
-    root = plan.run.root
-    free = shutil.disk_usage(nearest_existing(root)).free
+    try:
+        free = shutil.disk_usage(nearest_existing(root)).free
+    except OSError:
+        return
     if need > free:
         raise ConfigError(
-            f"{root} needs about {need / 2**30:.1f} GiB at its fullest (checkpoints, policy "
-            f"folders, the rollout archive and logs) but only {free / 2**30:.1f} GiB is free: "
-            "lower --ckpt.keep, raise --ckpt.interval, or use another --output-dir"
+            f"{root} needs about {need / 2**30:.1f} GiB at its fullest ({holds}) but only "
+            f"{free / 2**30:.1f} GiB is free: lower --ckpt.keep, raise --ckpt.interval, or use "
+            "another --output-dir"
         )
 
 

@@ -11,7 +11,6 @@ without any of this.
 
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +19,11 @@ from launcher.eta import RunClock
 from launcher.exits import exit_message, oom_kills
 from launcher.forecast import sft_forecast
 from launcher.launch import with_restarts
+from launcher.preflight import check_room, clean_run
 from rlcore.config.entry import exit_with, parse_config
 from rlcore.config.literal_secrets import write_for_child
 from rlcore.errors import ConfigError
 from rlcore.files.disk_full import DISK_FULL_EXIT_CODE, DiskFullError, stopped_text
-from rlcore.files.paths import nearest_existing
 from rlcore.files.readback import LOG_TAIL, Damaged, read_from
 from rlcore.forecast.model import Forecast
 from rlcore.forecast.report import keep_measurement, tokens_said
@@ -124,22 +123,13 @@ def check_data(argv: list[str]) -> float | None:
 
 def check_disk(root: Path, forecast: Forecast | None) -> None:
     """The run folder at its fullest (`Forecast.disk_fullest`) against the free space where it
-    is made, as `rl` checks its own (launcher/preflight.py); no check without an estimate."""
-    need = forecast.disk_fullest if forecast is not None else 0.0
-    if not need:
-        return
-    free = shutil.disk_usage(nearest_existing(root)).free
-    if need > free:
-        raise ConfigError(
-            f"{root} needs about {need / 2**30:.1f} GiB at its fullest (checkpoints and the "
-            f"final weights) but only {free / 2**30:.1f} GiB is free: lower --ckpt.keep, raise "
-            "--ckpt.interval, or use another --output-dir"
-        )
+    is made, as `rl` checks its own; no check without an estimate."""
+    need = forecast.disk_fullest if forecast is not None else None
+    check_room(root, need, "checkpoints and the final weights")
 
 
 def prepare(run: RunDir, config: SFTConfig, clean: bool) -> int | None:
     """Clear (with --clean), claim and lock the folder; the step to resume from."""
-    from launcher.preflight import clean_run
     from rlcore.runs.ownership import read_run_id
 
     check_run(run.root, RL_SFT)  # an sft run, or new or empty; nobody else in it; no links

@@ -66,21 +66,11 @@ def test_an_unknown_model_shape_makes_no_disk_check(tmp_path):
 
 
 def sft_estimate(keep):
-    """The estimate of an `rl sft` run of the real SmolLM2 shape (its folder's headers), 60
-    steps, a checkpoint every 10, `keep` kept; FLAT speeds (the time is not the point here)."""
+    """The estimate of an `rl sft` run of the forecast tests' known small model, 60 steps, a
+    checkpoint every 10, `keep` kept; FLAT speeds (the time is not the point here)."""
     from rlcore.forecast import model
-    from rlcore.forecast.shape import ModelShape
-    from tests.unit.forecast.known_speeds import FLAT
+    from tests.unit.forecast.known_speeds import FLAT, SMALL
 
-    shape = ModelShape(
-        params=135_000_000,
-        hidden=576,
-        layers=30,
-        vocab=49152,
-        heads=9,
-        kv_heads=3,
-        intermediate=1536,
-    )
     job = model.Job(
         max_steps=60,
         rollouts=32,
@@ -92,7 +82,7 @@ def sft_estimate(keep):
         policy_folders=1,
         archive=False,
     )
-    return model.estimate(job, shape, FLAT), model.checkpoint_bytes(job, shape)
+    return model.estimate(job, SMALL, FLAT), model.checkpoint_bytes(job, SMALL)
 
 
 def test_rl_sft_refuses_a_run_the_free_space_cannot_hold_naming_the_fix(tmp_path):
@@ -102,7 +92,7 @@ def test_rl_sft_refuses_a_run_the_free_space_cannot_hold_naming_the_fix(tmp_path
     # at its fullest: the end's disk and one checkpoint more, written beside the newest kept
     assert forecast.disk_fullest == pytest.approx(forecast.disk_total + one)
     free = shutil.disk_usage(tmp_path).free
-    check_sft_disk(tmp_path / "run", forecast)  # a few GiB: fits this machine
+    check_sft_disk(tmp_path / "run", forecast)  # a few kB: fits this machine
     forecast.disk_fullest = free * 2.0
     with pytest.raises(ConfigError) as err:
         check_sft_disk(tmp_path / "new" / "run", forecast)  # the nearest existing folder's disk
