@@ -90,6 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2048,
         help="model.logprob_chunk_tokens ('none': full logits)",
     )
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=None,
+        help="train rank-r LoRA adapters on every projection (alpha 2r) instead of the model",
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
     parser.add_argument("--ckpt-interval", type=int, default=2, help="checkpoint every n steps")
     parser.add_argument(
@@ -127,11 +133,20 @@ def qwen3_06b_folder() -> Path:
     return cached_build(cache_dir() / "qwen3-0.6b-shape-random", build)
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
 def trainer_config(args: argparse.Namespace, dtype: str, out: Path):
     from trainer.config import TrainerConfig
 
+    lora = args.lora_rank and {
+        "rank": args.lora_rank,
+        "alpha": 2.0 * args.lora_rank,
+        "target_modules": LORA_TARGETS,
+    }
     return TrainerConfig.model_validate(
         {
+            **({"lora": lora} if lora else {}),
             "model": {
                 "name": args.model,
                 "dtype": dtype,
@@ -255,17 +270,21 @@ def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
         return "no estimate (the model folder does not say its shape)"
     tokens = args.micro_batch_tokens or args.batch_size * args.seq_len
     compute_bytes = 4 if dtype == "float32" else 2
+    trainable = None  # LoRA: launcher.memory's count of the adapters
+    if args.lora_rank:
+        trainable = 2 * args.lora_rank * shape.hidden * len(LORA_TARGETS) * shape.layers
     parts = trainer_peak(
         shape,
         tokens,
         compute_bytes,
         speed.checkpointing,
+        trainable=trainable,
         head_chunk=args.logprob_chunk_tokens,
         checkpoint_freq=speed.checkpointing_freq,
     )
     if not torch.cuda.is_available():  # the background writes' copies are host memory
         parts["background copies"] = background_copies(
-            shape, None, not args.foreground, not args.foreground
+            shape, trainable, not args.foreground, not args.foreground
         )
     return describe(parts)
 

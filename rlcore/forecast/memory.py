@@ -5,11 +5,12 @@ read the same estimate.
 
 Terms, for P parameters and T tokens per forward pass (`data.micro_batch_tokens`):
 fp32 master weights 4P, gradients 4P, AdamW moments 8P, a compute-dtype copy of the weights
-(autocast's cast cache) 2P in bf16, activations T x layers x ACTIVATION_BYTES_PER_HIDDEN x
-hidden (one layer's worth plus a hidden state per layer with activation checkpointing), and
-the loss head LOSS_HEAD_COPIES x T x vocab x 4. The constants were fitted to peaks measured on
-CPU with the default model (benchmarks/trainer_throughput.py prints estimate and measurement
-side by side); FSDP2 divides the first four terms by the number of trainer GPUs."""
+(autocast's cast cache) 2P in bf16, activations T x layers x hidden x the compute dtype's bytes
+per hidden unit (`activation_bytes`; one layer's worth plus a hidden state per layer with
+activation checkpointing), and the loss head LOSS_HEAD_COPIES x T x vocab x 4. The constants
+were fitted to peaks measured on CPU with the default model, full and LoRA, in bf16 and fp32
+(benchmarks/trainer_throughput.py prints estimate and measurement side by side); FSDP2 divides
+the first four terms by the number of trainer GPUs."""
 
 from pathlib import Path
 
@@ -17,6 +18,12 @@ from rlcore.forecast.shape import ModelShape, folder_shape, safetensors_params  
 
 ACTIVATION_BYTES_PER_HIDDEN = 85
 """Saved activations per token, layer and hidden unit, in bytes (bf16 compute)."""
+FP32_ACTIVATION_BYTES_PER_HIDDEN = 125
+"""The same with fp32 compute (autocast keeps norms and the residual stream in fp32 either
+way, so not twice bf16's; measured 1.5x on CPU with the default model)."""
+LORA_FP32_ACTIVATION_BYTES_PER_HIDDEN = 165
+"""The same with fp32 compute and a frozen base under LoRA adapters (measured 2.4x bf16's on
+CPU, against 1.5x without adapters; not modelled tensor by tensor)."""
 LOSS_HEAD_COPIES = 4
 """fp32 logits-sized tensors alive at once in the loss head (logits, log-softmax, grads)."""
 PROCESS_OVERHEAD = 0.3 * 2**30
@@ -47,7 +54,7 @@ def trainer_peak(
     every n-th layer recomputes, the others keep their activations."""
     p = shape.params
     t = shape.params if trainable is None else trainable
-    layer_bytes = tokens * shape.hidden * ACTIVATION_BYTES_PER_HIDDEN
+    layer_bytes = tokens * shape.hidden * activation_bytes(compute_bytes, trainable is not None)
     if checkpointing:
         recomputed = -(-shape.layers // checkpoint_freq)
         kept = (shape.layers - recomputed) * layer_bytes
@@ -63,6 +70,14 @@ def trainer_peak(
         "loss head": LOSS_HEAD_COPIES * min(tokens, head_chunk or tokens) * shape.vocab * 4,
         "process": PROCESS_OVERHEAD,
     }
+
+
+def activation_bytes(compute_bytes: int, adapters: bool) -> int:
+    """Saved activations per token, layer and hidden unit for the compute dtype's bytes, with
+    or without LoRA adapters on a frozen base."""
+    if compute_bytes < 4:
+        return ACTIVATION_BYTES_PER_HIDDEN
+    return LORA_FP32_ACTIVATION_BYTES_PER_HIDDEN if adapters else FP32_ACTIVATION_BYTES_PER_HIDDEN
 
 
 def describe(parts: dict[str, float]) -> str:

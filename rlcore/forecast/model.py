@@ -10,7 +10,9 @@ LoRA path adds a gather of the whole adapter for every token it computes, prompt
 Where inference and the trainer share the CPU's cores their work adds up; on separate GPUs an
 async run overlaps them. The constants below are ratios of a run's work to the calibration's
 products (how far a real step is from a clean matmul on the same machine), fitted by
-benchmarks/estimates.py; a machine's own speed is never in them."""
+benchmarks/estimates.py, and a training step's on a CPU by benchmarks/trainer_throughput.py
+(its products, attention and element-wise work apart, in both dtypes); a machine's own speed
+is never in them."""
 
 import math
 from dataclasses import dataclass, field, replace
@@ -22,8 +24,22 @@ from rlcore.host.machine import DTYPE_BYTES
 
 GIB = 2**30
 TRAIN_EFFICIENCY = 0.55
-"""Share of the calibrated matmul rate a training forward + backward reaches (attention, norms,
-the loss head's softmax and the packing are not clean products)."""
+"""On a GPU: share of the calibrated matmul rate a training forward + backward reaches
+(attention, norms, the loss head's softmax and the packing are not clean products)."""
+CPU_PRODUCT_EFFICIENCY = 0.95
+"""On a CPU: share of the dtype's calibrated matmul rate a training step's products reach
+(profiled on the default model: aten::mm at 0.95 of it in bf16, 1.03 in fp32)."""
+CPU_ATTENTION_EFFICIENCY = 0.75
+"""On a CPU: share of the calibrated fp32 rate sdpa's attention reaches in forward + backward,
+in any dtype (its CPU kernel computes in fp32: 1.65 s in bf16 and 1.90 s in fp32 over a
+1,024-token row)."""
+CPU_ELEMENTWISE_BYTES = 1800.0
+"""On a CPU: a training step's work besides its products and attention (norms, activation
+functions, residual adds, autocast's casts, the loss head's softmax), per token, layer and
+hidden unit, in bytes at the calibrated copy rate; the same in any dtype (eager element-wise
+kernels: a quarter to a third of a step of the default model)."""
+LORA_PRODUCT_EFFICIENCY = 0.3
+"""On a CPU: share of the calibrated rate the adapters' thin products (rank x hidden) reach."""
 TRAIN_OPS_PER_LAYER = 160
 """Tensor operations per layer and micro-batch in forward + backward (dispatch overhead)."""
 ADAM_BYTES_PER_PARAM = 48
@@ -45,6 +61,9 @@ GENERATE_STEP_OPS = 100_000
 units: it sets the step of a tiny model."""
 TRAIN_STEP_OPS = 100_000
 """The trainer's fixed work per step (the batch read, packing, logging), in tiny-op units."""
+TRAIN_SAMPLE_OPS = 6000
+"""The trainer's work per sample of a step (its packing, masks and loss terms), in tiny-op
+units (measured: 512 tokens as 32 samples took 0.23 s longer than as 16)."""
 PUBLISH_COPIES = 60.0
 """A publish in units of a memory copy of the policy's bytes: gathered, cast, sent over
 loopback (or written), loaded and repacked by inference (1.4 s for the quick start's 0.5 GB)."""
@@ -385,10 +404,11 @@ def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) 
 
 
 def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
-    """One optimizer step: forward + backward at TRAIN_EFFICIENCY of the calibrated rate,
-    dispatch overhead per layer and micro-batch, and AdamW's memory traffic. Attention spans a
+    """One optimizer step: forward + backward (`cpu_train_compute_s` on a CPU; on GPUs the
+    products and attention at TRAIN_EFFICIENCY of the calibrated rate, split over the shards),
+    dispatch overhead per layer and micro-batch, AdamW's memory traffic and the fixed work per
+    step and per sample. Attention spans a
     sample's tokens, or with `Job.row_attention` its whole packed row (a micro-batch)."""
-    flops = speeds.matmul_flops.get(job.train_dtype) or min(speeds.matmul_flops.values())
     shards = max(job.trainer_gpus, 1)
     tokens = train_tokens(job, answer)
     micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
@@ -396,26 +416,56 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
     if job.row_attention:
         context = tokens / shards / micro_batches
     lora = job.trainable is not None
-    compute = train_flops(shape, tokens, context, lora) / (flops * TRAIN_EFFICIENCY) / shards
+    if job.on_gpu:
+        rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * TRAIN_EFFICIENCY
+        compute = train_flops(shape, tokens, context, lora) / rate / shards
+    else:
+        compute = cpu_train_compute_s(job, shape, speeds, tokens, context)
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
     optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
     adapters = lora_train_s(job, shape, speeds, tokens, micro_batches)
-    return compute + dispatch + optimizer + adapters + TRAIN_STEP_OPS * speeds.op_s
+    fixed = (TRAIN_STEP_OPS + TRAIN_SAMPLE_OPS * job.rollouts / shards) * speeds.op_s
+    return compute + dispatch + optimizer + adapters + fixed
+
+
+def dtype_rate(rates: dict[str, float], dtype: str) -> float:
+    """The calibrated rate in `dtype`, else the slowest measured."""
+    return rates.get(dtype) or min(rates.values())
+
+
+def cpu_train_compute_s(
+    job: Job, shape: ModelShape, speeds: Speeds, tokens: float, context: float
+) -> float:
+    """A CPU's forward + backward as its profile splits it: the products (2x a forward's where
+    only adapters train: no weight gradients) at CPU_PRODUCT_EFFICIENCY of the dtype's
+    calibrated rate; attention, 3x a forward's whether or not the base is frozen (the
+    adapters below it need its input gradients), at CPU_ATTENTION_EFFICIENCY of the fp32 rate
+    (the dtype's where fp32 was not measured); and the element-wise rest at the copy rate."""
+    rate = dtype_rate(speeds.matmul_flops, job.train_dtype)
+    fp32 = speeds.matmul_flops.get("float32") or rate
+    passes = 2.0 if job.trainable is not None else 3.0
+    products = passes * 2 * shape.matmul_params * tokens / (rate * CPU_PRODUCT_EFFICIENCY)
+    attention = 3 * (forward_flops(shape, tokens, context) - 2 * shape.matmul_params * tokens)
+    elementwise = tokens * shape.layers * shape.hidden * CPU_ELEMENTWISE_BYTES
+    return (
+        products + attention / (fp32 * CPU_ATTENTION_EFFICIENCY) + elementwise / speeds.copy_bytes
+    )
 
 
 def lora_train_s(
     job: Job, shape: ModelShape, speeds: Speeds, tokens: float, micro_batches: int
 ) -> float:
-    """The adapters' own work in a training step (the frozen base's is in `train_flops`): their
+    """The adapters' own work in a training step (the frozen base's is in `train_s`): their
     products, 2 x `trainable` FLOPs a token forward and twice that backward (the input's and
-    the adapter's gradients), at TRAIN_EFFICIENCY of the calibrated rate, and LORA_TRAIN_OPS
-    per adapted projection and micro-batch."""
+    the adapter's gradients), at LORA_PRODUCT_EFFICIENCY of the calibrated rate on a CPU
+    (TRAIN_EFFICIENCY on GPUs), and LORA_TRAIN_OPS per adapted projection and micro-batch."""
     if job.trainable is None:
         return 0.0
-    flops = speeds.matmul_flops.get(job.train_dtype) or min(speeds.matmul_flops.values())
+    efficiency = TRAIN_EFFICIENCY if job.on_gpu else LORA_PRODUCT_EFFICIENCY
+    rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * efficiency
     shards = max(job.trainer_gpus, 1)
-    compute = 6 * job.trainable * tokens / (flops * TRAIN_EFFICIENCY) / shards
+    compute = 6 * job.trainable * tokens / rate / shards
     ops = LORA_TRAIN_OPS * shape.layers * job.lora_targets * micro_batches
     return compute + ops * speeds.op_s
 

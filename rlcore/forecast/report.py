@@ -95,11 +95,15 @@ def side_files_bytes(name: str) -> float:
 
 
 def measured_speeds(machine, dtypes: list[str], device: str = "cpu"):
-    """This machine's speeds on `device` (cached per fingerprint), or (None, why)."""
+    """This machine's speeds on `device` (cached per fingerprint), or (None, why). A CPU's are
+    measured in fp32 too: its training attention runs at the fp32 rate in any dtype
+    (rlcore.forecast.model.cpu_train_compute_s)."""
     import os
 
     if os.environ.get(CALIBRATION_ENV, "").lower() == "off":
         return None, f"the speed measurement is off: {CALIBRATION_ENV}=off"
+    if device == "cpu":
+        dtypes = sorted({*dtypes, "float32"})
     try:
         return speeds(machine.record(), dtypes, device), ""
     except CalibrationError as err:

@@ -29,6 +29,16 @@ def test_an_untied_head_counts_once_and_the_embedding_lookup_never():
     assert SMALL.kv_width == 2 * 1 * 5  # keys and values of one kv head of width 10 / 2
 
 
+def cpu_train_by_hand(tokens: float, context: float, passes: float = 3.0, rate=1e9, fp32=1e9):
+    """A CPU's forward + backward of SMALL (1,000 matmul parameters, 2 layers of 10) by hand:
+    products at the dtype's rate, attention at fp32's, the element-wise rest at the copy rate
+    (1e9 bytes/s)."""
+    products = passes * 2 * 1000 * tokens / (rate * model.CPU_PRODUCT_EFFICIENCY)
+    attention = 3 * tokens * 4 * 2 * 10 * context / (fp32 * model.CPU_ATTENTION_EFFICIENCY)
+    elementwise = tokens * 2 * 10 * model.CPU_ELEMENTWISE_BYTES / 1e9
+    return products + attention + elementwise
+
+
 def test_train_seconds_by_hand():
     job = Job(
         max_steps=1,
@@ -41,10 +51,32 @@ def test_train_seconds_by_hand():
     answer = 8.0
     tokens = 2 * 10 + 4 * 8  # each group's prompt once, every answer
     assert model.train_tokens(job, answer) == tokens
-    flops = 3 * tokens * (2 * 1000 + 4 * 2 * 10 * (10 + 8))
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam  # op_s = 0: no fixed work
+    expected = cpu_train_by_hand(tokens, 10 + 8) + adam  # op_s = 0: no fixed work
     assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
+
+
+def test_a_cpu_runs_attention_at_the_fp32_rate_in_any_dtype_by_hand():
+    """bf16 products at their own (twice fp32's) rate, sdpa's attention at fp32's; where fp32
+    was not measured (an older record), at the dtype's."""
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
+    job = replace(job, micro_batch_tokens=1000, train_dtype="bfloat16")
+    both = replace(FLAT, matmul_flops={"bfloat16": 2e9, "float32": 1e9})
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
+    expected = cpu_train_by_hand(52, 18, rate=2e9) + adam
+    assert model.train_s(job, SMALL, both, 8.0) == pytest.approx(expected)
+    alone = replace(FLAT, matmul_flops={"bfloat16": 2e9})
+    expected = cpu_train_by_hand(52, 18, rate=2e9, fp32=2e9) + adam
+    assert model.train_s(job, SMALL, alone, 8.0) == pytest.approx(expected)
+
+
+def test_a_gpu_step_is_its_flops_at_the_training_efficiency_by_hand():
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
+    job = replace(job, micro_batch_tokens=1000, on_gpu=True, trainer_gpus=2)
+    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 18)
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
+    expected = (flops / (1e9 * model.TRAIN_EFFICIENCY) + adam) / 2  # two shards
+    assert model.train_s(job, SMALL, FLAT, 8.0) == pytest.approx(expected)
 
 
 def test_attention_over_a_packed_row_counts_the_whole_row_by_hand():
@@ -59,14 +91,12 @@ def test_attention_over_a_packed_row_counts_the_whole_row_by_hand():
         micro_batch_tokens=1000,
         row_attention=True,
     )
-    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 52)
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    expected = cpu_train_by_hand(52, 52) + adam
     assert model.train_s(job, SMALL, FLAT, 8.0) == pytest.approx(expected)
     # two micro-batches of 26 tokens: each row half as long
     two = replace(job, micro_batch_tokens=30)
-    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 26)
-    expected = flops / (1e9 * model.TRAIN_EFFICIENCY) + adam
+    expected = cpu_train_by_hand(52, 26) + adam
     assert model.train_s(two, SMALL, FLAT, 8.0) == pytest.approx(expected)
 
 
@@ -157,12 +187,13 @@ def lora_job(**extra) -> Job:
 def test_a_lora_step_trains_the_adapters_on_top_of_the_frozen_base_by_hand():
     job, answer = lora_job(), 6.0
     tokens = 2 * 10 + 4 * 6
-    base = 2 * model.forward_flops(SMALL, tokens, context=10 + 6)  # no weight gradients
+    base = cpu_train_by_hand(tokens, 10 + 6, passes=2.0)  # no weight gradients
     adapters = 6 * 100 * tokens  # forward 2 x 100 a token, backward twice that
-    rate = 1e9 * model.TRAIN_EFFICIENCY
+    rate = 1e9 * model.LORA_PRODUCT_EFFICIENCY
     ops = model.TRAIN_OPS_PER_LAYER * 2 + model.LORA_TRAIN_OPS * 2 * 2  # 1 micro-batch
+    ops += model.TRAIN_STEP_OPS + model.TRAIN_SAMPLE_OPS * 4  # the step's and its 4 samples'
     adam = model.ADAM_BYTES_PER_PARAM * 100 / 1e9  # the adapters' moments only
-    expected = (base + adapters) / rate + (ops + model.TRAIN_STEP_OPS) * 1e-6 + adam
+    expected = base + adapters / rate + ops * 1e-6 + adam
     assert model.train_s(job, SMALL, LORA_SPEEDS, answer) == pytest.approx(expected)
     assert model.lora_train_s(job, SMALL, LORA_SPEEDS, tokens, 1) == pytest.approx(
         adapters / rate + model.LORA_TRAIN_OPS * 2 * 2 * 1e-6

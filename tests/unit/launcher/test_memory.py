@@ -85,6 +85,23 @@ def test_the_estimate_grows_and_shrinks_with_its_knobs(tiny_model_dir):
     assert total(checkpointing=True, checkpoint_freq=2) > total(checkpointing=True)
 
 
+def test_activations_by_hand_in_each_compute_dtype_with_and_without_adapters(tiny_model_dir):
+    """Saved activations are tokens x layers x hidden x the bytes per hidden unit measured for
+    the compute dtype: bf16's, fp32's (1.5x), and fp32's under LoRA adapters (2.4x of bf16's
+    measured: a frozen base keeps more of its inputs in fp32)."""
+    shape = model_shape(tiny_model_dir)
+    cells = 100 * shape.layers * shape.hidden
+
+    def activations(compute_bytes: int, trainable: int | None = None) -> float:
+        parts = trainer_peak(shape, 100, compute_bytes, False, trainable=trainable)
+        return parts["activations"]
+
+    assert activations(2) == cells * 85
+    assert activations(2, trainable=1000) == cells * 85
+    assert activations(4) == cells * 125
+    assert activations(4, trainable=1000) == cells * 165
+
+
 def test_a_batch_too_large_for_this_machine_is_warned_about_with_the_knobs(tiny_model_dir):
     config = RLConfig.model_validate({"model": {"name": str(tiny_model_dir)}})
     line, warning = check_memory(config, {"trainer": [], "inference": []})
