@@ -67,9 +67,10 @@ units (measured: 512 tokens as 32 samples took 0.23 s longer than as 16)."""
 PUBLISH_COPIES = 60.0
 """A publish in units of a memory copy of the policy's bytes: gathered, cast, sent over
 loopback (or written), loaded and repacked by inference (1.4 s for the quick start's 0.5 GB)."""
-OVERLAP_ON_SHARED_CORES = 0.85
-"""Share of the shorter of generation and training that still adds to the step where both run
-on the same CPU cores (an async run overlaps them only where one leaves cores idle)."""
+SHARED_CORES_CONTENTION = 1.15
+"""Where generation and training run at once on the same CPU cores (an async run on a CPU),
+their work adds up, and each process's threads then wait on the other's: the step is their sum
+times this (measured 1.13-1.37 over twelve runs of six jobs on both ISAs)."""
 START_IMPORTS = 15.0
 """Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
 the CPU time `import torch` measured."""
@@ -491,8 +492,8 @@ def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
         step = generate + trainer_side
     elif job.on_gpu:
         step = max(generate, trainer_side)
-    else:  # one set of cores: overlapping only fills what the other leaves idle
-        step = max(generate, trainer_side) + OVERLAP_ON_SHARED_CORES * min(generate, trainer_side)
+    else:  # one set of cores: both at once take longer than one after the other
+        step = SHARED_CORES_CONTENTION * (generate + trainer_side)
     return {
         "generate": generate,
         "wait": max(step - generate, 0.0),
