@@ -191,6 +191,9 @@ class Job:
     sft: bool = False
     """Supervised fine-tuning: no inference, no orchestrator; `rollouts` are the batch's
     samples and `answer_tokens` their length."""
+    validation_tokens: float = 0.0
+    """Tokens the run's validations forward, all of them together (an SFT run's `[val]`: its
+    examples' tokens times how often it runs)."""
     trainer_peak: float = 0.0
     """The trainer's peak memory in bytes (rlcore.forecast.memory), computed by the caller."""
     tokenizer_bytes: float = TOKENIZER_BYTES
@@ -480,11 +483,27 @@ def publish_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     return PUBLISH_COPIES * params * job.served_bytes / speeds.copy_bytes
 
 
+def validation_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
+    """The run's validations, all together: a forward over `validation_tokens`, a third of a
+    training step's forward and backward over as many tokens (no gradients, no optimizer)."""
+    tokens = job.validation_tokens
+    if tokens <= 0:
+        return 0.0
+    full = replace(job, trainable=None)  # a forward through adapters is the base's
+    context = job.prompt_tokens + completion_tokens(job, job.answer_mean)
+    if job.on_gpu:
+        rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * TRAIN_EFFICIENCY
+        return train_flops(shape, tokens, context, False) / rate / 3
+    return cpu_train_compute_s(full, shape, speeds, tokens, context) / 3
+
+
 def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> dict[str, float]:
     """Seconds per step by phase, and the step itself (`step`)."""
     train = train_s(job, shape, speeds, answer)
-    if job.sft:
-        return {"generate": 0.0, "wait": 0.0, "train": train, "publish": 0.0, "step": train}
+    if job.sft:  # the validations spread over the steps, as the measured pace spreads them
+        validate = validation_s(job, shape, speeds) / max(job.max_steps, 1)
+        phases = {"generate": 0.0, "wait": 0.0, "train": train, "publish": 0.0}
+        return phases | {"validate": validate, "step": train + validate}
     generate = generate_s(job, shape, speeds, answer)
     publish = publish_s(job, shape, speeds)
     trainer_side = train + publish
@@ -573,17 +592,22 @@ def run_times(
     job: Job, shape: ModelShape, speeds: Speeds, slowdown: float
 ) -> tuple[dict[str, float], float, float, float]:
     """(a step's phases, start, end, wall). The start holds the first batch's generation
-    (`warmup_s`); a LoRA run's first `async_level + 1` steps take the base policy's step (no
-    adapter served yet)."""
+    (`warmup_s`). Each step then trains on one batch while the next is generated, but the
+    last, whose batch was generated during the step before: it trains and publishes alone
+    (measured: 3.3 s where a LoRA run's other steps took 16 to 24). A LoRA run's steps up to
+    batch `async_level` take the base policy's step (no adapter served yet; batch 0 is the
+    warm-up's)."""
     mid = stretched_phases(job, shape, speeds, slowdown)
+    steps = max(job.max_steps, 1)
     first, base_steps = mid["step"], 0
     if job.trainable is not None:
         base = replace(job, adapter_served=False)
         first = stretched_phases(base, shape, speeds, slowdown)["step"]
-        base_steps = min(job.async_level + 1, job.max_steps)
+        base_steps = min(job.async_level, steps - 1)
+    last = mid["step"] if job.sft else mid["train"] + mid["publish"]
     start = start_s(job, shape, speeds) * slowdown + warmup_s(job, shape, speeds, slowdown)
     end = end_s(job, shape, speeds)
-    wall = start + base_steps * first + (job.max_steps - base_steps) * mid["step"] + end
+    wall = start + base_steps * first + (steps - 1 - base_steps) * mid["step"] + last + end
     return mid, start, end, wall
 
 

@@ -200,6 +200,12 @@ def gib(value: float) -> str:
     return f"{value / 1000:.0f} kB"
 
 
+def validated(phases: dict[str, float]) -> str:
+    """The validations' share of an SFT step, where it has any."""
+    share = phases.get("validate", 0.0)
+    return f"; validation {share:.1f} s a step on average" if share >= 0.05 else ""
+
+
 def describe(
     result: Forecast, job: Job, machine_gib: float | None, price: float | None
 ) -> list[str]:
@@ -209,7 +215,7 @@ def describe(
     lines = [
         "Estimate (from the model's shape, the job and this machine's measured speed; "
         "corrected from measured steps once it runs):",
-        f"  step: ~{result.step_s:.1f} s (train: forward, backward and AdamW)"
+        f"  step: ~{result.step_s:.1f} s (train: forward, backward and AdamW{validated(p)})"
         if job.sft
         else f"  step: ~{result.step_s:.1f} s (generate {p['generate']:.1f}, orchestrator wait "
         f"{p['wait']:.1f}, train {p['train']:.1f}, publish {p['publish']:.1f})",
@@ -289,6 +295,38 @@ def first_lines(path: Path) -> list[str]:
     return lines if len(data) < SAMPLE_BYTES else lines[:-1]  # the last one may be cut
 
 
+def validation_tokens(config, tokens: float) -> float:
+    """Tokens an SFT run's validations forward in all: its examples (`val.num_examples`, else
+    the rows of a local JSONL file, `val_rows`) at `tokens` each, every `val.interval` steps and
+    after the last; 0 without `[val]` or where the rows cannot be counted here."""
+    val = config.val
+    if val is None:
+        return 0.0
+    rows = val_rows(val.name or config.data.name)
+    if val.num_examples is not None:
+        rows = min(rows, val.num_examples) if rows else val.num_examples
+    runs = config.max_steps // val.interval + (1 if config.max_steps % val.interval else 0)
+    return float(rows * tokens * runs)
+
+
+def val_rows(name: str) -> int:
+    """The rows of a local JSONL file: counted in its first SAMPLE_BYTES, scaled by its size
+    beyond them; 0 where it is no regular file here (a hub data set, a folder, a FIFO)."""
+    import os
+
+    path = Path(name).expanduser()
+    lines = [line for line in first_lines(path) if line.strip()]
+    if not lines:
+        return 0
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return len(lines)
+    if size <= SAMPLE_BYTES:
+        return len(lines)
+    return round(len(lines) * size / SAMPLE_BYTES)
+
+
 def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> Job:
     """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0);
     `tokens`: the mean tokens per example as tokenized (`sft --check-data`), else guessed from
@@ -331,6 +369,7 @@ def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> 
         policy_folders=1,
         archive=False,
         sft=True,
+        validation_tokens=validation_tokens(config, tokens),
         trainer_peak=TRAINER_RESIDENT * sum(peak.values()),
         answer_fill=1.0,
     )

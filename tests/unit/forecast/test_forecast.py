@@ -233,8 +233,26 @@ def test_a_lora_runs_first_steps_are_generated_by_the_base_policy():
     # the start holds the first batch's generation, by the base policy: nothing overlaps it
     start = model.start_s(job, SMALL, LORA_SPEEDS) + phases["generate"]
     assert result.start_s == pytest.approx(start) and result.warmup_s == phases["generate"]
+    # batch 1 is the base policy's too; batch 4, the last, is trained alone (nothing to
+    # generate any more), and batches 2 and 3 are generated with the adapter
+    last = result.phases["train"] + result.phases["publish"]
     end = result.end_s
-    assert result.wall_s == pytest.approx(start + 2 * base_step + 3 * result.step_s + end)
+    assert result.wall_s == pytest.approx(start + base_step + 3 * result.step_s + last + end)
+
+
+def test_the_last_step_trains_alone_in_any_run_but_sft():
+    job = Job(max_steps=6, rollouts=8, answer_tokens=16, trainer_peak=1.0)
+    for async_level in (0, 1, 2):
+        result = model.estimate(replace(job, async_level=async_level), SMALL, LORA_SPEEDS)
+        last = result.phases["train"] + result.phases["publish"]
+        assert result.wall_s == pytest.approx(
+            result.start_s + 5 * result.step_s + last + result.end_s
+        )
+    sft = model.estimate(replace(job, sft=True), SMALL, LORA_SPEEDS)
+    assert sft.wall_s == pytest.approx(sft.start_s + 6 * sft.step_s + sft.end_s)
+    one = model.estimate(replace(job, max_steps=1), SMALL, LORA_SPEEDS)
+    last = one.phases["train"] + one.phases["publish"]
+    assert one.wall_s == pytest.approx(one.start_s + last + one.end_s)
 
 
 def test_checkpoint_and_disk_bytes_by_hand():

@@ -5,6 +5,7 @@ saying why in one line, never raising."""
 
 import json
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -154,6 +155,36 @@ def test_an_sft_estimate_takes_the_tokens_the_data_check_counted(tmp_path):
     assert guessed.answer_tokens == int((40 + 47) / 4)
     assert report.sft_job(config, None, SHAPE, 50.4).answer_tokens == 50
     assert report.sft_job(config, None, SHAPE, 500.0).answer_tokens == 64  # at most seq_len
+
+
+def test_an_sft_runs_validations_are_in_its_steps_by_hand(tmp_path):
+    """`[val]` every 4 steps of 10 (steps 4, 8 and the last): 3 forwards over its 5 rows of 50
+    tokens, each a third of a training pass over as many tokens, spread over the steps."""
+    data, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
+    data.write_text(json.dumps({"prompt": "p", "completion": "c"}) + "\n")
+    val.write_text((json.dumps({"prompt": "p", "completion": "c"}) + "\n") * 5)
+    config = SFTConfig.model_validate(
+        {
+            "model": {"dtype": "float32"},
+            "data": {"name": str(data), "batch_size": 2},
+            "val": {"name": str(val), "split": "train", "interval": 4},
+            "seq_len": 64,
+            "max_steps": 10,
+        }
+    )
+    job = report.sft_job(config, None, SHAPE, 50.0)
+    assert job.validation_tokens == 3 * 5 * 50
+    speeds = replace(FLAT, matmul_flops={"float32": 1e9})
+    forward = model.cpu_train_compute_s(job, SHAPE, speeds, 750, 50) / 3
+    assert model.validation_s(job, SHAPE, speeds) == pytest.approx(forward)
+    phases = model.step_phases(job, SHAPE, speeds, job.answer_mean)
+    assert phases["validate"] == pytest.approx(forward / 10)
+    assert phases["step"] == pytest.approx(phases["train"] + forward / 10)
+    # at most val.num_examples of them; none without [val]
+    fewer = config.model_copy(update={"val": config.val.model_copy(update={"num_examples": 2})})
+    assert report.sft_job(fewer, None, SHAPE, 50.0).validation_tokens == 3 * 2 * 50
+    none = config.model_copy(update={"val": None})
+    assert report.sft_job(none, None, SHAPE, 50.0).validation_tokens == 0
 
 
 def test_a_busy_machine_stretches_cpu_times(monkeypatch):
