@@ -128,6 +128,21 @@ def test_an_sft_file_that_is_no_regular_file_is_guessed_not_waited_on(tmp_path):
     assert report.data_tokens(str(tmp_path), 100) == int(100 * model.ANSWER_FILL)  # a folder
 
 
+def test_validation_rows_are_counted_in_regular_files_only_and_never_waited_on(tmp_path):
+    fifo = tmp_path / "val.jsonl"
+    os.mkfifo(fifo)
+    assert report.val_rows(str(fifo)) == 0
+    assert report.val_rows(str(tmp_path)) == 0  # a folder (or a hub name): not counted here
+    assert report.val_rows("") == 0
+    assert report.val_rows(str(tmp_path / "missing.jsonl")) == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"a": 1}\n\n{"a": 2}\n')  # blank lines are no rows
+    assert report.val_rows(str(rows)) == 2
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(rows)  # the user's own file through a link reads as the file
+    assert report.val_rows(str(link)) == 2
+
+
 @pytest.mark.parametrize(
     ("output", "tokens"),
     [
