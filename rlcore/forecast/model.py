@@ -70,7 +70,8 @@ loopback (or written), loaded and repacked by inference (1.4 s for the quick sta
 SHARED_CORES_CONTENTION = 1.15
 """Where generation and training run at once on the same CPU cores (an async run on a CPU),
 their work adds up, and each process's threads then wait on the other's: the step is their sum
-times this (measured 1.13-1.37 over twelve runs of six jobs on both ISAs)."""
+times this (measured 1.07-1.37 for five of six jobs on both ISAs; the quick start under the AVX2
+cap 0.93)."""
 START_IMPORTS = 15.0
 """Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
 the CPU time `import torch` measured."""
@@ -411,8 +412,8 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
     """One optimizer step: forward + backward (`cpu_train_compute_s` on a CPU; on GPUs the
     products and attention at TRAIN_EFFICIENCY of the calibrated rate, split over the shards),
     dispatch overhead per layer and micro-batch, AdamW's memory traffic and the fixed work per
-    step and per sample. Attention spans a
-    sample's tokens, or with `Job.row_attention` its whole packed row (a micro-batch)."""
+    step and per sample. Attention spans a sample's tokens, or with `Job.row_attention` its
+    whole packed row (a micro-batch)."""
     shards = max(job.trainer_gpus, 1)
     tokens = train_tokens(job, answer)
     micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)

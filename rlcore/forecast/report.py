@@ -296,13 +296,14 @@ def first_lines(path: Path) -> list[str]:
 
 
 def validation_tokens(config, tokens: float) -> float:
-    """Tokens an SFT run's validations forward in all: its examples (`val.num_examples`, else
-    the rows of a local JSONL file, `val_rows`) at `tokens` each, every `val.interval` steps and
-    after the last; 0 without `[val]` or where the rows cannot be counted here."""
+    """Tokens an SFT run's validations forward in all: its examples (at most
+    `val.num_examples`; `val.name`'s rows where it is a local JSONL file, `val_rows`) at
+    `tokens` each, every `val.interval` steps and after the last; 0 without `[val]` or where
+    the rows cannot be counted here (a split of `data.name`, a hub data set)."""
     val = config.val
     if val is None:
         return 0.0
-    rows = val_rows(val.name or config.data.name)
+    rows = val_rows(val.name) if val.name else 0
     if val.num_examples is not None:
         rows = min(rows, val.num_examples) if rows else val.num_examples
     runs = config.max_steps // val.interval + (1 if config.max_steps % val.interval else 0)

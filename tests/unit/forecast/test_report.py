@@ -200,6 +200,11 @@ def test_an_sft_runs_validations_are_in_its_steps_by_hand(tmp_path):
     assert report.sft_job(fewer, None, SHAPE, 50.0).validation_tokens == 3 * 2 * 50
     none = config.model_copy(update={"val": None})
     assert report.sft_job(none, None, SHAPE, 50.0).validation_tokens == 0
+    # a split of the training data is not counted here: only through val.num_examples
+    split = config.model_copy(update={"val": config.val.model_copy(update={"name": None})})
+    assert report.sft_job(split, None, SHAPE, 50.0).validation_tokens == 0
+    bounded = split.model_copy(update={"val": split.val.model_copy(update={"num_examples": 4})})
+    assert report.sft_job(bounded, None, SHAPE, 50.0).validation_tokens == 3 * 4 * 50
 
 
 def test_a_busy_machine_stretches_cpu_times(monkeypatch):
