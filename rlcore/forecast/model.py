@@ -36,8 +36,8 @@ in any dtype (its CPU kernel computes in fp32: 1.65 s in bf16 and 1.90 s in fp32
 CPU_ELEMENTWISE_BYTES = 1800.0
 """On a CPU: a training step's work besides its products and attention (norms, activation
 functions, residual adds, autocast's casts, the loss head's softmax), per token, layer and
-hidden unit, in bytes at the calibrated copy rate; the same in any dtype (eager element-wise
-kernels: a quarter to a third of a step of the default model)."""
+hidden unit, in bytes at the calibrated copy rate; about the same in any dtype (eager
+element-wise kernels: a third of a bf16 step of the default model, a sixth of an fp32 one)."""
 LORA_PRODUCT_EFFICIENCY = 0.3
 """On a CPU: share of the calibrated rate the adapters' thin products (rank x hidden) reach."""
 TRAIN_OPS_PER_LAYER = 160
