@@ -70,8 +70,8 @@ loopback (or written), loaded and repacked by inference (1.4 s for the quick sta
 SHARED_CORES_CONTENTION = 1.15
 """Where generation and training run at once on the same CPU cores (an async run on a CPU),
 their work adds up, and each process's threads then wait on the other's: the step is their sum
-times this (measured 1.07-1.37 for five of six jobs on both ISAs; the quick start under the AVX2
-cap 0.93)."""
+times this (measured 1.07-1.40 on six jobs on both ISAs, but the quick start under the AVX2
+cap, 0.97)."""
 START_IMPORTS = 15.0
 """Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
 the CPU time `import torch` measured."""
