@@ -11,6 +11,7 @@ a refused start leaves the cache folder as it was)."""
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -242,9 +243,11 @@ def cache_file(key: str) -> Path:
 
 
 def from_record(data: dict, key: str, cached: bool) -> Speeds:
-    """A `Speeds` from the child's JSON; ValueError when it is not one."""
+    """A `Speeds` from the child's JSON or the cache; ValueError when it is not one, or when a
+    rate is not a finite positive number (a damaged or forged record is measured again,
+    never divided by)."""
     try:
-        return Speeds(
+        found = Speeds(
             matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
             stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
             stream_one_bytes={
@@ -266,6 +269,25 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"not a calibration record ({err!r})") from None
+    check_rates(found)
+    return found
+
+
+def check_rates(found: Speeds) -> None:
+    """ValueError naming the first figure of `found` the estimate could not divide by: a rate
+    that is not finite and positive, or no product rate at all."""
+    if not found.matmul_flops or not found.stream_bytes:
+        raise ValueError("not a calibration record (no product rates)")
+    rates = {"copy_bytes": found.copy_bytes, "threads": float(found.threads)}
+    per_dtype = ("matmul_flops", "stream_bytes", "stream_one_bytes", "lora_bytes")
+    for name in (*per_dtype, "lora_prefill_bytes"):
+        rates |= {f"{name}[{k}]": v for k, v in getattr(found, name).items()}
+    for name, value in rates.items():
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"not a calibration record ({name} = {value!r})")
+    for name, value in (("op_s", found.op_s), ("import_s", found.import_s)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"not a calibration record ({name} = {value!r})")
 
 
 def read_cache(key: str) -> Speeds | None:

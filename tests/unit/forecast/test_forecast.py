@@ -462,6 +462,41 @@ def test_keep_writes_only_a_new_measurement(tmp_path, monkeypatch):
     assert kept is not None and kept.cached and kept.lora_bytes == {"float32": 3e9}
 
 
+GOOD_RECORD = (
+    '{"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9}, "op_s": 1e-6, '
+    '"copy_bytes": 1e9, "import_s": 1.0, "threads": 2}'
+)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        ('"copy_bytes": 1e9', '"copy_bytes": 0'),
+        ('"float32": 2e9', '"float32": -2e9'),
+        ('"float32": 2e9', '"float32": 1e400'),  # read back as infinity
+        ('{"float32": 2e9}', "{}"),
+        ('"op_s": 1e-6', '"op_s": -1'),
+        ('"threads": 2', '"threads": 0'),
+    ],
+)
+def test_a_cached_rate_the_estimate_would_divide_by_must_be_finite_and_positive(
+    tmp_path, monkeypatch, forged
+):
+    """A forged or damaged record with a zero, negative or infinite rate is no record: it is
+    measured again, where it would have made the estimate 'not made (ZeroDivisionError...)'."""
+    from rlcore.host.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    path = calibrate.cache_file("abc")
+    path.parent.mkdir(parents=True)
+    path.write_text(GOOD_RECORD)
+    assert calibrate.read_cache("abc") is not None
+    path.write_text(GOOD_RECORD.replace(*forged))
+    assert calibrate.read_cache("abc") is None
+    with pytest.raises(ValueError, match="not a calibration record"):
+        calibrate.from_record(json.loads(GOOD_RECORD.replace(*forged)), "abc", cached=False)
+
+
 @pytest.mark.parametrize("damage", ["fifo", "deep", "bytes", "list", "huge"])
 def test_a_damaged_cache_entry_is_measured_again_never_read_on_trust(tmp_path, monkeypatch, damage):
     """The cache lives in the user's cache folder, which anything may have written: a FIFO is
