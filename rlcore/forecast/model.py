@@ -307,6 +307,11 @@ def prefill_tokens(job: Job) -> float:
 
 
 # -- time ------------------------------------------------------------------------------------
+def dtype_rate(rates: dict[str, float], dtype: str) -> float:
+    """The calibrated rate in `dtype`, else the slowest measured."""
+    return rates.get(dtype) or min(rates.values())
+
+
 def turn_answers(job: Job, answer: float) -> tuple[TurnAnswers, ...]:
     """The job's answers turn by turn: measured by an earlier run (`Job.answers`), else every
     one of `turns` reached by every rollout, answers of `answer` tokens on average, the longest
@@ -330,7 +335,7 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
     (the first turn's prompts as the prefix cache shares them), then its decode (`decode_s`);
     and the step's fixed work."""
     dtype = job.decode_dtype
-    flops = speeds.matmul_flops.get(dtype) or min(speeds.matmul_flops.values())
+    flops = dtype_rate(speeds.matmul_flops, dtype)
     total, context, previous = 0.0, float(job.prompt_tokens), 0.0
     for index, turn in enumerate(turn_answers(job, answer)):
         active = job.rollouts * turn.share
@@ -354,8 +359,8 @@ def decode_s(
     adds its row's share of the product at DECODE_ROWS rows beyond one (`stream_bytes`) and
     its attention over the context so far."""
     dtype = job.decode_dtype
-    flops = speeds.matmul_flops.get(dtype) or min(speeds.matmul_flops.values())
-    stream = speeds.stream_bytes.get(dtype) or min(speeds.stream_bytes.values())
+    flops = dtype_rate(speeds.matmul_flops, dtype)
+    stream = dtype_rate(speeds.stream_bytes, dtype)
     one_row = speeds.stream_one_bytes.get(dtype) or stream  # an older record: no row's share
     active = job.rollouts * turn.share
     if active <= 0:
@@ -383,7 +388,7 @@ def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) 
     if job.trainable is None or job.on_gpu or not speeds.lora_bytes:
         return 0.0
     dtype = job.served_dtype
-    decode_rate = speeds.lora_bytes.get(dtype) or min(speeds.lora_bytes.values())
+    decode_rate = dtype_rate(speeds.lora_bytes, dtype)
     prefill_rate = speeds.lora_prefill_bytes.get(dtype) or min(
         speeds.lora_prefill_bytes.values(), default=decode_rate
     )
@@ -432,11 +437,6 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
     adapters = lora_train_s(job, shape, speeds, tokens, micro_batches)
     fixed = (TRAIN_STEP_OPS + TRAIN_SAMPLE_OPS * job.rollouts / shards) * speeds.op_s
     return compute + dispatch + optimizer + adapters + fixed
-
-
-def dtype_rate(rates: dict[str, float], dtype: str) -> float:
-    """The calibrated rate in `dtype`, else the slowest measured."""
-    return rates.get(dtype) or min(rates.values())
 
 
 def cpu_train_compute_s(
