@@ -11,6 +11,7 @@ tiny model (`evals-tiny`) and of SmolLM2-135M (`evals`).
     python -m benchmarks.estimates --avx2              # the same under rlcore.host.machine.AVX2_ENV
     python -m benchmarks.estimates --jobs quickstart lora --steps-scale 0.5
     python -m benchmarks.estimates --jobs evals-tiny evals
+    python -m benchmarks.estimates --extra='--async-level 0' --work outputs/sync
 
 Each run's own run.json holds the estimate and the measured totals (launcher/eta.py); this
 script reads them back and adds the ETA check from the progress lines' `left ~...` words, the
@@ -366,7 +367,7 @@ def table(results: dict) -> str:
         step_m = result.get("steady_step_s")
         step = f"{estimate.get('step_s', 0):.1f} / {step_m:.1f} s" if step_m else "-"
         said = next((b for b in estimate.get("basis") or [] if b.startswith("answers:")), "")
-        answers = "measured" if "as the last finished run" in said else "bound" if said else "-"
+        answers = "measured" if "as the last " in said else "bound" if said else "-"
         load = result.get("load_at_start")
         before = result.get("before_estimate_s") or 0.0
         wall_m = f"{result['wall_s']:.0f} s" + (f" (+{before:.0f} s before)" if before >= 1 else "")
@@ -391,6 +392,13 @@ def main() -> None:
     )
     parser.add_argument("--avx2", action="store_true", help="run under AVX2_ENV (an AVX2 cap)")
     parser.add_argument("--steps-scale", type=float, default=1.0, help="scale every job's steps")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="more `rl` arguments for every rl job, in one string (`--extra='--async-level 0'` "
+        "runs each step's phases one after another, so the metrics show each phase alone; "
+        "`rl sft` takes them too: leave it out of --jobs where they are not its own)",
+    )
     parser.add_argument("--work", default="outputs/estimates-bench", help="runs and logs here")
     parser.add_argument(
         "--settle-s",
@@ -424,7 +432,7 @@ def main() -> None:
             print(f"{name}: {ratios(results[name])}", flush=True)
             continue
         argv, steps = JOBS[name]
-        argv = [a.replace("{work}", str(work)) for a in argv]
+        argv = [a.replace("{work}", str(work)) for a in argv] + args.extra.split()
         steps = max(4, round(steps * args.steps_scale))
         print(f"{name}: {steps} steps (load {os.getloadavg()[0]:.1f}) ...", flush=True)
         results[name] = run_job(name, argv, steps, work, env)

@@ -79,6 +79,7 @@ class RunClock:
         self.estimate = forecast.record() if forecast is not None else None
         self.answers_key = forecast.answers_key if forecast is not None else ""
         self.answers_bound = forecast.answers_bound if forecast is not None else 0
+        self.answers_seq_len = forecast.answers_seq_len if forecast is not None else 0
         self.started = time.monotonic()
         self.progress = from_estimate(self.estimate, max_steps, start=self.started)
         self.first_step_at: float | None = None
@@ -143,7 +144,8 @@ class RunClock:
         }
         self.measured = measured
         if self.answers_key and self.progress.seen:  # for the next estimate of this job
-            remember(self.answers_key, archived_answers(root, self.answers_bound))
+            found = archived_answers(root, self.answers_bound)
+            remember(self.answers_key, found, self.answers_bound, self.answers_seq_len)
         return measured
 
     def against_estimate(self) -> str | None:

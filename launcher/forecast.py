@@ -43,7 +43,7 @@ def answers_key(config) -> str:
 
 
 def measured_answers(config) -> answers.Measured | None:
-    """What the last finished run of the same job measured of its prompts and answers."""
+    """What the finished runs of the same job measured of its prompts and answers (pooled)."""
     orch = config.orchestrator
     max_tokens = min(orch.sampling.max_tokens, orch.seq_len)
     return answers.recall(answers_key(config), max_tokens, orch.seq_len)
@@ -139,6 +139,6 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     said = answers.words(measured, job.answer_tokens, job.max_turns)
     result.basis = [*basis(shape, source, job, found, dry_run), said, *busy]
     result.speeds, result.answers_key = found, answers_key(config)
-    result.answers_bound = job.answer_tokens
+    result.answers_bound, result.answers_seq_len = job.answer_tokens, job.seq_len
     machine_gib = plan.machine.memory_gib if plan.machine else None
     return result, describe(result, job, machine_gib, config.cost.gpu_hour_usd)

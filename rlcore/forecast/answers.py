@@ -4,9 +4,11 @@ model, the environments and the sampling, not on the machine. When a run ends, t
 measures its answers turn by turn from its rollout archive (`summarize`, on the policy's tokens
 of each archived rollout) and keeps them here under a hash of what they depend on (`job_key`:
 the model, the environments with their arguments, the sampling settings, `seq_len`), beside the
-machine's calibration. The next estimate of the same job reads them back (`recall`) as data it
-did not write: through the one bounded reader, each figure checked, anything else ignored;
-without them it takes every answer to reach `max_tokens`, an upper bound, and says so.
+machine's calibration, pooled with what the earlier runs kept (`pool`: two runs of one job can
+draw answers a third apart, as the policy learns one way or another). The next estimate of the
+same job reads them back (`recall`) as data it did not write: through the one bounded reader,
+each figure checked, anything else ignored; without them it takes every answer to reach
+`max_tokens`, an upper bound, and says so.
 
 The record holds figures only (no names, no arguments: the key is a hash)."""
 
@@ -24,6 +26,14 @@ MAX_TURNS = 64
 """Turns a record may hold (a longer one is damaged)."""
 MAX_STEPS_READ = 16
 """Archived steps a finished run's answers are measured on (spread over the run)."""
+HISTORY_WEIGHT = 3.0
+"""When a run's answers are pooled with the earlier runs', those count at most this many times
+the new run's rollouts: the record is then a moving average in which each run counts about a
+quarter, so a job whose answers changed (a new version of an environment under the same name)
+is followed within a few runs."""
+MAX_RUNS = 1000
+"""The run count a record may hold."""
+NO_TURN = {"share": 0.0, "mean": 0.0, "longest": 0.0, "added": 0.0}
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class Measured:
     turns: tuple[TurnAnswers, ...]
     prompt_tokens: float
     """A rollout's prompt, tokens (the first turn's, chat template included)."""
+    runs: int = 1
+    """The finished runs pooled in it."""
 
 
 def job_key(model: str, envs: list[dict], sampling: dict, seq_len: int) -> str:
@@ -120,19 +132,26 @@ def summarize(steps: list[list[tuple[list[bool], int]]], bound: int = 0) -> dict
         return None
     return {
         "version": ANSWERS_VERSION,
+        "runs": 1,
         "rollouts": rollouts,
         "steps": len(steps),
         "prompt": round(prompts / rollouts, 2),
         "turns": [
             {
                 "share": round(t["reached"] / rollouts, 4),
-                "mean": round(t["tokens"] / t["reached"], 2),
-                "longest": round(sum(t["longest"]) / len(t["longest"]), 2),
+                "mean": round(mean_tokens(t), 2),
+                # a step's longest, averaged over steps, is at least the mean over rollouts
+                "longest": round(max(sum(t["longest"]) / len(t["longest"]), mean_tokens(t)), 2),
                 "added": round(t["added"] / t["reached"], 2),
             }
             for t in turns
         ],
     }
+
+
+def mean_tokens(turn: dict) -> float:
+    """A summarized turn's mean answer, tokens."""
+    return turn["tokens"] / turn["reached"]
 
 
 def from_record(data: object, max_tokens: int, seq_len: int) -> Measured | None:
@@ -163,32 +182,103 @@ def from_record(data: object, max_tokens: int, seq_len: int) -> Measured | None:
         if share > 1 or mean > longest or longest > max_tokens or added > seq_len:
             return None
         found.append(TurnAnswers(share, mean, longest, added))
-    return Measured(tuple(found), float(prompt))
+    runs = data.get("runs", 1)
+    if not isinstance(runs, int) or isinstance(runs, bool) or not 0 < runs <= MAX_RUNS:
+        return None
+    return Measured(tuple(found), float(prompt), runs)
+
+
+def weight(data: dict, name: str) -> float | None:
+    """A record's `rollouts` or `steps` (what its figures are averages over), None where it is
+    not a finite positive number."""
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def mean_of(pairs: list[tuple[float, float]]) -> float:
+    """The weighted mean of (value, weight) pairs; 0 without any weight."""
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total > 0 else 0.0
+
+
+def pool(earlier: Measured, weights: tuple[float, float], new: dict) -> dict:
+    """A new run's record (`summarize`'s) pooled with the earlier runs' (`earlier`, averaged over
+    `weights`, its rollouts and steps): each figure a mean weighted by what it is an average
+    over (the share and the prompt by rollouts, an answer's tokens by the rollouts that reached
+    its turn, the longest by steps), the earlier runs counted at most HISTORY_WEIGHT times the
+    new one's rollouts. A turn one side lacks is one its rollouts did not reach."""
+    rollouts, steps = float(new["rollouts"]), float(new["steps"])
+    scale = min(1.0, HISTORY_WEIGHT * rollouts / weights[0])
+    old_rollouts, old_steps = weights[0] * scale, weights[1] * scale
+    old_turns, new_turns = list(earlier.turns), new["turns"]
+    turns = []
+    for index in range(max(len(old_turns), len(new_turns))):
+        a = old_turns[index] if index < len(old_turns) else TurnAnswers(0.0, 0.0, 0.0)
+        b = new_turns[index] if index < len(new_turns) else NO_TURN
+        reached = (a.share * old_rollouts, b["share"] * rollouts)
+        mean = mean_of([(a.mean, reached[0]), (b["mean"], reached[1])])
+        longest = mean_of(
+            [(a.longest, old_steps * (a.share > 0)), (b["longest"], steps * (b["share"] > 0))]
+        )
+        turns.append(
+            {
+                "share": round(sum(reached) / (old_rollouts + rollouts), 4),
+                "mean": round(mean, 2),
+                "longest": round(max(longest, mean), 2),
+                "added": round(mean_of([(a.added, reached[0]), (b["added"], reached[1])]), 2),
+            }
+        )
+    prompt = mean_of([(earlier.prompt_tokens, old_rollouts), (new["prompt"], rollouts)])
+    return {
+        "version": ANSWERS_VERSION,
+        "runs": min(earlier.runs + 1, MAX_RUNS),
+        "rollouts": round(old_rollouts + rollouts, 2),
+        "steps": round(old_steps + steps, 2),
+        "prompt": round(prompt, 2),
+        "turns": turns[:MAX_TURNS],
+    }
 
 
 def recall(key: str, max_tokens: int, seq_len: int) -> Measured | None:
     """The answers an earlier run of the job `key` measured; None when there is no record or it
     is damaged (read through the bounded reader: a FIFO, a huge, deep or non-UTF-8 file is
     refused)."""
+    found = read_record(key)
+    return from_record(found, max_tokens, seq_len) if found is not None else None
+
+
+def read_record(key: str) -> dict | None:
+    """The record kept under `key` as read (not yet checked), or None: no file, or one the
+    bounded reader refuses (a FIFO, a huge, deep or non-UTF-8 file)."""
     from rlcore.files.readback import SMALL, Damaged, read_object
 
     path = answers_file(key)
     try:
         if not path.exists():
             return None
-        return from_record(read_object(path, SMALL), max_tokens, seq_len)
+        found = read_object(path, SMALL)
     except (OSError, ValueError, Damaged):
         return None
+    return found if isinstance(found, dict) else None
 
 
-def remember(key: str, record: dict | None) -> None:
-    """Keep a run's answers for the next estimate of the same job (the last finished run's
-    replace an earlier one's). Best effort: a cache that cannot be written is only an estimate
-    that takes answers at their bound next time."""
+def remember(key: str, record: dict | None, max_tokens: int, seq_len: int) -> None:
+    """Keep a run's answers for the next estimate of the same job, pooled with those the earlier
+    runs kept (`pool`; a damaged or missing record is replaced by the new run's alone). Best
+    effort: a cache that cannot be written is only an estimate that takes answers at their
+    bound next time."""
     if not key or record is None:
         return
     from rlcore.files.atomic import atomic_write_text
 
+    earlier = read_record(key)
+    if earlier is not None:
+        measured = from_record(earlier, max_tokens, seq_len)
+        rollouts, steps = weight(earlier, "rollouts"), weight(earlier, "steps")
+        if measured is not None and rollouts and steps:
+            record = pool(measured, (rollouts, steps), record)
     try:
         path = answers_file(key)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,8 +304,9 @@ def words(measured: Measured | None, max_tokens: int, max_turns: int) -> str:
         for i, t in enumerate(answers[:4])
     )
     more = f"; {len(answers) - 4} more turn(s)" if len(answers) > 4 else ""
+    runs = "finished run" if measured.runs == 1 else f"{measured.runs} finished runs"
     return (
-        f"answers: as the last finished run of this model, environment and sampling measured "
+        f"answers: as the last {runs} of this model, environment and sampling measured "
         f"them (prompt {measured.prompt_tokens:.0f} tokens; answers of max_tokens {max_tokens}: "
         f"{each}{more})"
     )

@@ -252,6 +252,8 @@ class Forecast:
     under it when it ends; empty where none are kept (SFT, an evaluation)."""
     answers_bound: int = 0
     """The job's bound on an answer (`max_tokens`), which the answers it keeps respect."""
+    answers_seq_len: int = 0
+    """The job's `seq_len`, the bound on the environment's tokens in the answers it keeps."""
 
     @property
     def disk_total(self) -> float:

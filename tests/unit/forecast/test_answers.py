@@ -1,11 +1,14 @@
-"""A job's answers remembered from its last finished run (rlcore/forecast/answers.py): measured
-turn by turn from the archive's token masks, kept under a hash of what they depend on, read
-back as data (a damaged record is no record), and said in the estimate's basis."""
+"""A job's answers remembered from its finished runs (rlcore/forecast/answers.py): measured turn
+by turn from the archive's token masks, pooled with the earlier runs', kept under a hash of what
+they depend on, read back as data (a damaged record is no record), and said in the estimate's
+basis."""
 
 import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.eta import archived_answers
 from rlcore.contracts.samples_store import SAMPLES_DIR, write_step
@@ -47,6 +50,7 @@ def test_the_summary_by_hand():
     ]
     assert answers.summarize(steps) == {
         "version": answers.ANSWERS_VERSION,
+        "runs": 1,
         "rollouts": 3,
         "steps": 2,
         "prompt": 42.0,  # (40 + 44 + 42) / 3
@@ -63,7 +67,7 @@ def test_a_record_is_kept_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     key = answers.job_key("m", [{"id": "env", "args": {}}], {"max_tokens": 16}, 256)
     assert answers.recall(key, 16, 256) is None
-    answers.remember(key, answers.summarize([[([T] * 4, 40), ([T, T, F, T], 44)]]))
+    answers.remember(key, answers.summarize([[([T] * 4, 40), ([T, T, F, T], 44)]]), 16, 256)
     found = answers.recall(key, max_tokens=16, seq_len=256)
     assert found == answers.Measured(
         (TurnAnswers(1.0, 3.0, 4.0, 0.0), TurnAnswers(0.5, 1.0, 1.0, 1.0)), 42.0
@@ -199,3 +203,93 @@ def test_a_run_that_just_ended_is_no_other_programs_load(monkeypatch):
     assert words and "(load average)" in words[0] and "1.0 threads" in words[0]
     monkeypatch.setattr(calibrate, "runnable_now", lambda: None)  # no /proc/stat
     assert report.shared(None)[0] == slowdown
+
+
+def test_a_second_run_is_pooled_with_the_first_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    first = answers.summarize([[([T] * 4, 40), ([T, T, F, T], 44)]])  # 2 rollouts, 1 step
+    answers.remember("k", first, 16, 256)
+    answers.remember("k", answers.summarize([[([T] * 8, 50)]]), 16, 256)  # 1 rollout, 1 step
+    kept = json.loads(answers.answers_file("k").read_text())
+    assert kept == {
+        "version": answers.ANSWERS_VERSION,
+        "runs": 2,
+        "rollouts": 3,
+        "steps": 2,
+        "prompt": 44.67,  # (42 x 2 + 50) / 3
+        "turns": [
+            # answers by the rollouts that reached the turn: (3 x 2 + 8) / 3; longest by steps
+            {"share": 1.0, "mean": 4.67, "longest": 6.0, "added": 0.0},
+            # the second run's rollout did not reach turn 2: 1 of 3 rollouts did
+            {"share": 0.3333, "mean": 1.0, "longest": 1.0, "added": 1.0},
+        ],
+    }
+    found = answers.recall("k", 16, 256)
+    assert found is not None and found.runs == 2
+    assert "as the last 2 finished runs of this model" in answers.words(found, 16, 2)
+
+
+def test_the_earlier_runs_count_at_most_three_times_the_new_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    many = {**GOOD, "runs": 40, "rollouts": 1000, "steps": 100}  # mean 3
+    answers.answers_file("k").parent.mkdir(parents=True)
+    answers.answers_file("k").write_text(json.dumps(many))
+    answers.remember("k", answers.summarize([[([T] * 7, 40)]]), 16, 256)  # 1 rollout of 7
+    kept = json.loads(answers.answers_file("k").read_text())
+    assert kept["runs"] == 41 and kept["rollouts"] == 4.0 and kept["steps"] == 1.3
+    assert kept["turns"][0]["mean"] == 4.0  # (3 x 3 + 7) / 4, not (3 x 1000 + 7) / 1001
+
+
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        {**GOOD, "turns": [{"share": 1, "mean": 99, "longest": 99, "added": 0}]},  # over 16
+        {**GOOD, "rollouts": 0, "steps": 1},
+        {**GOOD, "rollouts": float("nan"), "steps": 1},
+        {**GOOD, "rollouts": 4},  # no steps
+        {**GOOD, "runs": 0, "rollouts": 4, "steps": 1},
+        {**GOOD, "runs": True, "rollouts": 4, "steps": 1},
+        [1, 2],
+    ],
+)
+def test_a_damaged_earlier_record_is_replaced_by_the_new_runs(tmp_path, monkeypatch, earlier):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    answers.answers_file("k").parent.mkdir(parents=True)
+    answers.answers_file("k").write_text(json.dumps(earlier))
+    new = answers.summarize([[([T] * 7, 40)]])
+    answers.remember("k", new, 16, 256)
+    assert json.loads(answers.answers_file("k").read_text()) == new
+
+
+masks = st.lists(st.booleans(), min_size=1, max_size=40).filter(any)
+runs = st.lists(st.lists(st.tuples(masks, st.integers(1, 200)), min_size=1, max_size=4), max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(runs.filter(len), min_size=2, max_size=4))
+def test_pooled_runs_read_back_within_what_each_run_measured(tmp_path_factory, kept_runs):
+    """Over generated runs: whatever was pooled reads back as a record, and each turn's mean
+    answer lies between the runs' own."""
+    import rlcore.host.models
+
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(folder))
+        assert rlcore.host.models.cache_dir() == folder
+        records = [answers.summarize(steps, 16) for steps in kept_runs]
+        for record in records:
+            answers.remember("k", record, 16, 256)
+        found = answers.recall("k", 16, 256)
+    assert found is not None and found.runs == len(records)
+    for index, turn in enumerate(found.turns):
+        means = [r["turns"][index]["mean"] for r in records if len(r["turns"]) > index]
+        assert min(means) - 0.01 <= turn.mean <= max(means) + 0.01
+        assert turn.mean <= turn.longest <= 16
+
+
+def test_a_summary_whose_steps_differ_in_size_reads_back():
+    """A step's longest answer averaged over steps can fall under the mean over rollouts (1
+    and 2 over two steps, mean 5/3): the summary keeps the longest at least the mean."""
+    record = answers.summarize([[([T], 1)], [([T, T], 1), ([T, T], 1)]])
+    assert record is not None and record["turns"][0]["longest"] == record["turns"][0]["mean"]
+    assert answers.from_record(record, 16, 256) is not None
