@@ -59,6 +59,11 @@ products and their gradients, the scale, the add, the casts)."""
 GENERATE_STEP_OPS = 100_000
 """The orchestrator's fixed work per step (requests, scoring, the batch written), in tiny-op
 units: it sets the step of a tiny model."""
+REQUEST_OPS = 1500
+"""One request's work outside the model, in tiny-op units (the chat template, tokenizing,
+HTTP, scheduling, detokenizing, scoring): 4 ms on a 2-CPU machine (measured with one-turn
+steps of 32 and 128 rollouts run one phase at a time: 1.45 s and 5.1-5.2 s, where the model's
+own work is 1.2 s and 4.4 s)."""
 TRAIN_STEP_OPS = 100_000
 """The trainer's fixed work per step (the batch read, packing, logging), in tiny-op units."""
 TRAIN_SAMPLE_OPS = 6000
@@ -333,21 +338,26 @@ def completion_tokens(job: Job, answer: float) -> float:
 
 
 def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
-    """One step's generation, turn by turn (`turn_answers`): the turn's new tokens prefilled
-    (the first turn's prompts as the prefix cache shares them), then its decode (`decode_s`);
-    and the step's fixed work."""
+    """One step's generation, turn by turn (`turn_answers`): the turn's tokens prefilled but
+    those the prefix cache holds, then its decode (`decode_s`) and each request's own work
+    (REQUEST_OPS); and the step's fixed work. The cache holds whole KV blocks only: of the
+    first turn's prompts a group's (`prefill_tokens`), of a later turn's context the previous
+    request's (vLLM's default 128-token blocks on a CPU hold none of a short conversation)."""
     dtype = job.decode_dtype
     flops = dtype_rate(speeds.matmul_flops, dtype)
+    block = max(job.block_tokens, 1)
     total, context, previous = 0.0, float(job.prompt_tokens), 0.0
     for index, turn in enumerate(turn_answers(job, answer)):
         active = job.rollouts * turn.share
         if index == 0:
             new = prefill_tokens(job)
-        else:  # the previous answer and the environment's reply, the earlier turns cached
-            new = active * (previous + turn.added)
+        else:  # the context grown by the previous answer and the environment's reply
+            cached = (context + previous) // block * block
             context += previous + turn.added
+            new = active * (context - cached)
         total += forward_flops(shape, new, context) / flops
         total += decode_s(job, shape, speeds, turn, context)
+        total += REQUEST_OPS * speeds.op_s * active
         previous = turn.mean
     return total + lora_generate_s(job, shape, speeds, answer) + GENERATE_STEP_OPS * speeds.op_s
 
@@ -355,11 +365,12 @@ def generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> fl
 def decode_s(
     job: Job, shape: ModelShape, speeds: Speeds, turn: TurnAnswers, context: float
 ) -> float:
-    """One turn's decode on `job.rollouts * turn.share` rollouts in waves of `max_concurrent`:
-    each iteration streams the weights once (the decode product at one row, `stream_one_bytes`)
-    and pays vLLM's ops, and a wave iterates until its longest answer ends; each answer token
-    adds its row's share of the product at DECODE_ROWS rows beyond one (`stream_bytes`) and
-    its attention over the context so far."""
+    """One turn's decode on `job.rollouts * turn.share` rollouts in waves of `max_concurrent`
+    (fewer where the KV cache holds fewer: `kv_sequences`): each iteration streams the weights
+    once (the decode product at one row, `stream_one_bytes`) and pays vLLM's ops, and a wave
+    iterates until its longest answer ends; each answer token adds its row's share of the
+    product at DECODE_ROWS rows beyond one (`stream_bytes`) and its attention over the context
+    so far."""
     dtype = job.decode_dtype
     flops = dtype_rate(speeds.matmul_flops, dtype)
     stream = dtype_rate(speeds.stream_bytes, dtype)
@@ -367,7 +378,7 @@ def decode_s(
     active = job.rollouts * turn.share
     if active <= 0:
         return 0.0
-    concurrent = max(min(active, job.max_concurrent), 1.0)
+    concurrent = max(min(active, job.max_concurrent, kv_sequences(job, shape, context, turn)), 1)
     waves = math.ceil(active / concurrent - 1e-9)
     weight_bytes = shape.matmul_params * DTYPE_BYTES.get(dtype, 4)
     fixed = weight_bytes / one_row
@@ -378,6 +389,20 @@ def decode_s(
     tokens = active * turn.mean
     iterations = max(waves * turn.longest, tokens / concurrent)
     return iterations * fixed + tokens * per_row
+
+
+def kv_sequences(job: Job, shape: ModelShape, context: float, turn: TurnAnswers) -> float:
+    """Rollouts of a turn the KV cache holds at once: its blocks (`kv_cache_bytes` in blocks of
+    `block_tokens`, each token `layers` x `kv_width` elements in the served dtype) over the
+    blocks one takes at its longest; vLLM keeps the rest waiting (measured: the quick start's
+    0.125 GiB, 91 blocks of 32 tokens, holds 22 of a 2-turn job's second-turn rollouts of 115
+    tokens, and that turn took two waves). Unbounded where the cache is not known (a GPU's)."""
+    if job.kv_cache_bytes <= 0:
+        return math.inf
+    block = max(job.block_tokens, 1)
+    per_block = shape.layers * shape.kv_width * job.served_bytes * block
+    per_rollout = math.ceil((context + turn.longest) / block - 1e-9)
+    return max(job.kv_cache_bytes // per_block // max(per_rollout, 1), 1.0)
 
 
 def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:

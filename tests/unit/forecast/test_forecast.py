@@ -3,6 +3,7 @@ and from an HF folder, the calibration's cache, the time left from measured step
 estimate that cannot be made saying why in one line."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -146,8 +147,8 @@ def test_answers_are_taken_at_their_bound_until_an_earlier_run_measured_them():
 
 
 def test_a_multi_turn_generation_by_hand():
-    """The second turn prefills only what is new (the first answer and the environment's
-    reply) at the context grown by them, then decodes its own rollouts."""
+    """The second turn prefills its context grown by the first answer and the environment's
+    reply, but for the previous request's whole KV blocks, then decodes its own rollouts."""
     measured = (model.TurnAnswers(1.0, 5.0, 9.0), model.TurnAnswers(0.5, 4.0, 6.0, 3.0))
     job = Job(
         max_steps=1,
@@ -160,9 +161,50 @@ def test_a_multi_turn_generation_by_hand():
     )
     first = model.forward_flops(SMALL, 4 * 10, 10) / 1e9
     first += model.decode_s(job, SMALL, ROWS, measured[0], 10)
-    second = model.forward_flops(SMALL, 2 * (5 + 3), 18) / 1e9
-    second += model.decode_s(job, SMALL, ROWS, measured[1], 18)
+    decode = model.decode_s(job, SMALL, ROWS, measured[1], 18)
+    # 128-token blocks: the 15 tokens of the first request fill none, all 18 are computed
+    second = model.forward_flops(SMALL, 2 * 18, 18) / 1e9 + decode
     assert model.generate_s(job, SMALL, ROWS, 0.0) == pytest.approx(first + second)
+    # 8-token blocks: the first request's 15 tokens leave one whole block, 10 tokens computed
+    small = replace(job, block_tokens=8)
+    first = model.forward_flops(SMALL, model.prefill_tokens(small), 10) / 1e9
+    first += model.decode_s(small, SMALL, ROWS, measured[0], 10)
+    second = model.forward_flops(SMALL, 2 * (18 - 8), 18) / 1e9 + decode
+    assert model.generate_s(small, SMALL, ROWS, 0.0) == pytest.approx(first + second)
+
+
+def test_the_kv_cache_bounds_the_rollouts_decoded_at_once():
+    """SMALL keeps 2 layers x 10 elements a token, 80 bytes in fp32: 640 a block of 8 tokens,
+    so 6,400 bytes are 10 blocks; a rollout at its longest (10 + 6 tokens) takes 2, so 5 run
+    at once, the 12 in 3 waves: as with max_concurrent 5 and no bound."""
+    turn = model.TurnAnswers(1.0, 4.0, 6.0)
+    job = Job(max_steps=1, rollouts=12, prompt_tokens=10, block_tokens=8, served_bytes=4)
+    bounded = replace(job, kv_cache_bytes=6400.0)
+    assert model.kv_sequences(bounded, SMALL, 10, turn) == 5
+    assert model.kv_sequences(job, SMALL, 10, turn) == math.inf  # a GPU's share: unknown
+    assert model.kv_sequences(replace(job, kv_cache_bytes=100.0), SMALL, 10, turn) == 1
+    assert model.decode_s(bounded, SMALL, ROWS, turn, 10) == pytest.approx(
+        model.decode_s(replace(job, max_concurrent=5), SMALL, ROWS, turn, 10)
+    )
+    assert model.decode_s(bounded, SMALL, ROWS, turn, 10) > model.decode_s(
+        job, SMALL, ROWS, turn, 10
+    )
+
+
+def test_each_request_adds_its_own_work():
+    """Every turn of every rollout reaching it is a request: REQUEST_OPS tiny ops each, beside
+    the step's GENERATE_STEP_OPS."""
+    measured = (model.TurnAnswers(1.0, 5.0, 9.0), model.TurnAnswers(0.5, 4.0, 6.0, 3.0))
+    job = Job(max_steps=1, rollouts=4, prompt_tokens=10, answer_tokens=16, answers=measured)
+    ops = replace(ROWS, op_s=1e-6)
+    added = model.generate_s(job, SMALL, ops, 0.0) - model.generate_s(job, SMALL, ROWS, 0.0)
+    decode_ops = sum(
+        model.decode_s(job, SMALL, ops, t, c) - model.decode_s(job, SMALL, ROWS, t, c)
+        for t, c in zip(measured, (10, 18), strict=True)
+    )
+    requests = 4 + 2
+    expected = (model.GENERATE_STEP_OPS + requests * model.REQUEST_OPS) * 1e-6 + decode_ops
+    assert added == pytest.approx(expected)
 
 
 def test_the_prefix_cache_shares_only_whole_blocks_of_a_groups_prompt():
