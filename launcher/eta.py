@@ -11,6 +11,7 @@ import psutil
 from rlcore.files.disk_use import folder_bytes
 from rlcore.forecast.answers import MAX_STEPS_READ, remember, summarize
 from rlcore.forecast.progress import accuracy, duration, from_estimate
+from rlcore.processes.procs import high_water_bytes
 from rlcore.reporting.metrics import is_training_step
 
 MAX_TOKENS_READ = 4_000_000
@@ -26,27 +27,10 @@ the machine's peak comes in a training step, after inference's load (which brief
 0.2-0.5 GB more)."""
 
 
-def high_water_bytes(pid: int) -> int:
-    """How far a process's resident peak (the kernel's VmHWM) lies above its resident size now
-    (VmRSS), bytes; 0 where /proc does not say."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            text = status.read(1 << 16)
-    except OSError:
-        return 0
-    fields = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmHWM", "VmRSS") and value.strip().endswith("kB"):
-            digits = value.strip()[:-2].strip()
-            fields[name] = int(digits) * 1024 if digits.isdigit() else 0
-    return max(fields.get("VmHWM", 0) - fields.get("VmRSS", 0), 0)
-
-
 def tree_memory(pid: int, peak: bool = False) -> int:
     """Bytes a process and its descendants hold (PSS where readable, else RSS); 0 when gone.
     With `peak`, each process's high-water mark instead: what it holds now plus how far its
-    resident peak lies above its resident size now (`high_water_bytes`), so that a peak
+    resident peak lies above its resident size now (`procs.high_water_bytes`), so that a peak
     between two samples is not missed."""
     total = 0
     try:

@@ -138,6 +138,23 @@ def runnable_threads() -> int | None:
     return None
 
 
+def high_water_bytes(pid: int) -> int:
+    """How far a process's resident peak (the kernel's VmHWM) lies above its resident size now
+    (VmRSS), bytes (what psutil does not give); 0 where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            text = status.read(1 << 16)
+    except OSError:
+        return 0
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmHWM", "VmRSS") and value.strip().endswith("kB"):
+            digits = value.strip()[:-2].strip()
+            fields[name] = int(digits) * 1024 if digits.isdigit() else 0
+    return max(fields.get("VmHWM", 0) - fields.get("VmRSS", 0), 0)
+
+
 def available_memory() -> int | None:
     """The memory this machine can give new work without swapping, in bytes (the kernel's
     MemAvailable); None where it cannot be read."""

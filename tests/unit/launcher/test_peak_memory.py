@@ -7,24 +7,25 @@ import os
 import pytest
 
 from launcher import eta
+from rlcore.processes.procs import high_water_bytes
 
 MIB = 2**20
 
 
 def test_a_peak_between_two_samples_is_kept_by_the_high_water_mark():
     me = os.getpid()
-    above = eta.high_water_bytes(me)
+    above = high_water_bytes(me)
     assert above >= 0
     # past the process's resident peak by 192 MiB, touched (bytearray zero-fills), then freed
     block = bytearray(above + 192 * MIB)
     del block
     held, peak = eta.tree_memory(me), eta.tree_memory(me, peak=True)
-    assert eta.high_water_bytes(me) >= 160 * MIB
+    assert high_water_bytes(me) >= 160 * MIB
     assert peak - held >= 160 * MIB
 
 
 def test_a_process_that_is_gone_holds_nothing():
-    assert eta.high_water_bytes(2**22 + 1) == 0  # above the kernel's pid_max
+    assert high_water_bytes(2**22 + 1) == 0  # above the kernel's pid_max
     assert eta.tree_memory(2**22 + 1, peak=True) == 0
 
 
