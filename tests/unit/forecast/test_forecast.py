@@ -183,6 +183,8 @@ def test_the_kv_cache_bounds_the_rollouts_decoded_at_once():
     assert model.kv_sequences(bounded, SMALL, 10, turn) == 5
     assert model.kv_sequences(job, SMALL, 10, turn) == math.inf  # a GPU's share: unknown
     assert model.kv_sequences(replace(job, kv_cache_bytes=100.0), SMALL, 10, turn) == 1
+    no_size = replace(SMALL, hidden=1, heads=4)  # a head narrower than a unit: no token size
+    assert model.kv_sequences(bounded, no_size, 10, turn) == math.inf
     assert model.decode_s(bounded, SMALL, ROWS, turn, 10) == pytest.approx(
         model.decode_s(replace(job, max_concurrent=5), SMALL, ROWS, turn, 10)
     )
