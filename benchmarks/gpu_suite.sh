@@ -21,6 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-benchmarks/results/gpu-$(date +%Y%m%d-%H%M%S)}"
 PY="${PYTHON:-python}"
+# the bundled environments' packages (rl_files & co.), which a copied tree has not installed
+export PYTHONPATH="$PWD/environments${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 declare -A STATUS
 failed=0
