@@ -10,7 +10,9 @@ the weight publish of the configured transport (background by default) and, ever
 `--ckpt-interval` steps, a checkpoint. Prints per dtype: seconds per step, tokens/s, MFU on a GPU
 (model FLOPs against `--peak-tflops`, 989 for an H100's dense bf16), peak memory next to the
 pre-flight estimate, and the seconds publish and checkpoint keep the training thread waiting
-(plus their background write times), the first step's time and the speed choices. Compile and
+(plus their background write times), the first step's time, the speed choices and the
+estimate's training step against the measured one (rlcore.forecast.model.train_parts, from this
+machine's calibration, cached as `rl` caches it). Compile and
 activation checkpointing default to the trainer's `auto` (trainer/speed_policy.py) for a run of
 `--run-steps` steps; `--compile` / `--no-compile` and `--checkpointing` / `--no-checkpointing`
 set them. The presets build a Qwen3-0.6B-shaped model from its config (random weights, no hub)
@@ -289,7 +291,70 @@ def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
     return describe(parts)
 
 
-def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: float | None) -> dict:
+def machine_speeds(args: argparse.Namespace, on_gpu: bool):
+    """This machine's calibrated speeds in the benchmark's dtypes (rlcore.forecast.calibrate,
+    cached per machine), or None with the reason printed."""
+    from rlcore.forecast.calibrate import keep
+    from rlcore.forecast.report import measured_speeds
+    from rlcore.host.machine import probe
+
+    found, why = measured_speeds(probe(), args.dtypes.split(","), "cuda" if on_gpu else "cpu")
+    if found is None:
+        print(f"no step estimate: {why}")
+    keep(found)  # cached for the next call, as `rl` caches it
+    return found
+
+
+def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict | None:
+    """The pre-launch estimate's training step for this setup (rlcore.forecast.model.train_s:
+    the benchmark's samples as one group's answers, with the activation checkpointing the
+    trainer chose), its parts in seconds; None where the shape or the speeds are unknown."""
+    from rlcore.forecast.model import Job, train_parts
+    from rlcore.forecast.shape import shape_of
+
+    shape, _ = shape_of(args.model)
+    if shape is None or speeds is None:
+        return None
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    trainable = None
+    if args.lora_rank:
+        trainable = 2 * args.lora_rank * shape.hidden * len(LORA_TARGETS) * shape.layers
+    job = Job(
+        max_steps=args.steps,
+        rollouts=args.batch_size,
+        rollouts_per_example=args.batch_size,
+        prompt_tokens=0,
+        answer_tokens=args.seq_len,
+        answer_fill=1.0,
+        train_dtype=dtype,
+        trainable=trainable,
+        lora_targets=len(LORA_TARGETS) if trainable else 0,
+        micro_batch_tokens=args.micro_batch_tokens or args.batch_size * args.seq_len,
+        compiled=speed.compile,
+        recompute=1 / speed.checkpointing_freq if speed.checkpointing else 0.0,
+        on_gpu=on_gpu,
+        trainer_gpus=1 if on_gpu else 0,
+    )
+    parts = train_parts(job, shape, speeds, args.seq_len)
+    return {"train_s": sum(parts.values()), **{f"{k}_s": v for k, v in parts.items()}}
+
+
+def estimate_line(estimate: dict | None, train_s: float) -> str:
+    """The step estimate against the measured train time, parts in seconds."""
+    if estimate is None:
+        return "no step estimate"
+    parts = ", ".join(
+        f"{k.removesuffix('_s')} {v:.3f}" for k, v in estimate.items() if k != "train_s" and v
+    )
+    ratio = train_s / estimate["train_s"]
+    return f"train estimated {estimate['train_s']:.3f} s ({parts}); measured/estimated {ratio:.2f}"
+
+
+def report(
+    args: argparse.Namespace, dtype: str, result: dict, peak_tflops: float | None, speeds=None
+) -> dict:
     """Print the dtype's figures; returns them for the JSON file."""
     rows, num_tokens = result["rows"], args.batch_size * args.seq_len
 
@@ -297,6 +362,7 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
         return statistics.median(r.get(key, 0.0) for r in rows)
 
     step_s = med("total_s")
+    step = step_estimate(args, dtype, result["speed"], speeds)
     tokens_s = num_tokens / step_s
     mfu, mfu_pct = "", None
     if peak_tflops:
@@ -315,7 +381,8 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
         f"update waited {max(r['staging_s'] for r in rows):.3f} s for its copy)\n"
         f"{'':>9}  peak memory {result['peak'] / 2**30:.2f} GiB; pre-flight estimate "
         f"{estimate(args, dtype, result['speed'])}\n"
-        f"{'':>9}  first step {result['warmup_s']:.1f} s; speed: {result['speed'].describe()}",
+        f"{'':>9}  first step {result['warmup_s']:.1f} s; speed: {result['speed'].describe()}\n"
+        f"{'':>9}  {estimate_line(step, med('train_s'))}",
         flush=True,
     )
     return {
@@ -325,6 +392,7 @@ def report(args: argparse.Namespace, dtype: str, result: dict, peak_tflops: floa
         "peak_memory_gib": result["peak"] / 2**30,
         "warmup_s": result["warmup_s"],
         "speed": result["speed"].record(),
+        "step_estimate": step,
         "steps": rows,
     }
 
@@ -345,11 +413,13 @@ def main(argv: list[str] | None = None) -> None:
         f"model {args.model}, {args.batch_size} x {args.seq_len} tokens, {device}, "
         f"{mbt} tokens per forward pass, activation checkpointing {args.checkpointing}"
     )
+    speeds = machine_speeds(args, on_gpu)
     figures = {
-        dtype: report(args, dtype, bench(args, dtype), peak_tflops)
+        dtype: report(args, dtype, bench(args, dtype), peak_tflops, speeds)
         for dtype in args.dtypes.split(",")
     }
     data = {"device": device, "args": vars(args), "figures": figures}
+    data["speeds"] = speeds.record() if speeds else None
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     else:

@@ -89,6 +89,8 @@ def rl_job(plan, shape: ModelShape) -> Job:
         trainable=lora_trainable(trainer.lora, shape),
         lora_targets=len(trainer.lora.target_modules) if trainer.lora else 0,
         micro_batch_tokens=trainer.tokens_per_pass(on_cpu=not gpus),
+        compiled=trainer.model.compile is True,
+        recompute=1 / trainer.model.activation_checkpointing_freq if ac else 0.0,
         row_attention=trainer.data.share_prompts and sdpa,
         max_concurrent=orch.client.max_concurrent,
         block_tokens=block_tokens(inference.vllm_args, bool(inference_gpus)),

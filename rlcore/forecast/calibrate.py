@@ -72,6 +72,9 @@ class Speeds:
     dtype: each row gathers its own copy of the adapter's matrices, then a batched product
     (vllm/lora/ops/torch_ops). One thread's rate, unscaled: at 32 rows a second thread made it
     slower, not faster (benchmarks/README.md). Empty on a GPU (its kernels are others)."""
+    device_copy_bytes: float = 0.0
+    """Bytes/s of a large copy in the GPU's memory (read and write counted once): AdamW's
+    traffic on a GPU; 0 on a CPU and in a record older than it (`copy_bytes` is used)."""
     lora_prefill_bytes: dict[str, float] = field(default_factory=dict)
     """The same at a prefill's rows (LORA_PREFILL_ROWS), where the copies leave the caches; all
     threads (one thread's times the threads and PARALLEL_EFFICIENCY: two threads gave 1.6x at
@@ -152,12 +155,18 @@ def measure(dtypes: list[str], device: str = "cpu") -> dict:
     big = torch.empty(64 * 2**20 // 4)
     dst = torch.empty_like(big)
     copy = scale * big.numel() * 4 / _timed(lambda: dst.copy_(big))
+    device_copy = 0.0
+    if on_gpu:
+        big = torch.empty(4 * big.numel(), device=where)  # 256 MiB: well past a GPU's L2 cache
+        dst = torch.empty_like(big)
+        device_copy = big.numel() * 4 / _timed(lambda: dst.copy_(big), sync=sync)
     return {
         "matmul_flops": matmul,
         "stream_bytes": stream,
         "stream_one_bytes": stream_one,
         "op_s": op_s,
         "copy_bytes": copy,
+        "device_copy_bytes": device_copy,
         "lora_bytes": lora,
         "lora_prefill_bytes": lora_prefill,
         "import_s": import_s,
@@ -247,6 +256,7 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
     rate is not a finite positive number (a damaged or forged record is measured again,
     never divided by)."""
     try:
+        extra = data.get("extra") or {}  # a cached record keeps the device here
         found = Speeds(
             matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
             stream_bytes={str(k): float(v) for k, v in data["stream_bytes"].items()},
@@ -255,6 +265,7 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
             },
             op_s=float(data["op_s"]),
             copy_bytes=float(data["copy_bytes"]),
+            device_copy_bytes=float(data.get("device_copy_bytes", 0.0)),
             import_s=float(data["import_s"]),
             threads=int(data["threads"]),
             lora_bytes={str(k): float(v) for k, v in data.get("lora_bytes", {}).items()},
@@ -265,7 +276,7 @@ def from_record(data: dict, key: str, cached: bool) -> Speeds:
             load=float(data.get("load", 0.0)),
             fingerprint=key,
             cached=cached,
-            extra={"device": str(data.get("device", "cpu"))},
+            extra={"device": str(data.get("device") or extra.get("device") or "cpu")},
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise ValueError(f"not a calibration record ({err!r})") from None
@@ -285,7 +296,8 @@ def check_rates(found: Speeds) -> None:
     for name, value in rates.items():
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"not a calibration record ({name} = {value!r})")
-    for name, value in (("op_s", found.op_s), ("import_s", found.import_s)):
+    checked = (("op_s", found.op_s), ("import_s", found.import_s))
+    for name, value in (*checked, ("device_copy_bytes", found.device_copy_bytes)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a calibration record ({name} = {value!r})")
 

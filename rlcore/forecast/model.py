@@ -23,9 +23,23 @@ from rlcore.forecast.shape import ModelShape
 from rlcore.host.machine import DTYPE_BYTES
 
 GIB = 2**30
-TRAIN_EFFICIENCY = 0.55
-"""On a GPU: share of the calibrated matmul rate a training forward + backward reaches
-(attention, norms, the loss head's softmax and the packing are not clean products)."""
+GPU_PRODUCT_EFFICIENCY = 0.23
+"""On a GPU: share of the calibrated matmul rate a training step's products reach, the eager
+element-wise work around them counted in (norms, activations, casts, the loss head's softmax:
+memory-bound at a 1,024-wide model). Fitted with GPU_ATTENTION_EFFICIENCY on one H200's eager
+steps of Qwen3-0.6B's shape, 8 x 2,048 and 1 x 16,384 tokens (forward + backward 0.36 and
+0.60 s; benchmarks/gpu_suite.sh)."""
+GPU_ATTENTION_EFFICIENCY = 0.85
+"""On a GPU: share of the calibrated rate attention reaches, its FLOPs counted over the whole
+context as on a CPU (the varlen and flash kernels skip the causal half: about 0.43 of the
+rate on what they compute)."""
+GPU_COMPILED = 0.68
+"""On a GPU: a compiled forward + backward against the eager one (0.66 and 0.71 on the two
+shapes above: torch.compile fuses the element-wise work)."""
+GPU_TRAIN_STEP_OPS = 55_000
+"""On a GPU: the trainer's work per step outside its kernels (the batch moved and packed, the
+loss's bookkeeping, gradient clipping, the metrics read back), in tiny-op units of the host's
+CPU (0.14-0.24 s on the H200 machine's host, whatever the samples)."""
 CPU_PRODUCT_EFFICIENCY = 0.95
 """On a CPU: share of the dtype's calibrated matmul rate a training step's products reach
 (profiled on the default model: aten::mm at 0.95 of it in bf16, 1.03 in fp32)."""
@@ -65,13 +79,19 @@ HTTP, scheduling, detokenizing, scoring): 4 ms on a 2-CPU machine (measured with
 steps of 32 and 128 rollouts run one phase at a time: 1.45 s and 5.1-5.2 s, where the model's
 work and the step's fixed part came to 1.33 s and 4.53 s)."""
 TRAIN_STEP_OPS = 100_000
-"""The trainer's fixed work per step (the batch read, packing, logging), in tiny-op units."""
+"""On a CPU: the trainer's fixed work per step (the batch read, packing, logging), in tiny-op
+units."""
 TRAIN_SAMPLE_OPS = 6000
 """The trainer's work per sample of a step (its packing, masks and loss terms), in tiny-op
 units (measured: 512 tokens as 32 samples took 0.23 s longer than as 16)."""
 PUBLISH_COPIES = 60.0
-"""A publish in units of a memory copy of the policy's bytes: gathered, cast, sent over
-loopback (or written), loaded and repacked by inference (1.4 s for the quick start's 0.5 GB)."""
+"""On a CPU: a publish in units of a memory copy of the policy's bytes: gathered, cast, sent
+over loopback (or written), loaded and repacked by inference (1.4 s for the quick start's
+0.5 GB)."""
+GPU_PUBLISH_COPIES = 1.0
+"""On a GPU: a publish on the trainer's timeline, in host copies of the policy's bytes (each
+tensor cast on the GPU and copied into pinned buffers; the write runs in the background:
+0.04-0.23 s for Qwen3-0.6B's 1.2 GB on the H200 machine)."""
 SHARED_CORES_CONTENTION = 1.15
 """Where generation and training run at once on the same CPU cores (an async run on a CPU),
 their work adds up, and each process's threads then wait on the other's: the step is their sum
@@ -171,6 +191,11 @@ class Job:
     """False for a LoRA run's first batches, which the base policy generates before the first
     adapter: vLLM then skips the adapter's prefill (its decode still gathers)."""
     micro_batch_tokens: int = 2048
+    compiled: bool = False
+    """The trainer compiles its layers (`model.compile`; on GPUs: GPU_COMPILED)."""
+    recompute: float = 0.0
+    """Share of the layers whose forward the backward runs again (activation checkpointing:
+    1 for every layer, 1/n for every n-th; 0 off)."""
     row_attention: bool = False
     """The trainer's attention computes every token of a packed row against every other (sdpa
     with the shared-prompt mask, `data.share_prompts`: the masked pairs are computed too)."""
@@ -287,8 +312,8 @@ class Forecast:
 # -- FLOPs and bytes -------------------------------------------------------------------------
 def forward_flops(shape: ModelShape, tokens: float, context: float = 0.0) -> float:
     """A forward pass over `tokens` tokens: 2 x matmul parameters per token, plus attention
-    (scores and values: 4 x layers x heads' width x context per token)."""
-    attention = 4 * shape.layers * shape.hidden * context
+    (scores and values: 4 x layers x the queries' width x context per token)."""
+    attention = 4 * shape.layers * shape.query_width * context
     return tokens * (2 * shape.matmul_params + attention)
 
 
@@ -441,12 +466,13 @@ def lora_generate_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) 
     )
 
 
-def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
-    """One optimizer step: forward + backward (`cpu_train_compute_s` on a CPU; on GPUs the
-    products and attention at TRAIN_EFFICIENCY of the calibrated rate, split over the shards),
-    dispatch overhead per layer and micro-batch, AdamW's memory traffic and the fixed work per
-    step and per sample. Attention spans a sample's tokens, or with `Job.row_attention` its
-    whole packed row (a micro-batch)."""
+def train_parts(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> dict[str, float]:
+    """One optimizer step's seconds by part: forward + backward (`cpu_train_compute_s` on a
+    CPU, `gpu_train_compute_s` split over the shards on GPUs; with `Job.recompute` the
+    checkpointed layers' forward again), dispatch overhead per layer and micro-batch, AdamW's
+    memory traffic (at the GPU's copy rate on GPUs) and the fixed work per step (and per
+    sample on a CPU). Attention spans a sample's tokens, or
+    with `Job.row_attention` its whole packed row (a micro-batch)."""
     shards = max(job.trainer_gpus, 1)
     tokens = train_tokens(job, answer)
     micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
@@ -455,16 +481,46 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
         context = tokens / shards / micro_batches
     lora = job.trainable is not None
     if job.on_gpu:
-        rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * TRAIN_EFFICIENCY
-        compute = train_flops(shape, tokens, context, lora) / rate / shards
+        compute = gpu_train_compute_s(job, shape, speeds, tokens, context) / shards
     else:
         compute = cpu_train_compute_s(job, shape, speeds, tokens, context)
+    compute *= 1 + job.recompute / (2.0 if lora else 3.0)  # a forward again, of 3 (2 with LoRA)
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
-    optimizer = ADAM_BYTES_PER_PARAM * trained / shards / speeds.copy_bytes
+    memory = speeds.device_copy_bytes if job.on_gpu else 0.0  # AdamW runs where the weights are
+    optimizer = ADAM_BYTES_PER_PARAM * trained / shards / (memory or speeds.copy_bytes)
     adapters = lora_train_s(job, shape, speeds, tokens, micro_batches)
     fixed = (TRAIN_STEP_OPS + TRAIN_SAMPLE_OPS * job.rollouts / shards) * speeds.op_s
-    return compute + dispatch + optimizer + adapters + fixed
+    if job.on_gpu:
+        fixed = GPU_TRAIN_STEP_OPS * speeds.op_s
+    return {
+        "compute": compute,
+        "dispatch": dispatch,
+        "optimizer": optimizer,
+        "adapters": adapters,
+        "fixed": fixed,
+    }
+
+
+def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float:
+    """One optimizer step (`train_parts`)."""
+    return sum(train_parts(job, shape, speeds, answer).values())
+
+
+def gpu_train_compute_s(
+    job: Job, shape: ModelShape, speeds: Speeds, tokens: float, context: float
+) -> float:
+    """A GPU's forward + backward: the products (2x a forward's where only adapters train) at
+    GPU_PRODUCT_EFFICIENCY of the dtype's calibrated rate, attention (3x a forward's) at
+    GPU_ATTENTION_EFFICIENCY, both times GPU_COMPILED where the trainer compiles."""
+    rate = dtype_rate(speeds.matmul_flops, job.train_dtype)
+    passes = 2.0 if job.trainable is not None else 3.0
+    products = passes * 2 * shape.matmul_params * tokens
+    attention = 3 * (forward_flops(shape, tokens, context) - 2 * shape.matmul_params * tokens)
+    compute = products / (rate * GPU_PRODUCT_EFFICIENCY) + attention / (
+        rate * GPU_ATTENTION_EFFICIENCY
+    )
+    return compute * (GPU_COMPILED if job.compiled else 1.0)
 
 
 def cpu_train_compute_s(
@@ -492,10 +548,10 @@ def lora_train_s(
     """The adapters' own work in a training step (the frozen base's is in `train_s`): their
     products, 2 x `trainable` FLOPs a token forward and twice that backward (the input's and
     the adapter's gradients), at LORA_PRODUCT_EFFICIENCY of the calibrated rate on a CPU
-    (TRAIN_EFFICIENCY on GPUs), and LORA_TRAIN_OPS per adapted projection and micro-batch."""
+    (GPU_PRODUCT_EFFICIENCY on GPUs), and LORA_TRAIN_OPS per adapted projection and micro-batch."""
     if job.trainable is None:
         return 0.0
-    efficiency = TRAIN_EFFICIENCY if job.on_gpu else LORA_PRODUCT_EFFICIENCY
+    efficiency = GPU_PRODUCT_EFFICIENCY if job.on_gpu else LORA_PRODUCT_EFFICIENCY
     rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * efficiency
     shards = max(job.trainer_gpus, 1)
     compute = 6 * job.trainable * tokens / rate / shards
@@ -504,12 +560,13 @@ def lora_train_s(
 
 
 def publish_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
-    """The new policy to inference: its bytes copied PUBLISH_COPIES times (adapters alone with
-    LoRA)."""
+    """The new policy to inference: its bytes copied PUBLISH_COPIES times on a CPU,
+    GPU_PUBLISH_COPIES on GPUs (adapters alone with LoRA)."""
     if job.sft:
         return 0.0
     params = shape.params if job.trainable is None else job.trainable
-    return PUBLISH_COPIES * params * job.served_bytes / speeds.copy_bytes
+    copies = GPU_PUBLISH_COPIES if job.on_gpu else PUBLISH_COPIES
+    return copies * params * job.served_bytes / speeds.copy_bytes
 
 
 def validation_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
@@ -521,8 +578,7 @@ def validation_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     full = replace(job, trainable=None)  # a forward through adapters is the base's
     context = job.prompt_tokens + completion_tokens(job, job.answer_mean)
     if job.on_gpu:
-        rate = dtype_rate(speeds.matmul_flops, job.train_dtype) * TRAIN_EFFICIENCY
-        return train_flops(shape, tokens, context, False) / rate / 3
+        return gpu_train_compute_s(full, shape, speeds, tokens, context) / 3
     return cpu_train_compute_s(full, shape, speeds, tokens, context) / 3
 
 

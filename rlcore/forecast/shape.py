@@ -43,6 +43,13 @@ class ModelShape:
         return 2 * (self.kv_heads or heads) * dim
 
     @property
+    def query_width(self) -> int:
+        """Queries per token and layer, in elements: what attention's scores and values scale
+        with (Qwen3-0.6B: 16 heads of 128, twice its hidden size)."""
+        heads = self.heads or max(self.hidden // 64, 1)
+        return heads * (self.head_dim or self.hidden // heads)
+
+    @property
     def matmul_params(self) -> int:
         """Parameters a token's forward multiplies by: all but the embedding lookup (the
         output head counts once, tied or not)."""

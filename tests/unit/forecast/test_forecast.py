@@ -71,13 +71,66 @@ def test_a_cpu_runs_attention_at_the_fp32_rate_in_any_dtype_by_hand():
     assert model.train_s(job, SMALL, alone, 8.0) == pytest.approx(expected)
 
 
-def test_a_gpu_step_is_its_flops_at_the_training_efficiency_by_hand():
+def gpu_compute_by_hand(tokens: int, context: int, width: int = 10) -> float:
+    """SMALL's forward + backward on a GPU at 1 GFLOP/s: 3 x its products (2 x 1,000 FLOPs a
+    token) at the products' efficiency, 3 x its attention (4 x 2 layers x the queries' width
+    x context a token) at attention's."""
+    products = 3 * tokens * 2 * 1000
+    attention = 3 * tokens * 4 * 2 * width * context
+    return products / (1e9 * model.GPU_PRODUCT_EFFICIENCY) + attention / (
+        1e9 * model.GPU_ATTENTION_EFFICIENCY
+    )
+
+
+def test_a_gpu_step_is_its_products_and_attention_at_their_efficiencies_by_hand():
     job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
     job = replace(job, micro_batch_tokens=1000, on_gpu=True, trainer_gpus=2)
-    flops = 3 * 52 * (2 * 1000 + 4 * 2 * 10 * 18)
-    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = (flops / (1e9 * model.TRAIN_EFFICIENCY) + adam) / 2  # two shards
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9  # no device copy rate: the host's
+    expected = (gpu_compute_by_hand(52, 18) + adam) / 2  # two shards
     assert model.train_s(job, SMALL, FLAT, 8.0) == pytest.approx(expected)
+
+
+def test_a_gpu_step_compiled_recomputed_and_at_the_devices_copy_rate_by_hand():
+    """Compiled: the compute times GPU_COMPILED; every layer checkpointed: a fourth forward;
+    AdamW at the GPU's own copy rate; the step's fixed work in GPU_TRAIN_STEP_OPS, whatever
+    the samples."""
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
+    job = replace(job, micro_batch_tokens=1000, on_gpu=True, trainer_gpus=1)
+    speeds = replace(FLAT, device_copy_bytes=4e9, op_s=1e-6)
+    adam = model.ADAM_BYTES_PER_PARAM * 1000 / 4e9
+    fixed = model.GPU_TRAIN_STEP_OPS * 1e-6
+    dispatch = model.TRAIN_OPS_PER_LAYER * 2 * 1e-6  # 2 layers, one micro-batch
+    compute = gpu_compute_by_hand(52, 18)
+    parts = model.train_parts(job, SMALL, speeds, 8.0)
+    assert parts["compute"] == pytest.approx(compute)
+    assert parts["optimizer"] == pytest.approx(adam)
+    assert parts["fixed"] == pytest.approx(fixed)
+    assert sum(parts.values()) == pytest.approx(compute + adam + fixed + dispatch)
+    both = replace(job, compiled=True, recompute=1.0)
+    expected = compute * model.GPU_COMPILED * 4 / 3
+    assert model.train_parts(both, SMALL, speeds, 8.0)["compute"] == pytest.approx(expected)
+    half = replace(job, recompute=0.5)  # every second layer: half a forward again
+    expected = compute * (1 + 0.5 / 3)
+    assert model.train_parts(half, SMALL, speeds, 8.0)["compute"] == pytest.approx(expected)
+
+
+def test_attention_scales_with_the_queries_width_not_the_hidden_size_by_hand():
+    """Qwen3-0.6B has 16 heads of 128 on a 1,024-wide model: its attention is twice what the
+    hidden size says."""
+    wide = replace(SMALL, heads=2, head_dim=10)  # queries 20 wide on a 10-wide model
+    assert wide.query_width == 20
+    assert SMALL.query_width == 10
+    job = Job(max_steps=1, rollouts=4, rollouts_per_example=2, prompt_tokens=10, answer_tokens=8)
+    job = replace(job, micro_batch_tokens=1000, on_gpu=True, trainer_gpus=1)
+    compute = model.train_parts(job, wide, FLAT, 8.0)["compute"]
+    assert compute == pytest.approx(gpu_compute_by_hand(52, 18, width=20))
+
+
+def test_a_gpu_publish_is_one_host_copy_by_hand():
+    job = Job(max_steps=1, rollouts=4, on_gpu=True, trainer_gpus=1, served_bytes=2)
+    assert model.publish_s(job, SMALL, FLAT) == pytest.approx(1000 * 2 / 1e9)
+    cpu = replace(job, on_gpu=False, trainer_gpus=0)
+    assert model.publish_s(cpu, SMALL, FLAT) == pytest.approx(model.PUBLISH_COPIES * 2000 / 1e9)
 
 
 def test_attention_over_a_packed_row_counts_the_whole_row_by_hand():
@@ -506,6 +559,30 @@ def test_keep_writes_only_a_new_measurement(tmp_path, monkeypatch):
     assert kept is not None and kept.cached and kept.lora_bytes == {"float32": 3e9}
 
 
+def test_a_kept_gpu_measurement_reads_back_as_one(tmp_path, monkeypatch):
+    """The cache keeps the device under `extra`: read back, the record is still the GPU's,
+    with the GPU's own copy rate."""
+    from rlcore.host.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    measured = {
+        "matmul_flops": {"bfloat16": 7e14},
+        "stream_bytes": {"bfloat16": 2e12},
+        "op_s": 3e-6,
+        "copy_bytes": 7e9,
+        "device_copy_bytes": 2e12,
+        "import_s": 5.0,
+        "threads": 16,
+        "device": "cuda",
+    }
+    monkeypatch.setattr(calibrate, "run_child", lambda dtypes, device: measured)
+    first = calibrate.speeds(MACHINE, ["bfloat16"], "cuda")
+    calibrate.keep(first)
+    again = calibrate.speeds(MACHINE, ["bfloat16"], "cuda")
+    assert again.cached and again.extra["device"] == "cuda" == first.extra["device"]
+    assert again.device_copy_bytes == 2e12
+
+
 GOOD_RECORD = (
     '{"matmul_flops": {"float32": 2e9}, "stream_bytes": {"float32": 1e9}, "op_s": 1e-6, '
     '"copy_bytes": 1e9, "import_s": 1.0, "threads": 2}'
@@ -521,6 +598,9 @@ GOOD_RECORD = (
         ('{"float32": 2e9}', "{}"),
         ('"op_s": 1e-6', '"op_s": -1'),
         ('"threads": 2', '"threads": 0'),
+        ('"threads": 2', '"threads": 2, "device_copy_bytes": -1'),
+        ('"threads": 2', '"threads": 2, "device_copy_bytes": 1e400'),
+        ('"threads": 2', '"threads": 2, "extra": "cuda"'),
     ],
 )
 def test_a_cached_rate_the_estimate_would_divide_by_must_be_finite_and_positive(
