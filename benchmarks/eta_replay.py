@@ -29,11 +29,20 @@ from benchmarks.common import RESULTS  # noqa: E402
 from rlcore.forecast.progress import PACE, PacePolicy, from_estimate  # noqa: E402
 
 CHOOSE = ("quickstart", "answers-64", "lora")
+"""The jobs a policy is chosen on by default; the others confirm it."""
 BEFORE = PacePolicy(
-    trainer_from=2, batches_waiting=False, estimate_weight=1.0, median_from=3, warmup_steps=0
+    trainer_from=2,
+    batches_waiting=False,
+    estimate_weight=1.0,
+    median_from=3,
+    warmup_steps=0,
+    first_batch_ends_start=False,
 )
 """The rule before #62, which also read the estimate's later step for every step."""
-"""The jobs a policy is chosen on by default; the others confirm it."""
+AS_ESTIMATED = "committed, but the start as estimated until the first step"
+"""The committed policy without `first_batch_ends_start` (the rule before it)."""
+SHOWN = ("committed", AS_ESTIMATED, "before (#62)")
+"""Policies always shown, in the table and run by run."""
 
 
 def policies() -> dict[str, PacePolicy]:
@@ -43,6 +52,7 @@ def policies() -> dict[str, PacePolicy]:
     (the policy before it left it out)."""
     found = {"committed": PACE}
     found["before (#62)"] = BEFORE
+    found[AS_ESTIMATED] = replace(PACE, first_batch_ends_start=False)
     grid = itertools.product((1, 2), (False, True), (0.0, 0.5, 1.0), (2, 3, 4))
     for trainer_from, waiting, weight, median_from in grid:
         policy = PacePolicy(trainer_from, waiting, weight, median_from, PACE.warmup_steps)
@@ -70,6 +80,9 @@ def from_run(folder: Path) -> dict | None:
     """A finished run folder as a recorded job: its estimate and measured wall time from
     run.json (the clock's start: its last update less the measured wall time), its records'
     times from metrics.jsonl; None where it lacks any of them."""
+    if not (folder / "run.json").is_file():
+        print(f"eta_replay: {folder} is not a run folder (no run.json); skipped")
+        return None
     state = json.loads((folder / "run.json").read_text())
     measured, estimate = state.get("measured") or {}, state.get("estimate")
     steps = (state.get("progress") or {}).get("max_steps")
@@ -178,7 +191,7 @@ def main() -> None:
         "| policy | choose: 1/4 MAE, within 15%, lines MAE | confirm: 1/4 MAE, within 15%, "
         "lines MAE |\n|---|---|---|"
     )
-    for name in rows[:8] + [n for n in ("committed", "before (#62)") if n not in rows[:8]]:
+    for name in rows[:8] + [n for n in SHOWN if n not in rows[:8]]:
         chosen, policy = table[name]
         confirmed = score(found, confirm, policy)
         print(
@@ -188,7 +201,7 @@ def main() -> None:
             f"{confirmed['middle_mae']:.0%} |"
         )
     print("\nAfter a quarter, per run (predicted end / real end - 1):")
-    for name in ("committed", "before (#62)", best):
+    for name in dict.fromkeys((*SHOWN, best)):
         policy = table[name][1]
         each = score(found, choose + confirm, policy)["quarter"]
         print(f"  {name}: " + ", ".join(f"{k} {v:+.0%}" for k, v in each.items()))

@@ -97,9 +97,15 @@ SHARED_CORES_CONTENTION = 1.15
 their work adds up, and each process's threads then wait on the other's: the step is their sum
 times this (measured 1.07-1.40 on six jobs on both ISAs, but the quick start under the AVX2
 cap, 0.97)."""
-START_IMPORTS = 15.0
-"""Process start (imports, vLLM's engine, the trainer's model and the environments) in units of
-the CPU time `import torch` measured."""
+START_IMPORTS = 11.0
+"""An `rl` run's start (imports, vLLM's engine, the trainer's model and the environments) and
+its first batch's and first step's one-off work (vLLM's first requests, the trainer's first
+allocations), in units of the CPU time `import torch` measured. Measured on this project's
+EPYC, 32 runs natively and under the AVX2 cap (import 1.35 s): 11-13 s from `rl` to the first
+batch's generation (8-10 units), which then took 1-2 s longer than estimated, and the first
+trainer step about 1 s longer than the next."""
+SFT_START_IMPORTS = 7.5
+"""The same for `rl sft` and `sft` (no inference, no orchestrator)."""
 CHECKPOINT_COPIES = 40.0
 """The last checkpoint's write in units of a memory copy of its bytes (serialized, written,
 synced)."""
@@ -611,7 +617,7 @@ def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     """From `rl` to the first step: imports and vLLM's engine (in import units), loading the
     weights, and the first step's warm-up (added by the caller)."""
     load = shape.params * 4 / speeds.copy_bytes * 4
-    return START_IMPORTS * speeds.import_s * (0.5 if job.sft else 1.0) + load
+    return (SFT_START_IMPORTS if job.sft else START_IMPORTS) * speeds.import_s + load
 
 
 def end_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:

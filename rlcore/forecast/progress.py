@@ -32,6 +32,10 @@ class PacePolicy:
     """From this many measured intervals on, the pace is their median alone."""
     warmup_steps: float = 1.0
     """Steps of the pace added for the trainer's first step's warm-up until that step is seen."""
+    first_batch_ends_start: bool = True
+    """Once the first batch is written, the start and the warm-up (its generation) are over:
+    until the trainer's first step, the steps are counted from that batch, however long the
+    start took."""
 
 
 PACE = PacePolicy()
@@ -92,8 +96,8 @@ class Progress:
 
     def left_s(self, now: float) -> float | None:
         """Seconds until the run ends (the trainer's steps left, then the end; before its first
-        step, what is left of the start and the first step's warm-up); None without any
-        figure."""
+        step, counted from the first batch, or before that batch what is left of the start and
+        the first step's warm-up); None without any figure."""
         done = max(self.seen, default=0)
         since_last = now - self.seen[done] if done else 0.0
         if done >= self.max_steps:
@@ -101,6 +105,9 @@ class Progress:
         pace = self.pace_s()
         if pace is None:
             return None
+        if not done and self.batches and self.policy.first_batch_ends_start:
+            since_last = now - self.batches[min(self.batches)]
+            return max(self.max_steps * pace - since_last, 0.0) + self.estimated_end_s
         left = max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
         if not done:
             warmup = pace

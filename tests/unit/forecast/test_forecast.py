@@ -683,6 +683,22 @@ def test_what_is_left_of_the_start_counts_until_the_first_step():
     assert clock.left_s(150.0) == 4 * 10.0 + 10.0 + 2.0  # later than estimated: nothing more
 
 
+def test_the_first_batch_ends_the_start_whenever_it_comes():
+    """Once the first batch is written, the start and its generation are behind: the steps
+    count from that batch, whether the start ran early or late against its estimate."""
+    for arrived in (110.0, 160.0):  # 20 s early, 30 s late against the start + warm-up
+        clock = progress.Progress(4, 10.0, 2.0, start=100.0, estimated_start_s=20.0)
+        clock.estimated_warmup_s = 10.0
+        clock.batch_done(1, arrived)
+        assert clock.left_s(arrived) == 4 * 10.0 + 2.0
+        assert clock.left_s(arrived + 3.0) == 4 * 10.0 - 3.0 + 2.0
+        assert clock.left_s(arrived + 99.0) == 2.0  # late: never below the end
+    before = progress.Progress(4, 10.0, 2.0, start=100.0, estimated_start_s=20.0)
+    before.policy = replace(progress.PACE, first_batch_ends_start=False)
+    before.batch_done(1, 110.0)
+    assert before.left_s(110.0) == 10.0 + 4 * 10.0 + 10.0 + 2.0  # the estimated start, as was
+
+
 def test_the_orchestrators_batches_show_the_pace_once_they_wait_for_a_policy():
     """An async run's first `async_level + 1` batches need no trained policy: they are written
     back to back, faster than any step, and give no interval."""
