@@ -10,9 +10,10 @@ LoRA path adds a gather of the whole adapter for every token it computes, prompt
 Where inference and the trainer share the CPU's cores their work adds up; on separate GPUs an
 async run overlaps them. The constants below are ratios of a run's work to the calibration's
 products (how far a real step is from a clean matmul on the same machine), fitted by
-benchmarks/estimates.py, and a training step's on a CPU by benchmarks/trainer_throughput.py
-(its products, attention and element-wise work apart, in both dtypes); a machine's own speed
-is never in them."""
+benchmarks/estimates.py, a training step's on a CPU by benchmarks/trainer_throughput.py
+(its products, attention and element-wise work apart, in both dtypes) and on a GPU by
+benchmarks/gpu_suite.sh (the same script on two shapes, eager and compiled); a machine's own
+speed is never in them."""
 
 import math
 from dataclasses import dataclass, field, replace
@@ -477,8 +478,8 @@ def train_parts(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
     CPU, `gpu_train_compute_s` split over the shards on GPUs; with `Job.recompute` the
     checkpointed layers' forward again), dispatch overhead per layer and micro-batch, AdamW's
     memory traffic (at the GPU's copy rate on GPUs) and the fixed work per step (and per
-    sample on a CPU). Attention spans a sample's tokens, or
-    with `Job.row_attention` its whole packed row (a micro-batch)."""
+    sample on a CPU). Attention spans a sample's tokens, or with `Job.row_attention` its whole
+    packed row (a micro-batch)."""
     shards = max(job.trainer_gpus, 1)
     tokens = train_tokens(job, answer)
     micro_batches = max(math.ceil(tokens / shards / max(job.micro_batch_tokens, 1)), 1)
