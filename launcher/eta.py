@@ -65,7 +65,7 @@ def archived_answers(root: Path, bound: int = 0) -> dict | None:
     try:
         steps = list_steps(folder)
         picked = steps[:: max(-(-len(steps) // MAX_STEPS_READ), 1)]
-        rows, tokens = [], 0
+        rows, numbers, tokens = [], [], 0
         for step in picked:
             table = read_step(step_file(folder, step), ["token_mask", "num_prompt_tokens"])
             masks = table.column("token_mask").to_pylist()
@@ -76,10 +76,11 @@ def archived_answers(root: Path, bound: int = 0) -> dict | None:
                     for mask, prompt in zip(masks, prompts, strict=True)
                 ]
             )
+            numbers.append(step)
             tokens += sum(len(mask) for mask, _ in rows[-1])
             if tokens >= MAX_TOKENS_READ:
                 break
-        return summarize(rows, bound)
+        return summarize(rows, bound, numbers)
     except Exception:  # noqa: BLE001  (a damaged archive costs the next estimate, not the run)
         return None
 

@@ -43,10 +43,12 @@ def answers_key(config) -> str:
 
 
 def measured_answers(config) -> answers.Measured | None:
-    """What the finished runs of the same job measured of its prompts and answers (pooled)."""
+    """What the finished runs of the same job measured of its prompts and answers (pooled),
+    scaled to this run's steps (`answers.for_steps`)."""
     orch = config.orchestrator
     max_tokens = min(orch.sampling.max_tokens, orch.seq_len)
-    return answers.recall(answers_key(config), max_tokens, orch.seq_len)
+    found = answers.recall(answers_key(config), max_tokens, orch.seq_len)
+    return answers.for_steps(found, config.trainer.max_steps, max_tokens) if found else None
 
 
 def rl_job(plan, shape: ModelShape) -> Job:

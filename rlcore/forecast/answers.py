@@ -8,14 +8,17 @@ machine's calibration, pooled with what the earlier runs kept (`pool`: two runs 
 draw answers a third apart, as the policy learns one way or another). The next estimate of the
 same job reads them back (`recall`) as data it did not write: through the one bounded reader,
 each figure checked, anything else ignored; without them it takes every answer to reach
-`max_tokens`, an upper bound, and says so.
+`max_tokens`, an upper bound, and says so. The record also keeps how long the answers ran at
+each point of the runs (`by_step`, in buckets of steps doubling in size), so that a run shorter
+than the earlier ones takes the answers of their first steps (`step_scale`): a policy that
+learns to answer shorter makes a long run's mean unlike a short run's.
 
 The record holds figures only (no names, no arguments: the key is a hash)."""
 
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rlcore.forecast.model import TurnAnswers
@@ -33,6 +36,10 @@ quarter, so a job whose answers changed (a new version of an environment under t
 is followed within a few runs."""
 MAX_RUNS = 1000
 """The run count a record may hold."""
+MAX_BUCKETS = 40
+"""Step buckets a record may hold (`bucket`)."""
+STEP_SCALE_BOUNDS = (0.25, 4.0)
+"""How far `step_scale` may move the answers from the record's mean."""
 NO_TURN = {"share": 0.0, "mean": 0.0, "longest": 0.0, "added": 0.0}
 
 
@@ -45,6 +52,53 @@ class Measured:
     """A rollout's prompt, tokens (the first turn's, chat template included)."""
     runs: int = 1
     """The finished runs pooled in it."""
+    by_step: tuple[tuple[int, float, float], ...] = ()
+    """(step bucket, rollouts, the policy's tokens a rollout, all turns together): how the
+    answers ran at each point of the earlier runs (`bucket`); empty in an older record."""
+    scale: float = 1.0
+    """The `step_scale` the turns' answers were scaled by (`for_steps`)."""
+    steps: int = 0
+    """The run's steps they were scaled to (0: not scaled)."""
+
+
+def for_steps(measured: Measured, max_steps: int, bound: int) -> Measured:
+    """`measured` with each turn's answers scaled to a run of `max_steps` steps (`step_scale`),
+    at most `bound` tokens (the longest at least the mean)."""
+    scale = step_scale(measured, max_steps)
+    turns = tuple(
+        replace(
+            t,
+            mean=min(t.mean * scale, bound),
+            longest=min(max(t.longest * scale, t.mean * scale), bound),
+        )
+        for t in measured.turns
+    )
+    return replace(measured, turns=turns, scale=scale, steps=max_steps)
+
+
+def bucket(step: int) -> int:
+    """The bucket of a (0-based) step: 0 holds step 0, 1 steps 1-2, 2 steps 3-6, 3 steps 7-14,
+    and so on, doubling: a run's first steps apart, its later ones together."""
+    return min((max(step, 0) + 1).bit_length() - 1, MAX_BUCKETS - 1)
+
+
+def step_scale(measured: Measured, max_steps: int) -> float:
+    """How long the answers of a run's first `max_steps` steps ran in the earlier runs against
+    all their steps (`Measured.by_step`; 1.0 without): a policy that learns to answer shorter
+    or longer makes a short run's answers unlike a long run's. Each bucket counts by its
+    rollouts and the share of its steps the run reaches; bounded by STEP_SCALE_BOUNDS."""
+    if not measured.by_step or max_steps <= 0:
+        return 1.0
+    overall = mean_of([(tokens, rollouts) for _, rollouts, tokens in measured.by_step])
+    early = []
+    for index, rollouts, tokens in measured.by_step:
+        low, high = 2**index - 1, 2 ** (index + 1) - 2
+        reached = max(min(high, max_steps - 1) - low + 1, 0) / (high - low + 1)
+        early.append((tokens, rollouts * reached))
+    if overall <= 0 or sum(w for _, w in early) <= 0:
+        return 1.0
+    low, high = STEP_SCALE_BOUNDS
+    return min(max(mean_of(early) / overall, low), high)
 
 
 def job_key(model: str, envs: list[dict], sampling: dict, seq_len: int) -> str:
@@ -102,15 +156,20 @@ def mask_turns(mask: list[bool], bound: int = 0) -> tuple[list[int], list[int]]:
     return answers, added
 
 
-def summarize(steps: list[list[tuple[list[bool], int]]], bound: int = 0) -> dict | None:
+def summarize(
+    steps: list[list[tuple[list[bool], int]]], bound: int = 0, numbers: list[int] | None = None
+) -> dict | None:
     """The record of a run's answers, from each rollout's `token_mask` and prompt tokens in some
-    of its steps: the mean prompt, and per turn the share of rollouts that reach it, their
-    answers' mean tokens, the longest answer of a step (averaged over the steps) and the
-    environment's tokens before it (`mask_turns`, answers at most `bound` tokens); None without
-    a rollout that answered."""
+    of its steps (`numbers`: each one's step, 0-based; by default 0, 1, ...): the mean prompt,
+    per turn the share of rollouts that reach it, their answers' mean tokens, the longest answer
+    of a step (averaged over the steps) and the environment's tokens before it (`mask_turns`,
+    answers at most `bound` tokens), and per step bucket the policy's tokens a rollout
+    (`by_step`); None without a rollout that answered."""
     turns: list[dict] = []
     rollouts, prompts = 0, 0
-    for rows in steps:
+    buckets: dict[int, list[int]] = {}  # bucket -> [rollouts, the policy's tokens]
+    numbers = list(range(len(steps))) if numbers is None else numbers
+    for rows, number in zip(steps, numbers, strict=True):
         step_longest: dict[int, int] = {}
         for mask, prompt in rows:
             answers, added = mask_turns(mask, bound)
@@ -118,6 +177,9 @@ def summarize(steps: list[list[tuple[list[bool], int]]], bound: int = 0) -> dict
                 continue
             rollouts += 1
             prompts += prompt
+            counts = buckets.setdefault(bucket(number), [0, 0])
+            counts[0] += 1
+            counts[1] += sum(answers[:MAX_TURNS])
             for index, tokens in enumerate(answers[:MAX_TURNS]):
                 if index == len(turns):
                     turns.append({"reached": 0, "tokens": 0, "added": 0, "longest": [], "steps": 0})
@@ -146,6 +208,7 @@ def summarize(steps: list[list[tuple[list[bool], int]]], bound: int = 0) -> dict
             }
             for t in turns
         ],
+        "by_step": [[b, n, round(tokens / n, 2)] for b, (n, tokens) in sorted(buckets.items())],
     }
 
 
@@ -185,7 +248,33 @@ def from_record(data: object, max_tokens: int, seq_len: int) -> Measured | None:
     runs = data.get("runs", 1)
     if not isinstance(runs, int) or isinstance(runs, bool) or not 0 < runs <= MAX_RUNS:
         return None
-    return Measured(tuple(found), float(prompt), runs)
+    by_step = read_by_step(data.get("by_step", []), max_tokens * MAX_TURNS)
+    if by_step is None:
+        return None
+    return Measured(tuple(found), float(prompt), runs, by_step)
+
+
+def read_by_step(entries: object, most: float) -> tuple[tuple[int, float, float], ...] | None:
+    """A record's `by_step` read back, or None where it is not what `summarize` writes (a bucket
+    out of range or twice, rollouts not positive, tokens a rollout over `most`)."""
+    if not isinstance(entries, list) or len(entries) > MAX_BUCKETS:
+        return None
+    found: dict[int, tuple[int, float, float]] = {}
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 3:
+            return None
+        index, rollouts, tokens = entry
+        if not isinstance(index, int) or isinstance(index, bool) or index in found:
+            return None
+        if not 0 <= index < MAX_BUCKETS:
+            return None
+        numbers = [v for v in (rollouts, tokens) if isinstance(v, int | float)]
+        if len(numbers) != 2 or any(isinstance(v, bool) for v in numbers):
+            return None
+        if not all(math.isfinite(v) for v in numbers) or rollouts <= 0 or not 0 <= tokens <= most:
+            return None
+        found[index] = (index, float(rollouts), float(tokens))
+    return tuple(found[i] for i in sorted(found))
 
 
 def weight(data: dict, name: str) -> float | None:
@@ -207,8 +296,9 @@ def pool(earlier: Measured, weights: tuple[float, float], new: dict) -> dict:
     """A new run's record (`summarize`'s) pooled with the earlier runs' (`earlier`, averaged over
     `weights`, its rollouts and steps): each figure a mean weighted by what it is an average
     over (the share and the prompt by rollouts, an answer's tokens by the rollouts that reached
-    its turn, the longest by steps), the earlier runs counted at most HISTORY_WEIGHT times the
-    new one's rollouts. A turn one side lacks is one its rollouts did not reach."""
+    its turn, the longest by steps, a step bucket's tokens by its rollouts), the earlier runs
+    counted at most HISTORY_WEIGHT times the new one's rollouts. A turn one side lacks is one
+    its rollouts did not reach."""
     rollouts, steps = float(new["rollouts"]), float(new["steps"])
     scale = min(1.0, HISTORY_WEIGHT * rollouts / weights[0])
     old_rollouts, old_steps = weights[0] * scale, weights[1] * scale
@@ -231,6 +321,11 @@ def pool(earlier: Measured, weights: tuple[float, float], new: dict) -> dict:
             }
         )
     prompt = mean_of([(earlier.prompt_tokens, old_rollouts), (new["prompt"], rollouts)])
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for index, count, tokens in earlier.by_step:
+        by_step.setdefault(index, []).append((tokens, count * scale))
+    for index, count, tokens in new.get("by_step", []):
+        by_step.setdefault(index, []).append((tokens, count))
     return {
         "version": ANSWERS_VERSION,
         "runs": min(earlier.runs + 1, MAX_RUNS),
@@ -238,6 +333,11 @@ def pool(earlier: Measured, weights: tuple[float, float], new: dict) -> dict:
         "steps": round(old_steps + steps, 2),
         "prompt": round(prompt, 2),
         "turns": turns[:MAX_TURNS],
+        "by_step": [
+            [index, round(sum(w for _, w in pairs), 2), round(mean_of(pairs), 2)]
+            for index, pairs in sorted(by_step.items())
+            if round(sum(w for _, w in pairs), 2) > 0
+        ],
     }
 
 
@@ -305,8 +405,13 @@ def words(measured: Measured | None, max_tokens: int, max_turns: int) -> str:
     )
     more = f"; {len(answers) - 4} more turn(s)" if len(answers) > 4 else ""
     runs = "finished run" if measured.runs == 1 else f"{measured.runs} finished runs"
+    scaled = ""
+    if abs(measured.scale - 1) >= 0.005:
+        scaled = (
+            f"; x{measured.scale:.2f} of their mean: their first {measured.steps} steps' answers"
+        )
     return (
         f"answers: as the last {runs} of this model, environment and sampling measured "
         f"them (prompt {measured.prompt_tokens:.0f} tokens; answers of max_tokens {max_tokens}: "
-        f"{each}{more})"
+        f"{each}{more}{scaled})"
     )

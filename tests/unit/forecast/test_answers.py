@@ -59,6 +59,8 @@ def test_the_summary_by_hand():
             {"share": 1.0, "mean": 4.0, "longest": 5.0, "added": 0.0},
             {"share": 0.3333, "mean": 1.0, "longest": 1.0, "added": 3.0},
         ],
+        # step 0 (bucket 0): 4 and 2 + 1 policy tokens; step 1 (bucket 1): 6
+        "by_step": [[0, 2, 3.5], [1, 1, 6.0]],
     }
     assert answers.summarize([[([], 0)]]) is None
 
@@ -70,7 +72,9 @@ def test_a_record_is_kept_and_read_back(tmp_path, monkeypatch):
     answers.remember(key, answers.summarize([[([T] * 4, 40), ([T, T, F, T], 44)]]), 16, 256)
     found = answers.recall(key, max_tokens=16, seq_len=256)
     assert found == answers.Measured(
-        (TurnAnswers(1.0, 3.0, 4.0, 0.0), TurnAnswers(0.5, 1.0, 1.0, 1.0)), 42.0
+        (TurnAnswers(1.0, 3.0, 4.0, 0.0), TurnAnswers(0.5, 1.0, 1.0, 1.0)),
+        42.0,
+        by_step=((0, 2.0, 3.5),),
     )
     assert answers.recall(key, max_tokens=3, seq_len=256) is None  # longer than the bound
 
@@ -223,6 +227,7 @@ def test_a_second_run_is_pooled_with_the_first_by_hand(tmp_path, monkeypatch):
             # the second run's rollout did not reach turn 2: 1 of 3 rollouts did
             {"share": 0.3333, "mean": 1.0, "longest": 1.0, "added": 1.0},
         ],
+        "by_step": [[0, 3, 5.0]],  # (3.5 x 2 + 8) / 3 policy tokens a rollout
     }
     found = answers.recall("k", 16, 256)
     assert found is not None and found.runs == 2
@@ -268,8 +273,9 @@ runs = st.lists(st.lists(st.tuples(masks, st.integers(1, 200)), min_size=1, max_
 @settings(max_examples=60, deadline=None)
 @given(st.lists(runs.filter(len), min_size=2, max_size=4))
 def test_pooled_runs_read_back_within_what_each_run_measured(tmp_path_factory, kept_runs):
-    """Over generated runs: whatever was pooled reads back as a record, and each turn's mean
-    answer lies between the runs' own."""
+    """Over generated runs: whatever was pooled reads back as a record, each turn's mean answer
+    and each step bucket's tokens lie between the runs' own, and scaled to any run's steps the
+    answers stay within their bound."""
     import rlcore.host.models
 
     folder = tmp_path_factory.mktemp("cache")
@@ -285,6 +291,13 @@ def test_pooled_runs_read_back_within_what_each_run_measured(tmp_path_factory, k
         means = [r["turns"][index]["mean"] for r in records if len(r["turns"]) > index]
         assert min(means) - 0.01 <= turn.mean <= max(means) + 0.01
         assert turn.mean <= turn.longest <= 16
+    for index, _, tokens in found.by_step:  # each step bucket likewise
+        each = [t for r in records for b, _, t in r["by_step"] if b == index]
+        assert min(each) - 0.01 <= tokens <= max(each) + 0.01
+    for steps in (1, 2, 3, 100):
+        scaled = answers.for_steps(found, steps, 16)
+        assert answers.STEP_SCALE_BOUNDS[0] <= scaled.scale <= answers.STEP_SCALE_BOUNDS[1]
+        assert all(t.mean <= t.longest <= 16 for t in scaled.turns)
 
 
 def test_a_summary_whose_steps_differ_in_size_reads_back():
@@ -293,3 +306,78 @@ def test_a_summary_whose_steps_differ_in_size_reads_back():
     record = answers.summarize([[([T], 1)], [([T, T], 1), ([T, T], 1)]])
     assert record is not None and record["turns"][0]["longest"] == record["turns"][0]["mean"]
     assert answers.from_record(record, 16, 256) is not None
+
+
+@pytest.mark.parametrize(
+    "step, index", [(0, 0), (1, 1), (2, 1), (3, 2), (6, 2), (7, 3), (14, 3), (15, 4), (-1, 0)]
+)
+def test_steps_fall_in_buckets_doubling_in_size(step, index):
+    assert answers.bucket(step) == index
+    assert answers.bucket(10**30) == answers.MAX_BUCKETS - 1
+
+
+def test_a_short_run_takes_the_answers_of_the_earlier_runs_first_steps_by_hand():
+    """A 16-step run whose answers went from 60 tokens to 10: a 4-step run takes the first
+    steps' (buckets 0-2: steps 0-6, of which it reaches 0-3); a run as long as it, the mean."""
+    curve = ((0, 32.0, 60.0), (1, 64.0, 60.0), (2, 128.0, 40.0), (3, 256.0, 10.0))
+    measured = answers.Measured((TurnAnswers(1.0, 25.0, 80.0),), 44.0, by_step=curve)
+    overall = (32 * 60 + 64 * 60 + 128 * 40 + 256 * 10) / 480
+    early = (32 * 60 + 64 * 60 + 128 * 0.25 * 40) / (32 + 64 + 32)  # bucket 2: 1 step of 4
+    assert answers.step_scale(measured, 4) == pytest.approx(early / overall)
+    assert answers.step_scale(measured, 15) == pytest.approx(1.0)
+    assert answers.step_scale(measured, 1000) == pytest.approx(1.0)  # past what was measured
+    short = answers.for_steps(measured, 4, bound=64)
+    scale = early / overall
+    assert short.turns[0].mean == pytest.approx(25.0 * scale)
+    assert short.turns[0].longest == 64  # 80 x scale, at most the bound
+    assert short.scale == pytest.approx(scale) and short.steps == 4
+    assert f"x{scale:.2f} of their mean: their first 4 steps' answers" in answers.words(
+        short, 64, 1
+    )
+    plain = answers.Measured((TurnAnswers(1.0, 25.0, 80.0),), 44.0)  # an older record
+    assert answers.for_steps(plain, 4, 100).turns == plain.turns
+    assert "of their mean" not in answers.words(answers.for_steps(plain, 4, 100), 100, 1)
+
+
+def test_the_step_scale_is_bounded():
+    curve = ((0, 1.0, 1000.0), (5, 1000.0, 1.0))
+    measured = answers.Measured((TurnAnswers(1.0, 5.0, 9.0),), 44.0, by_step=curve)
+    assert answers.step_scale(measured, 1) == answers.STEP_SCALE_BOUNDS[1]
+    curve = ((0, 1.0, 0.0), (5, 1000.0, 50.0))
+    measured = answers.Measured((TurnAnswers(1.0, 5.0, 9.0),), 44.0, by_step=curve)
+    assert answers.step_scale(measured, 1) == answers.STEP_SCALE_BOUNDS[0]
+
+
+@pytest.mark.parametrize(
+    "by_step",
+    [
+        "no",
+        [[0, 1]],
+        [[0, 1, 2], [0, 1, 2]],  # a bucket twice
+        [[-1, 1, 2]],
+        [[40, 1, 2]],
+        [[0.5, 1, 2]],
+        [[True, 1, 2]],
+        [[0, 0, 2]],  # no rollouts
+        [[0, 1, -2]],
+        [[0, 1, 1e400]],  # read back as infinity
+        [[0, 1, 16 * 64 + 1]],  # over the bound of every turn
+        [[0, True, 2]],
+        [[0, 1, "2"]],
+        [[i, 1, 2] for i in range(41)],
+    ],
+)
+def test_a_damaged_step_curve_is_a_damaged_record(by_step):
+    assert answers.from_record({**GOOD, "by_step": by_step}, 16, 256) is None
+    assert answers.from_record({**GOOD, "by_step": [[0, 1, 2]]}, 16, 256) is not None
+
+
+def test_the_archive_gives_each_step_its_bucket(tmp_path):
+    """A run's archived steps 0, 1 and 5 land in buckets 0, 1 and 2."""
+    folder = tmp_path / SAMPLES_DIR
+    for step, length in ((0, 8), (1, 6), (5, 2)):
+        write_step(folder, step, 0, [archive_row(step, 0, [T] * length, 40)])
+    found = archived_answers(tmp_path)
+    assert found is not None
+    assert [b for b, _, _ in found["by_step"]] == [0, 1, 2]
+    assert [t for _, _, t in found["by_step"]] == [8.0, 6.0, 2.0]
