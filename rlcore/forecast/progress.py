@@ -35,7 +35,7 @@ class PacePolicy:
     first_batch_ends_start: bool = True
     """Once the first batch is written, the start and the warm-up (its generation) are over:
     until the trainer's first step, the steps are counted from that batch, however long the
-    start took."""
+    start took (in a resumed run, from the step that batch is for)."""
 
 
 PACE = PacePolicy()
@@ -106,8 +106,10 @@ class Progress:
         if pace is None:
             return None
         if not done and self.batches and self.policy.first_batch_ends_start:
-            since_last = now - self.batches[min(self.batches)]
-            return max(self.max_steps * pace - since_last, 0.0) + self.estimated_end_s
+            first = min(min(self.batches), self.max_steps)  # a resumed run's: its next step's
+            since_first = now - self.batches[min(self.batches)]
+            steps = self.max_steps - first + 1
+            return max(steps * pace - since_first, 0.0) + self.estimated_end_s
         left = max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
         if not done:
             warmup = pace

@@ -693,6 +693,9 @@ def test_the_first_batch_ends_the_start_whenever_it_comes():
         assert clock.left_s(arrived) == 4 * 10.0 + 2.0
         assert clock.left_s(arrived + 3.0) == 4 * 10.0 - 3.0 + 2.0
         assert clock.left_s(arrived + 99.0) == 2.0  # late: never below the end
+    resumed = progress.Progress(10, 10.0, 2.0, start=100.0, estimated_start_s=20.0)
+    resumed.batch_done(7, 110.0)  # resumed after step 6: its first batch is for step 7
+    assert resumed.left_s(113.0) == 4 * 10.0 - 3.0 + 2.0
     before = progress.Progress(4, 10.0, 2.0, start=100.0, estimated_start_s=20.0)
     before.policy = replace(progress.PACE, first_batch_ends_start=False)
     before.batch_done(1, 110.0)
