@@ -44,11 +44,22 @@ def answers_key(config) -> str:
 
 def measured_answers(config) -> answers.Measured | None:
     """What the finished runs of the same job measured of its prompts and answers (pooled),
-    scaled to this run's steps (`answers.for_steps`)."""
+    scaled to this run's steps (`answers.for_steps`), at most `answer_bound` tokens."""
     orch = config.orchestrator
     max_tokens = min(orch.sampling.max_tokens, orch.seq_len)
     found = answers.recall(answers_key(config), max_tokens, orch.seq_len)
-    return answers.for_steps(found, config.trainer.max_steps, max_tokens) if found else None
+    if found is None:
+        return None
+    bound = answer_bound(config, found.prompt_tokens)
+    return answers.for_steps(found, config.trainer.max_steps, bound)
+
+
+def answer_bound(config, prompt_tokens: float) -> int:
+    """The most tokens an answer can take: `max_tokens`, and no more than a sample's room after
+    its prompt (the orchestrator caps each request there: a 44-token prompt under `seq_len` 256
+    leaves 212)."""
+    orch = config.orchestrator
+    return max(min(orch.sampling.max_tokens, orch.seq_len - round(prompt_tokens)), 1)
 
 
 def rl_job(plan, shape: ModelShape) -> Job:
@@ -79,7 +90,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         rollouts=orch.batch_size,
         rollouts_per_example=orch.rollouts_per_example,
         prompt_tokens=round(measured.prompt_tokens) if measured else PROMPT_TOKENS,
-        answer_tokens=min(orch.sampling.max_tokens, orch.seq_len),
+        answer_tokens=answer_bound(config, measured.prompt_tokens if measured else PROMPT_TOKENS),
         turns=sum(t.share for t in measured.turns) if measured else turns,
         max_turns=turns,
         seq_len=orch.seq_len,

@@ -61,6 +61,8 @@ def test_the_summary_by_hand():
         ],
         # step 0 (bucket 0): 4 and 2 + 1 policy tokens; step 1 (bucket 1): 6
         "by_step": [[0, 2, 3.5], [1, 1, 6.0]],
+        # each step's longest rollout, all turns: step 0's 4 (of 4 and 3), step 1's 6
+        "longest_by_step": [[0, 1, 4.0], [1, 1, 6.0]],
     }
     assert answers.summarize([[([], 0)]]) is None
 
@@ -75,6 +77,7 @@ def test_a_record_is_kept_and_read_back(tmp_path, monkeypatch):
         (TurnAnswers(1.0, 3.0, 4.0, 0.0), TurnAnswers(0.5, 1.0, 1.0, 1.0)),
         42.0,
         by_step=((0, 2.0, 3.5),),
+        longest_by_step=((0, 1.0, 4.0),),
     )
     assert answers.recall(key, max_tokens=3, seq_len=256) is None  # longer than the bound
 
@@ -172,12 +175,12 @@ def test_a_finished_runs_archive_gives_its_answers(tmp_path):
 
 def test_the_basis_says_which_answers_were_taken():
     bound = answers.words(None, 256, 2)
-    assert "every answer taken to reach max_tokens (256), all 2 turns taken" in bound
+    assert "every answer taken to reach its bound (256 tokens), all 2 turns taken" in bound
     assert "upper bound" in bound
     measured = answers.Measured((TurnAnswers(1.0, 41.4, 250.0), TurnAnswers(0.5, 9, 12, 14)), 44)
     assert answers.words(measured, 256, 2) == (
         "answers: as the last finished run of this model, environment and sampling measured "
-        "them (prompt 44 tokens; answers of max_tokens 256: turn 1: 100% of rollouts, mean 41, "
+        "them (prompt 44 tokens; answers of at most 256 tokens: turn 1: 100% of rollouts, mean 41, "
         "longest 250; turn 2: 50% of rollouts, mean 9, longest 12, 14 added by the environment)"
     )
 
@@ -228,6 +231,7 @@ def test_a_second_run_is_pooled_with_the_first_by_hand(tmp_path, monkeypatch):
             {"share": 0.3333, "mean": 1.0, "longest": 1.0, "added": 1.0},
         ],
         "by_step": [[0, 3, 5.0]],  # (3.5 x 2 + 8) / 3 policy tokens a rollout
+        "longest_by_step": [[0, 2, 6.0]],  # the steps' longest rollouts, 4 and 8, by steps
     }
     found = answers.recall("k", 16, 256)
     assert found is not None and found.runs == 2
@@ -291,12 +295,14 @@ def test_pooled_runs_read_back_within_what_each_run_measured(tmp_path_factory, k
         means = [r["turns"][index]["mean"] for r in records if len(r["turns"]) > index]
         assert min(means) - 0.01 <= turn.mean <= max(means) + 0.01
         assert turn.mean <= turn.longest <= 16
-    for index, _, tokens in found.by_step:  # each step bucket likewise
-        each = [t for r in records for b, _, t in r["by_step"] if b == index]
-        assert min(each) - 0.01 <= tokens <= max(each) + 0.01
+    for name in ("by_step", "longest_by_step"):  # each step bucket likewise
+        for index, _, tokens in getattr(found, name):
+            each = [t for r in records for b, _, t in r[name] if b == index]
+            assert min(each) - 0.01 <= tokens <= max(each) + 0.01
+    low, high = answers.STEP_SCALE_BOUNDS
     for steps in (1, 2, 3, 100):
         scaled = answers.for_steps(found, steps, 16)
-        assert answers.STEP_SCALE_BOUNDS[0] <= scaled.scale <= answers.STEP_SCALE_BOUNDS[1]
+        assert low <= scaled.scale <= high and low <= scaled.longest_scale <= high
         assert all(t.mean <= t.longest <= 16 for t in scaled.turns)
 
 
@@ -323,29 +329,47 @@ def test_a_short_run_takes_the_answers_of_the_earlier_runs_first_steps_by_hand()
     measured = answers.Measured((TurnAnswers(1.0, 25.0, 80.0),), 44.0, by_step=curve)
     overall = (32 * 60 + 64 * 60 + 128 * 40 + 256 * 10) / 480
     early = (32 * 60 + 64 * 60 + 128 * 0.25 * 40) / (32 + 64 + 32)  # bucket 2: 1 step of 4
-    assert answers.step_scale(measured, 4) == pytest.approx(early / overall)
-    assert answers.step_scale(measured, 15) == pytest.approx(1.0)
-    assert answers.step_scale(measured, 1000) == pytest.approx(1.0)  # past what was measured
+    assert answers.step_scale(curve, 4) == pytest.approx(early / overall)
+    assert answers.step_scale(curve, 15) == pytest.approx(1.0)
+    assert answers.step_scale(curve, 1000) == pytest.approx(1.0)  # past what was measured
     short = answers.for_steps(measured, 4, bound=64)
     scale = early / overall
     assert short.turns[0].mean == pytest.approx(25.0 * scale)
-    assert short.turns[0].longest == 64  # 80 x scale, at most the bound
+    assert short.turns[0].longest == 64  # 80 x scale (no longest curve), at most the bound
     assert short.scale == pytest.approx(scale) and short.steps == 4
-    assert f"x{scale:.2f} of their mean: their first 4 steps' answers" in answers.words(
-        short, 64, 1
+    assert short.longest_scale == pytest.approx(scale)
+    assert f"x{scale:.2f} of their mean and x{scale:.2f} of their longest: their first 4" in (
+        answers.words(short, 64, 1)
     )
     plain = answers.Measured((TurnAnswers(1.0, 25.0, 80.0),), 44.0)  # an older record
     assert answers.for_steps(plain, 4, 100).turns == plain.turns
     assert "of their mean" not in answers.words(answers.for_steps(plain, 4, 100), 100, 1)
 
 
+def test_the_longest_answers_scale_by_their_own_curve_by_hand():
+    """The 256-token job's case: early steps each had an answer cut at the bound, later ones
+    ended near 100, so a 4-step run's longest rises while its mean falls."""
+    means = ((0, 32.0, 40.0), (1, 64.0, 40.0), (2, 128.0, 50.0))
+    longest = ((0, 1.0, 256.0), (1, 2.0, 256.0), (2, 4.0, 100.0))
+    measured = answers.Measured(
+        (TurnAnswers(1.0, 46.0, 160.0),), 44.0, by_step=means, longest_by_step=longest
+    )
+    overall = (256 + 2 * 256 + 4 * 100) / 7
+    early = (256 + 2 * 256 + 1 * 100) / 4  # bucket 2: 1 step of 4
+    mean_scale = (32 * 40 + 64 * 40 + 32 * 50) / 128 / ((32 * 40 + 64 * 40 + 128 * 50) / 224)
+    short = answers.for_steps(measured, 4, bound=256)
+    assert short.longest_scale == pytest.approx(early / overall)
+    assert short.scale == pytest.approx(mean_scale)
+    assert short.turns[0].longest == pytest.approx(160 * early / overall)
+    assert short.turns[0].mean == pytest.approx(46 * mean_scale)
+    assert answers.for_steps(measured, 4, bound=200).turns[0].longest == 200
+
+
 def test_the_step_scale_is_bounded():
     curve = ((0, 1.0, 1000.0), (5, 1000.0, 1.0))
-    measured = answers.Measured((TurnAnswers(1.0, 5.0, 9.0),), 44.0, by_step=curve)
-    assert answers.step_scale(measured, 1) == answers.STEP_SCALE_BOUNDS[1]
+    assert answers.step_scale(curve, 1) == answers.STEP_SCALE_BOUNDS[1]
     curve = ((0, 1.0, 0.0), (5, 1000.0, 50.0))
-    measured = answers.Measured((TurnAnswers(1.0, 5.0, 9.0),), 44.0, by_step=curve)
-    assert answers.step_scale(measured, 1) == answers.STEP_SCALE_BOUNDS[0]
+    assert answers.step_scale(curve, 1) == answers.STEP_SCALE_BOUNDS[0]
 
 
 @pytest.mark.parametrize(
@@ -369,7 +393,9 @@ def test_the_step_scale_is_bounded():
 )
 def test_a_damaged_step_curve_is_a_damaged_record(by_step):
     assert answers.from_record({**GOOD, "by_step": by_step}, 16, 256) is None
+    assert answers.from_record({**GOOD, "longest_by_step": by_step}, 16, 256) is None
     assert answers.from_record({**GOOD, "by_step": [[0, 1, 2]]}, 16, 256) is not None
+    assert answers.from_record({**GOOD, "longest_by_step": [[0, 1, 2]]}, 16, 256) is not None
 
 
 def test_the_archive_gives_each_step_its_bucket(tmp_path):
@@ -381,3 +407,4 @@ def test_the_archive_gives_each_step_its_bucket(tmp_path):
     assert found is not None
     assert [b for b, _, _ in found["by_step"]] == [0, 1, 2]
     assert [t for _, _, t in found["by_step"]] == [8.0, 6.0, 2.0]
+    assert found["longest_by_step"] == [[0, 1, 8.0], [1, 1, 6.0], [2, 1, 2.0]]

@@ -260,3 +260,17 @@ def test_the_archive_at_the_end_is_within_its_bound():
     assert model.disk(short, SHAPE, 8)["rollout archive"] == pytest.approx(
         per_step + 4 * model.ARCHIVE_BYTES_PER_ROLLOUT
     )
+
+
+@pytest.mark.parametrize(
+    "max_tokens, seq_len, prompt, bound",
+    [(256, 256, 44, 212), (64, 256, 44, 64), (256, 512, 44, 256), (256, 256, 300, 1)],
+)
+def test_an_answer_is_bounded_by_the_room_after_its_prompt(max_tokens, seq_len, prompt, bound):
+    """The orchestrator caps a request at what `seq_len` leaves after its prompt: the 256-token
+    job's answers stop at 212, and so do the estimate's."""
+    from launcher.forecast import answer_bound
+    from launcher.rl_config import RLConfig
+
+    config = RLConfig.model_validate({"seq_len": seq_len, "sampling": {"max_tokens": max_tokens}})
+    assert answer_bound(config, prompt) == bound
