@@ -307,7 +307,8 @@ def machine_speeds(args: argparse.Namespace, on_gpu: bool):
 
 def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict | None:
     """The pre-launch estimate's training step for this setup (rlcore.forecast.model.train_s:
-    the benchmark's samples as one group's answers, with the activation checkpointing the
+    the benchmark's samples as `fake_batch` makes them, each its own prompt of a quarter of
+    its tokens and the loss's answer of the rest, with the activation checkpointing the
     trainer chose), its parts in seconds; None where the shape or the speeds are unknown."""
     from rlcore.forecast.model import Job, train_parts
     from rlcore.forecast.shape import shape_of
@@ -321,12 +322,13 @@ def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict |
     trainable = None
     if args.lora_rank:
         trainable = 2 * args.lora_rank * shape.hidden * len(LORA_TARGETS) * shape.layers
+    prompt = max(1, args.seq_len // 4)  # trainer.data.fake_batch's
     job = Job(
         max_steps=args.steps,
         rollouts=args.batch_size,
-        rollouts_per_example=args.batch_size,
-        prompt_tokens=0,
-        answer_tokens=args.seq_len,
+        rollouts_per_example=1,
+        prompt_tokens=prompt,
+        answer_tokens=args.seq_len - prompt,
         answer_fill=1.0,
         train_dtype=dtype,
         trainable=trainable,
@@ -337,7 +339,7 @@ def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict |
         on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0,
     )
-    parts = train_parts(job, shape, speeds, args.seq_len)
+    parts = train_parts(job, shape, speeds, args.seq_len - prompt)
     return {"train_s": sum(parts.values()), **{f"{k}_s": v for k, v in parts.items()}}
 
 

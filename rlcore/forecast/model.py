@@ -44,10 +44,12 @@ CPU (0.14-0.24 s on the H200 machine's host, whatever the samples)."""
 CPU_PRODUCT_EFFICIENCY = 0.95
 """On a CPU: share of the dtype's calibrated matmul rate a training step's products reach
 (profiled on the default model: aten::mm at 0.95 of it in bf16, 1.03 in fp32)."""
-CPU_ATTENTION_EFFICIENCY = 0.75
+CPU_ATTENTION_EFFICIENCY = 0.55
 """On a CPU: share of the calibrated fp32 rate sdpa's attention reaches in forward + backward,
-in any dtype (its CPU kernel computes in fp32: 1.65 s in bf16 and 1.90 s in fp32 over a
-1,024-token row)."""
+in any dtype (its CPU kernel computes in fp32). Profiled on the default model's packed rows of
+100-512 tokens with the shared-prompt mask (aten's flash kernels, 20 steps of five batch
+shapes): 1.27-1.56x the time 0.75 gave natively in bf16, 1.10-1.44x in fp32 under the AVX2 cap
+(0.75 was read off one 1,024-token row)."""
 CPU_ELEMENTWISE_BYTES = 1800.0
 """On a CPU: a training step's work besides its products and attention (norms, activation
 functions, residual adds, autocast's casts, the loss head's softmax), per token, layer and
@@ -324,6 +326,26 @@ def forward_flops(shape: ModelShape, tokens: float, context: float = 0.0) -> flo
     return tokens * (2 * shape.matmul_params + attention)
 
 
+def product_flops(job: Job, shape: ModelShape, tokens: float, loss_tokens: float | None) -> float:
+    """A training step's products, forward + backward: each layer's 3x a forward's (2x where
+    only adapters train: no weight gradients of the frozen matrices). The output head runs only
+    at the `loss_tokens` positions the loss uses (trainer/logprob_head.py), where its backward
+    computes the logits again: 4x a forward's there (3x frozen); with `loss_tokens` None (SFT,
+    validations) it counts as a layer's at every token."""
+    passes = 2.0 if job.trainable is not None else 3.0
+    if loss_tokens is None:
+        return passes * 2 * shape.matmul_params * tokens
+    head = shape.vocab * shape.hidden
+    body = passes * 2 * (shape.matmul_params - head) * tokens
+    return body + (passes + 1) * 2 * head * loss_tokens
+
+
+def policy_tokens(job: Job, answer: float) -> float:
+    """Tokens of a step the loss uses: every rollout's answers, turn by turn (not the prompt,
+    not what the environment adds between turns)."""
+    return job.rollouts * sum(t.share * t.mean for t in turn_answers(job, answer))
+
+
 def train_flops(shape: ModelShape, tokens: float, context: float, lora: bool) -> float:
     """Forward + backward: 3x a forward (2x for the backward's two products), 2x where only
     adapters train (no weight gradients of the frozen matrices)."""
@@ -487,10 +509,11 @@ def train_parts(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
     if job.row_attention:
         context = tokens / shards / micro_batches
     lora = job.trainable is not None
+    loss = None if job.sft else policy_tokens(job, answer)
     if job.on_gpu:
-        compute = gpu_train_compute_s(job, shape, speeds, tokens, context) / shards
+        compute = gpu_train_compute_s(job, shape, speeds, tokens, context, loss) / shards
     else:
-        compute = cpu_train_compute_s(job, shape, speeds, tokens, context)
+        compute = cpu_train_compute_s(job, shape, speeds, tokens, context, loss)
     compute *= 1 + job.recompute / (2.0 if lora else 3.0)  # a forward again, of 3 (2 with LoRA)
     dispatch = TRAIN_OPS_PER_LAYER * shape.layers * micro_batches * speeds.op_s
     trained = shape.params if job.trainable is None else job.trainable
@@ -515,14 +538,18 @@ def train_s(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> float
 
 
 def gpu_train_compute_s(
-    job: Job, shape: ModelShape, speeds: Speeds, tokens: float, context: float
+    job: Job,
+    shape: ModelShape,
+    speeds: Speeds,
+    tokens: float,
+    context: float,
+    loss_tokens: float | None = None,
 ) -> float:
-    """A GPU's forward + backward: the products (2x a forward's where only adapters train) at
-    GPU_PRODUCT_EFFICIENCY of the dtype's calibrated rate, attention (3x a forward's) at
-    GPU_ATTENTION_EFFICIENCY, both times GPU_COMPILED where the trainer compiles."""
+    """A GPU's forward + backward: the products (`product_flops`) at GPU_PRODUCT_EFFICIENCY of
+    the dtype's calibrated rate, attention (3x a forward's) at GPU_ATTENTION_EFFICIENCY, both
+    times GPU_COMPILED where the trainer compiles."""
     rate = dtype_rate(speeds.matmul_flops, job.train_dtype)
-    passes = 2.0 if job.trainable is not None else 3.0
-    products = passes * 2 * shape.matmul_params * tokens
+    products = product_flops(job, shape, tokens, loss_tokens)
     attention = 3 * (forward_flops(shape, tokens, context) - 2 * shape.matmul_params * tokens)
     compute = products / (rate * GPU_PRODUCT_EFFICIENCY) + attention / (
         rate * GPU_ATTENTION_EFFICIENCY
@@ -531,17 +558,21 @@ def gpu_train_compute_s(
 
 
 def cpu_train_compute_s(
-    job: Job, shape: ModelShape, speeds: Speeds, tokens: float, context: float
+    job: Job,
+    shape: ModelShape,
+    speeds: Speeds,
+    tokens: float,
+    context: float,
+    loss_tokens: float | None = None,
 ) -> float:
-    """A CPU's forward + backward as its profile splits it: the products (2x a forward's where
-    only adapters train: no weight gradients) at CPU_PRODUCT_EFFICIENCY of the dtype's
-    calibrated rate; attention, 3x a forward's whether or not the base is frozen (the
-    adapters below it need its input gradients), at CPU_ATTENTION_EFFICIENCY of the fp32 rate
-    (the dtype's where fp32 was not measured); and the element-wise rest at the copy rate."""
+    """A CPU's forward + backward as its profile splits it: the products (`product_flops`) at
+    CPU_PRODUCT_EFFICIENCY of the dtype's calibrated rate; attention, 3x a forward's whether or
+    not the base is frozen (the adapters below it need its input gradients), at
+    CPU_ATTENTION_EFFICIENCY of the fp32 rate (the dtype's where fp32 was not measured); and
+    the element-wise rest at the copy rate."""
     rate = dtype_rate(speeds.matmul_flops, job.train_dtype)
     fp32 = speeds.matmul_flops.get("float32") or rate
-    passes = 2.0 if job.trainable is not None else 3.0
-    products = passes * 2 * shape.matmul_params * tokens / (rate * CPU_PRODUCT_EFFICIENCY)
+    products = product_flops(job, shape, tokens, loss_tokens) / (rate * CPU_PRODUCT_EFFICIENCY)
     attention = 3 * (forward_flops(shape, tokens, context) - 2 * shape.matmul_params * tokens)
     elementwise = tokens * shape.layers * shape.hidden * CPU_ELEMENTWISE_BYTES
     return (

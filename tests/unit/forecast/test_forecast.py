@@ -11,7 +11,7 @@ import pytest
 from known_speeds import FLAT, SMALL
 
 from rlcore.forecast import calibrate, model, progress
-from rlcore.forecast.model import Job
+from rlcore.forecast.model import Job, TurnAnswers
 from rlcore.forecast.shape import ModelShape, folder_shape, gguf_shape
 
 
@@ -24,17 +24,41 @@ def test_forward_flops_are_two_per_parameter_and_token_plus_attention():
     assert model.train_flops(SMALL, 3, 0, lora=True) == 12_000
 
 
+def test_the_head_runs_at_the_loss_tokens_only_by_hand():
+    """32 tokens, 8 of them the loss's: the body's 500 parameters 3x at all 32, the head's 500
+    4x at the 8; frozen (LoRA) 2x and 3x; without loss tokens (SFT) 3x everywhere."""
+    job = Job(max_steps=1, rollouts=4)
+    assert model.product_flops(job, SMALL, 32, 8) == 3 * 2 * 500 * 32 + 4 * 2 * 500 * 8
+    frozen = replace(job, trainable=10)
+    assert model.product_flops(frozen, SMALL, 32, 8) == 2 * 2 * 500 * 32 + 3 * 2 * 500 * 8
+    assert model.product_flops(job, SMALL, 32, None) == 3 * 2 * 1000 * 32
+    # with three quarters of the tokens the loss's, the head costs what it did at every token
+    assert model.product_flops(job, SMALL, 32, 24) == model.product_flops(job, SMALL, 32, None)
+    two_turns = replace(job, answers=(TurnAnswers(1.0, 6, 8), TurnAnswers(0.5, 4, 4, 20)))
+    assert model.policy_tokens(two_turns, 6.0) == 4 * (6 + 0.5 * 4)  # not the 20 added
+
+
 def test_an_untied_head_counts_once_and_the_embedding_lookup_never():
     untied = ModelShape(params=1500, hidden=10, layers=2, vocab=50, tied=False)
     assert untied.matmul_params == 1500 - 500
     assert SMALL.kv_width == 2 * 1 * 5  # keys and values of one kv head of width 10 / 2
 
 
-def cpu_train_by_hand(tokens: float, context: float, passes: float = 3.0, rate=1e9, fp32=1e9):
-    """A CPU's forward + backward of SMALL (1,000 matmul parameters, 2 layers of 10) by hand:
-    products at the dtype's rate, attention at fp32's, the element-wise rest at the copy rate
-    (1e9 bytes/s)."""
-    products = passes * 2 * 1000 * tokens / (rate * model.CPU_PRODUCT_EFFICIENCY)
+def products_by_hand(tokens: float, loss: float | None, passes: float = 3.0) -> float:
+    """SMALL's products (1,000 matmul parameters, of which its head's 50 x 10 = 500): the body
+    `passes` x a forward at every token, the head one more at the `loss` tokens (its backward
+    computes the logits again), or like the body at every token where `loss` is None."""
+    if loss is None:
+        return passes * 2 * 1000 * tokens
+    return passes * 2 * 500 * tokens + (passes + 1) * 2 * 500 * loss
+
+
+def cpu_train_by_hand(
+    tokens: float, context: float, passes: float = 3.0, rate=1e9, fp32=1e9, loss=None
+):
+    """A CPU's forward + backward of SMALL (2 layers of 10) by hand: products at the dtype's
+    rate, attention at fp32's, the element-wise rest at the copy rate (1e9 bytes/s)."""
+    products = products_by_hand(tokens, loss, passes) / (rate * model.CPU_PRODUCT_EFFICIENCY)
     attention = 3 * tokens * 4 * 2 * 10 * context / (fp32 * model.CPU_ATTENTION_EFFICIENCY)
     elementwise = tokens * 2 * 10 * model.CPU_ELEMENTWISE_BYTES / 1e9
     return products + attention + elementwise
@@ -53,7 +77,8 @@ def test_train_seconds_by_hand():
     tokens = 2 * 10 + 4 * 8  # each group's prompt once, every answer
     assert model.train_tokens(job, answer) == tokens
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = cpu_train_by_hand(tokens, 10 + 8) + adam  # op_s = 0: no fixed work
+    # the loss uses the 4 answers of 8: 32 tokens
+    expected = cpu_train_by_hand(tokens, 10 + 8, loss=32) + adam  # op_s = 0: no fixed work
     assert model.train_s(job, SMALL, FLAT, answer) == pytest.approx(expected)
 
 
@@ -64,18 +89,18 @@ def test_a_cpu_runs_attention_at_the_fp32_rate_in_any_dtype_by_hand():
     job = replace(job, micro_batch_tokens=1000, train_dtype="bfloat16")
     both = replace(FLAT, matmul_flops={"bfloat16": 2e9, "float32": 1e9})
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = cpu_train_by_hand(52, 18, rate=2e9) + adam
+    expected = cpu_train_by_hand(52, 18, rate=2e9, loss=32) + adam
     assert model.train_s(job, SMALL, both, 8.0) == pytest.approx(expected)
     alone = replace(FLAT, matmul_flops={"bfloat16": 2e9})
-    expected = cpu_train_by_hand(52, 18, rate=2e9, fp32=2e9) + adam
+    expected = cpu_train_by_hand(52, 18, rate=2e9, fp32=2e9, loss=32) + adam
     assert model.train_s(job, SMALL, alone, 8.0) == pytest.approx(expected)
 
 
-def gpu_compute_by_hand(tokens: int, context: int, width: int = 10) -> float:
-    """SMALL's forward + backward on a GPU at 1 GFLOP/s: 3 x its products (2 x 1,000 FLOPs a
-    token) at the products' efficiency, 3 x its attention (4 x 2 layers x the queries' width
-    x context a token) at attention's."""
-    products = 3 * tokens * 2 * 1000
+def gpu_compute_by_hand(tokens: int, context: int, width: int = 10, loss: int = 32) -> float:
+    """SMALL's forward + backward on a GPU at 1 GFLOP/s: its products (`products_by_hand`) at
+    the products' efficiency, 3 x its attention (4 x 2 layers x the queries' width x context a
+    token) at attention's."""
+    products = products_by_hand(tokens, loss)
     attention = 3 * tokens * 4 * 2 * width * context
     return products / (1e9 * model.GPU_PRODUCT_EFFICIENCY) + attention / (
         1e9 * model.GPU_ATTENTION_EFFICIENCY
@@ -146,11 +171,11 @@ def test_attention_over_a_packed_row_counts_the_whole_row_by_hand():
         row_attention=True,
     )
     adam = model.ADAM_BYTES_PER_PARAM * 1000 / 1e9
-    expected = cpu_train_by_hand(52, 52) + adam
+    expected = cpu_train_by_hand(52, 52, loss=32) + adam
     assert model.train_s(job, SMALL, FLAT, 8.0) == pytest.approx(expected)
     # two micro-batches of 26 tokens: each row half as long
     two = replace(job, micro_batch_tokens=30)
-    expected = cpu_train_by_hand(52, 26) + adam
+    expected = cpu_train_by_hand(52, 26, loss=32) + adam
     assert model.train_s(two, SMALL, FLAT, 8.0) == pytest.approx(expected)
 
 
@@ -284,7 +309,7 @@ def lora_job(**extra) -> Job:
 def test_a_lora_step_trains_the_adapters_on_top_of_the_frozen_base_by_hand():
     job, answer = lora_job(), 6.0
     tokens = 2 * 10 + 4 * 6
-    base = cpu_train_by_hand(tokens, 10 + 6, passes=2.0)  # no weight gradients
+    base = cpu_train_by_hand(tokens, 10 + 6, passes=2.0, loss=24)  # no weight gradients
     adapters = 6 * 100 * tokens  # forward 2 x 100 a token, backward twice that
     rate = 1e9 * model.LORA_PRODUCT_EFFICIENCY
     ops = model.TRAIN_OPS_PER_LAYER * 2 + model.LORA_TRAIN_OPS * 2 * 2  # 1 micro-batch
