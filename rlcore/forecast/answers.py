@@ -13,8 +13,9 @@ each point of the runs (`by_step`, in buckets of steps doubling in size), so tha
 than the earlier ones takes the answers of their first steps (`step_scale`): a policy that
 learns to answer shorter makes a long run's mean unlike a short run's. Its step's longest answer
 is kept the same way (`longest_by_step`): a generation step lasts until that answer ends, and
-early on it is mostly one cut at `max_tokens` (the 256-token job: an answer reached 256 in 43
-of its 12 runs' first four steps, 48, and in 1 of the last 8 steps of its 16-step run).
+early on it is mostly one cut at its bound (the 256-token job: an answer ran to the 212 tokens
+`seq_len` leaves after its prompt in 43 of its 12 runs' first four steps, 48, and in 1 of the
+last 8 steps of its 16-step run).
 
 The record holds figures only (no names, no arguments: the key is a hash)."""
 
