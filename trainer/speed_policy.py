@@ -94,9 +94,10 @@ class RunShape:
 
     max_steps: int
     tokens_per_step: int
-    """Tokens a step trains on: a synthetic batch's, or under `rl` the completions' bound
-    (`batch_size` x `sampling.max_tokens`, at most `seq_len` each; each group's prompt, shared
-    by its samples, adds a little)."""
+    """Tokens a step trains on: a synthetic batch's, or under `rl` its completions, as the job's
+    finished runs measured them, else at their bound (`batch_size` x `sampling.max_tokens`, at
+    most `seq_len` each; each group's prompt, shared by its samples, adds a little:
+    launcher/speed.py)."""
     params: int | None = None
 
 

@@ -105,3 +105,24 @@ def test_explicit_settings_stand(tiny_model_dir):
 def test_compile_true_without_a_compiler_is_refused_before_start(tiny_model_dir):
     with pytest.raises(ConfigError, match="trainer.model.compile = true needs a C.. compiler"):
         plan_for(tiny_model_dir, replace(CPU, compiler=""), ON_CPU, "--trainer.model.compile")
+
+
+def test_the_compile_choice_weighs_the_answers_the_job_measured(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """A long GPU run whose answers reach their 16k bound compiles; once its finished runs
+    measured answers of 6 tokens, the same run's steps are too short for a compile to pay."""
+    from launcher.forecast import answers_key
+    from rlcore.forecast import answers
+    from rlcore.host.models import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    flags = ["--max-steps", "10000", "--seq-len", "16384", "--orchestrator.batch-size", "16"]
+    flags += ["--orchestrator.sampling.max-tokens", "16384"]
+    plan = plan_for(tiny_model_dir, H100, ON_GPUS, *flags)
+    assert plan.config.trainer.model.compile is True, plan.speed.compile_why
+    record = answers.summarize([[([True] * 6, 40)] * 16])  # one step: 16 answers of 6 tokens
+    answers.remember(answers_key(plan.config), record, 16384, 16384)
+    plan = plan_for(tiny_model_dir, H100, ON_GPUS, *flags)
+    assert plan.config.trainer.model.compile is False
+    assert "would pay for itself only by step" in plan.speed.compile_why
