@@ -55,6 +55,18 @@ CPU_ELEMENTWISE_BYTES = 1800.0
 functions, residual adds, autocast's casts, the loss head's softmax), per token, layer and
 hidden unit, in bytes at the calibrated copy rate; about the same in any dtype (eager
 element-wise kernels: a third of a bf16 step of the default model, a sixth of an fp32 one)."""
+CPU_COMPILED = {"bfloat16": 0.85, "float32": 1.4}
+"""On a CPU: a compiled training step against the eager one, per compute dtype (the speed
+policy's figures, trainer/speed_policy.py: 40.7 against 47.6 s in bf16, 63.8 against 45.0 s in
+fp32 on a Zen 4 EPYC); 1 for a dtype not listed."""
+COMPILE_IMPORTS = 18.0
+"""A compiled trainer's first step: inductor traces each decoder layer and builds its kernels,
+in units of the CPU time `import torch` measured (the host's CPU, on GPUs too). Measured with a
+cold compile cache on this project's Zen 5 EPYC (import 1.03 s): the 256-token job's first step
+19.6 s longer than its second, a replay of its batches 14.6 s."""
+COMPILE_CACHED_IMPORTS = 4.0
+"""The same where the compile cache already holds compiled graphs (an earlier compile on this
+machine): 4.0-4.3 s measured there."""
 LORA_PRODUCT_EFFICIENCY = 0.3
 """On a CPU: share of the calibrated rate the adapters' thin products (rank x hidden) reach."""
 TRAIN_OPS_PER_LAYER = 160
@@ -201,7 +213,10 @@ class Job:
     adapter: vLLM then skips the adapter's prefill (its decode still gathers)."""
     micro_batch_tokens: int = 2048
     compiled: bool = False
-    """The trainer compiles its layers (`model.compile`; on GPUs: GPU_COMPILED)."""
+    """The trainer compiles its layers (`model.compile`): its steps take GPU_COMPILED or
+    CPU_COMPILED of an eager one's compute, its first step the compile (`compile_s`)."""
+    compile_cached: bool = False
+    """The compile cache already holds compiled graphs (COMPILE_CACHED_IMPORTS)."""
     recompute: float = 0.0
     """Share of the layers whose forward the backward runs again (activation checkpointing:
     1 for every layer, 1/n for every n-th; 0 off)."""
@@ -279,6 +294,8 @@ class Forecast:
     starts (`rlcore.forecast.report.keep_measurement`)."""
     warmup_s: float = 0.0
     """The first batch's generation, part of `start_s` (`warmup_s`)."""
+    compile_s: float = 0.0
+    """The compile in the trainer's first step, part of `wall_s` (`compile_s`; 0 eager)."""
     disk_fullest: float = 0.0
     """Bytes the run folder holds at its fullest: `disk` with one checkpoint more, written while
     the newest kept is still there (what `rl sft` checks against the free space before it
@@ -308,6 +325,7 @@ class Forecast:
             "wall_s": round(self.wall_s, 1),
             "wall_range_s": [round(x, 1) for x in self.wall_range],
             "warmup_s": round(self.warmup_s, 2),
+            "compile_s": round(self.compile_s, 2),
             "untrained_batches": self.untrained_batches,
             "memory_bytes": {k: int(v) for k, v in self.memory.items()},
             "machine_memory_bytes": int(self.machine_memory),
@@ -575,9 +593,10 @@ def cpu_train_compute_s(
     products = product_flops(job, shape, tokens, loss_tokens) / (rate * CPU_PRODUCT_EFFICIENCY)
     attention = 3 * (forward_flops(shape, tokens, context) - 2 * shape.matmul_params * tokens)
     elementwise = tokens * shape.layers * shape.hidden * CPU_ELEMENTWISE_BYTES
-    return (
+    compute = (
         products + attention / (fp32 * CPU_ATTENTION_EFFICIENCY) + elementwise / speeds.copy_bytes
     )
+    return compute * (CPU_COMPILED.get(job.train_dtype, 1.0) if job.compiled else 1.0)
 
 
 def lora_train_s(
@@ -652,6 +671,14 @@ def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     return (SFT_START_IMPORTS if job.sft else START_IMPORTS) * speeds.import_s + load
 
 
+def compile_s(job: Job, speeds: Speeds) -> float:
+    """The compile in a compiled trainer's first step (COMPILE_IMPORTS, COMPILE_CACHED_IMPORTS
+    from a warm cache); 0 eager."""
+    if not job.compiled:
+        return 0.0
+    return (COMPILE_CACHED_IMPORTS if job.compile_cached else COMPILE_IMPORTS) * speeds.import_s
+
+
 def end_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     """The last checkpoint's write and the processes' stop."""
     write = checkpoint_bytes(job, shape) / speeds.copy_bytes * CHECKPOINT_COPIES
@@ -719,7 +746,7 @@ def run_times(
     last, whose batch was generated during the step before: it trains and publishes alone
     (measured: 3.3 s where a LoRA run's other steps took 16 to 24). A LoRA run's steps up to
     batch `async_level` take the base policy's step (no adapter served yet; batch 0 is the
-    warm-up's)."""
+    warm-up's). A compiled trainer's first step adds the compile (`compile_s`)."""
     mid = stretched_phases(job, shape, speeds, slowdown)
     steps = max(job.max_steps, 1)
     first, base_steps = mid["step"], 0
@@ -731,6 +758,7 @@ def run_times(
     start = start_s(job, shape, speeds) * slowdown + warmup_s(job, shape, speeds, slowdown)
     end = end_s(job, shape, speeds)
     wall = start + base_steps * first + (steps - 1 - base_steps) * mid["step"] + last + end
+    wall += compile_s(job, speeds) * slowdown
     return mid, start, end, wall
 
 
@@ -789,6 +817,7 @@ def estimate(job: Job, shape: ModelShape, speeds: Speeds, slowdown: float = 1.0)
         disk=disk(job, shape, job.answer_mean),
         gpu_hours=gpus * wall / 3600,
         warmup_s=warmup_s(job, shape, speeds, slowdown),
+        compile_s=compile_s(job, speeds) * slowdown,
         disk_fullest=sum(disk(fullest(job), shape, job.answer_mean).values()),
         untrained_batches=0 if job.sft else job.async_level + 1,
     )

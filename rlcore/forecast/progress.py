@@ -62,6 +62,8 @@ class Progress:
     """Before the first step: the processes' start (imports, engines, loading) from `start`."""
     estimated_warmup_s: float | None = None
     """The first step's warm-up as the estimate has it (None: a step of the pace)."""
+    estimated_compile_s: float = 0.0
+    """A compiled trainer's compile in its first step, as the estimate has it (0: eager)."""
     policy: PacePolicy = PACE
 
     def step_done(self, done: int, now: float) -> None:
@@ -97,7 +99,8 @@ class Progress:
     def left_s(self, now: float) -> float | None:
         """Seconds until the run ends (the trainer's steps left, then the end; before its first
         step, counted from the first batch, or before that batch what is left of the start and
-        the first step's warm-up); None without any figure."""
+        the first step's warm-up), with a compiled trainer's compile until its first step;
+        None without any figure."""
         done = max(self.seen, default=0)
         since_last = now - self.seen[done] if done else 0.0
         if done >= self.max_steps:
@@ -109,9 +112,11 @@ class Progress:
             first = min(min(self.batches), self.max_steps)  # a resumed run's: its next step's
             since_first = now - self.batches[min(self.batches)]
             steps = self.max_steps - first + 1
-            return max(steps * pace - since_first, 0.0) + self.estimated_end_s
+            left = steps * pace + self.estimated_compile_s - since_first
+            return max(left, 0.0) + self.estimated_end_s
         left = max((self.max_steps - done) * pace - since_last, 0.0) + self.estimated_end_s
         if not done:
+            left += self.estimated_compile_s
             warmup = pace
             if self.estimated_warmup_s is not None and self.estimated_step_s:
                 warmup = self.estimated_warmup_s * pace / self.estimated_step_s
@@ -161,16 +166,17 @@ def number(value: object, low: float = 0.0) -> float | None:
 def from_estimate(estimate: object, max_steps: int, start: float = 0.0) -> Progress:
     """The progress of a run of `max_steps` against its estimate (run.json's `estimate`, the
     record of `rlcore.forecast.model.Forecast`), before any step: the estimate's own steps on
-    average (its wall less its start and end: a LoRA run's first steps are the base policy's,
-    shorter), its warm-up, start and end, so that the time left at the start is its wall time.
-    Damaged fields count as absent."""
+    average (its wall less its start, compile and end: a LoRA run's first steps are the base
+    policy's, shorter), its warm-up, compile, start and end, so that the time left at the
+    start is its wall time. Damaged fields count as absent."""
     estimate = estimate if isinstance(estimate, dict) else {}
     step_s = number(estimate.get("step_s"))
     wall, start_s = number(estimate.get("wall_s")), number(estimate.get("start_s"))
     end_s, warmup = number(estimate.get("end_s")), number(estimate.get("warmup_s"))
     untrained = estimate.get("untrained_batches")
+    compile_s = number(estimate.get("compile_s")) or 0.0
     if step_s and wall is not None and start_s is not None and end_s is not None:
-        steps = (wall - start_s - end_s) / max(max_steps, 1)
+        steps = (wall - start_s - end_s - compile_s) / max(max_steps, 1)
         step_s = steps if steps > 0 else step_s
     return Progress(
         max_steps,
@@ -182,6 +188,7 @@ def from_estimate(estimate: object, max_steps: int, start: float = 0.0) -> Progr
         else 0,
         estimated_start_s=max((start_s or 0.0) - (warmup or 0.0), 0.0),
         estimated_warmup_s=warmup,
+        estimated_compile_s=compile_s,
     )
 
 

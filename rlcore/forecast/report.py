@@ -6,6 +6,7 @@ only (no role's schema imported); never raises where it says so."""
 
 import ast
 import importlib.util
+import os
 from pathlib import Path
 
 from rlcore.config.base import CPU_BLOCK_TOKENS, GPU_BLOCK_TOKENS
@@ -15,6 +16,7 @@ from rlcore.forecast.model import GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
 from rlcore.forecast.shape import ModelShape, shape_of
 from rlcore.host.machine import DTYPE_BYTES
+from rlcore.host.models import cache_dir
 
 
 def environment_turns(env_id: str, args: dict) -> int:
@@ -206,6 +208,11 @@ def validated(phases: dict[str, float]) -> str:
     return f"; validation {share:.1f} s a step on average" if share >= 0.05 else ""
 
 
+def compiling(result: Forecast) -> str:
+    """The run line's words for a compiled trainer's compile in its first step."""
+    return f", compile {duration(result.compile_s)}" if result.compile_s >= 0.5 else ""
+
+
 def describe(
     result: Forecast, job: Job, machine_gib: float | None, price: float | None
 ) -> list[str]:
@@ -220,7 +227,8 @@ def describe(
         else f"  step: ~{result.step_s:.1f} s (generate {p['generate']:.1f}, orchestrator wait "
         f"{p['wait']:.1f}, train {p['train']:.1f}, publish {p['publish']:.1f})",
         f"  run: ~{duration(result.wall_s)} for {job.max_steps} steps ({duration(low)} to "
-        f"{duration(high)}; start {duration(result.start_s)}, end {duration(result.end_s)})",
+        f"{duration(high)}; start {duration(result.start_s)}{compiling(result)}, end "
+        f"{duration(result.end_s)})",
     ]
     memory = ", ".join(f"{name} {gib(v)}" for name, v in result.memory.items())
     have = f" of {machine_gib:.0f} GiB" if machine_gib else ""
@@ -328,6 +336,17 @@ def val_rows(name: str) -> int:
     return round(len(lines) * size / SAMPLE_BYTES)
 
 
+def compile_cached() -> bool:
+    """Whether inductor's cache already holds compiled graphs (trainer/speed.py's folder:
+    `$TORCHINDUCTOR_CACHE_DIR`, else the cache folder's `compile/`): a compile then builds
+    less (rlcore.forecast.model.COMPILE_CACHED_IMPORTS)."""
+    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "compile")
+    try:
+        return any((folder / "fxgraph").iterdir())
+    except OSError:  # none yet, or not readable: taken as cold
+        return False
+
+
 def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> Job:
     """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0);
     `tokens`: the mean tokens per example as tokenized (`sft --check-data`), else guessed from
@@ -363,6 +382,8 @@ def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> 
         trainable=trainable,
         lora_targets=len(config.lora.target_modules) if config.lora else 0,
         micro_batch_tokens=micro,
+        compiled=config.model.compile is True,
+        compile_cached=config.model.compile is True and compile_cached(),
         on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0,
         checkpoints_kept=kept,

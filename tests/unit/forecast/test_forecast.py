@@ -446,6 +446,50 @@ def test_the_whole_estimate_adds_its_parts():
     assert json.loads(json.dumps(record))["wall_s"] == round(result.wall_s, 1)
 
 
+def test_a_compiled_trainer_pays_its_compile_once_and_steps_faster_by_hand():
+    """Compiled, a CPU step's compute takes CPU_COMPILED of the eager one's (0.85 in bf16),
+    and the first step adds the compile: COMPILE_IMPORTS import units from a cold cache,
+    COMPILE_CACHED_IMPORTS from a warm one (FLAT: 1 s a unit), in the wall and on its own."""
+    speeds = replace(FLAT, matmul_flops={"float32": 1e9, "bfloat16": 2e9})
+    eager = Job(max_steps=5, rollouts=4, answer_tokens=8, train_dtype="bfloat16", async_level=0)
+    compiled = replace(eager, compiled=True)
+    tokens, context = model.train_tokens(eager, 8.0), eager.prompt_tokens + 8.0
+    compute = model.cpu_train_compute_s(eager, SMALL, speeds, tokens, context, 32.0)
+    assert model.cpu_train_compute_s(
+        compiled, SMALL, speeds, tokens, context, 32.0
+    ) == pytest.approx(0.85 * compute)
+    assert model.compile_s(eager, speeds) == 0.0
+    assert model.compile_s(compiled, speeds) == model.COMPILE_IMPORTS == 18.0
+    assert model.compile_s(replace(compiled, compile_cached=True), speeds) == 4.0
+    slow = model.estimate(compiled, SMALL, speeds, slowdown=2.0)
+    assert slow.compile_s == 36.0  # CPU work: stretched on a shared machine like the rest
+    result = model.estimate(compiled, SMALL, speeds)
+    steps = 4 * result.step_s + result.phases["train"] + result.phases["publish"]
+    assert result.wall_s == pytest.approx(result.start_s + steps + 18.0 + result.end_s)
+    assert result.record()["compile_s"] == 18.0
+    fast = model.estimate(replace(compiled, compile_cached=True), SMALL, speeds)
+    assert result.wall_s - fast.wall_s == pytest.approx(14.0)
+    assert model.estimate(eager, SMALL, speeds).compile_s == 0.0
+
+
+def test_the_time_left_holds_the_compile_until_the_first_step():
+    """The estimate's compile counts before the trainer's first step, after the first batch
+    too, and is gone once that step is seen; the estimate's own steps on average leave it out,
+    so the time left at the start is the wall time."""
+    estimate = {"step_s": 10.0, "wall_s": 80.0, "start_s": 20.0, "end_s": 2.0, "compile_s": 18.0}
+    clock = progress.from_estimate(estimate | {"warmup_s": 0.0}, 4, start=100.0)
+    assert clock.estimated_step_s == pytest.approx(10.0)  # (80 - 20 - 2 - 18) / 4
+    assert clock.left_s(100.0) == pytest.approx(80.0)
+    clock.batch_done(1, 120.0)
+    assert clock.left_s(120.0) == pytest.approx(4 * 10.0 + 18.0 + 2.0)
+    assert clock.left_s(150.0) == pytest.approx(4 * 10.0 + 18.0 - 30.0 + 2.0)
+    clock.step_done(1, 160.0)
+    assert clock.left_s(160.0) == pytest.approx(3 * 10.0 + 2.0)
+    for damaged in (-1.0, math.nan, "18", True, None):
+        read = progress.from_estimate(estimate | {"compile_s": damaged}, 4)
+        assert read.estimated_compile_s == 0.0
+
+
 def test_an_sft_job_has_no_inference():
     job = Job(max_steps=3, rollouts=4, answer_tokens=32, sft=True, trainer_peak=1.0)
     result = model.estimate(job, SMALL, FLAT)
