@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 
 from rlcore.files.disk_use import folder_bytes
+from rlcore.forecast import contention
 from rlcore.forecast.answers import MAX_STEPS_READ, remember, summarize
 from rlcore.forecast.progress import accuracy, duration, from_estimate
 from rlcore.processes.procs import high_water_bytes
@@ -93,6 +94,7 @@ class RunClock:
         self.answers_key = forecast.answers_key if forecast is not None else ""
         self.answers_bound = forecast.answers_bound if forecast is not None else 0
         self.answers_seq_len = forecast.answers_seq_len if forecast is not None else 0
+        self.contention_key = forecast.contention_key if forecast is not None else ""
         self.started = time.monotonic()
         self.progress = from_estimate(self.estimate, max_steps, start=self.started)
         self.first_step_at: float | None = None
@@ -160,6 +162,9 @@ class RunClock:
         if self.answers_key and self.progress.seen:  # for the next estimate of this job
             found = archived_answers(root, self.answers_bound)
             remember(self.answers_key, found, self.answers_bound, self.answers_seq_len)
+        if self.contention_key:  # this machine's async steps, for its next estimate
+            figure = contention.measure(self.estimate, self.progress.steady_s())
+            contention.remember(self.contention_key, figure)
         return measured
 
     def against_estimate(self) -> str | None:

@@ -4,8 +4,10 @@ machine's, the disk at the end, GPU-hours and their price. The figures come from
 rlcore/forecast (the model's shape, the job from the config, this machine's measured speed);
 an estimate that cannot be made says why in one line and never stops the run."""
 
+from dataclasses import replace
+
 from rlcore.files.disk_full import free_bytes
-from rlcore.forecast import answers
+from rlcore.forecast import answers, contention
 from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
     basis,
@@ -152,9 +154,15 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     if found is None:
         return None, [f"Estimate: not made ({why})"]
     slowdown, busy = shared(plan.machine)
+    shares_cores = not job.on_gpu and job.async_level > 0
+    kept = contention.recall(found.fingerprint) if shares_cores else None
+    if kept is not None:
+        job = replace(job, contention=kept.factor)
     result = estimate(job, shape, found, slowdown)
-    said = answers.words(measured, job.answer_tokens, job.max_turns)
-    result.basis = [*basis(shape, source, job, found, dry_run), said, *busy]
+    said = [answers.words(measured, job.answer_tokens, job.max_turns)]
+    said += [contention.words(kept)] if shares_cores else []
+    result.basis = [*basis(shape, source, job, found, dry_run), *said, *busy]
+    result.contention_key = found.fingerprint if shares_cores else ""
     result.speeds, result.answers_key = found, answers_key(config)
     result.answers_bound, result.answers_seq_len = job.answer_tokens, job.seq_len
     machine_gib = plan.machine.memory_gib if plan.machine else None

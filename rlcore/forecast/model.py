@@ -55,18 +55,20 @@ CPU_ELEMENTWISE_BYTES = 1800.0
 functions, residual adds, autocast's casts, the loss head's softmax), per token, layer and
 hidden unit, in bytes at the calibrated copy rate; about the same in any dtype (eager
 element-wise kernels: a third of a bf16 step of the default model, a sixth of an fp32 one)."""
-CPU_COMPILED = {"bfloat16": 0.85, "float32": 1.4}
-"""On a CPU: a compiled training step against the eager one, per compute dtype (the speed
-policy's figures, trainer/speed_policy.py: 40.7 against 47.6 s in bf16, 63.8 against 45.0 s in
-fp32 on a Zen 4 EPYC); 1 for a dtype not listed."""
+CPU_COMPILED = {"bfloat16": 0.9, "float32": 1.4}
+"""On a CPU: a compiled training step against the eager one, per compute dtype: in bf16 0.85 on
+a Zen 4 EPYC (the speed policy's figures, trainer/speed_policy.py: 40.7 against 47.6 s) and
+0.93-0.96 on a Zen 5 EPYC (the 256-token job's batches replayed); in fp32 1.4 on the Zen 4
+(63.8 against 45.0 s); 1 for a dtype not listed."""
 COMPILE_IMPORTS = 18.0
 """A compiled trainer's first step: inductor traces each decoder layer and builds its kernels,
 in units of the CPU time `import torch` measured (the host's CPU, on GPUs too). Measured with a
 cold compile cache on this project's Zen 5 EPYC (import 1.03 s): the 256-token job's first step
-19.6 s longer than its second, a replay of its batches 14.6 s."""
+19.6 s longer than its second, a replay of its batches 20.5 s (both with the eager first
+step's own one-offs, `START_IMPORTS`)."""
 COMPILE_CACHED_IMPORTS = 4.0
 """The same where the compile cache already holds compiled graphs (an earlier compile on this
-machine): 4.0-4.3 s measured there."""
+machine): 3.6-4.1 s measured there."""
 LORA_PRODUCT_EFFICIENCY = 0.3
 """On a CPU: share of the calibrated rate the adapters' thin products (rank x hidden) reach."""
 TRAIN_OPS_PER_LAYER = 160
@@ -110,15 +112,18 @@ tensor cast on the GPU and copied into pinned buffers; the write runs in the bac
 SHARED_CORES_CONTENTION = 1.15
 """Where generation and training run at once on the same CPU cores (an async run on a CPU),
 their work adds up, and each process's threads then wait on the other's: the step is their sum
-times this (measured 1.07-1.40 on six jobs on both ISAs, but the quick start under the AVX2
-cap, 0.97)."""
-START_IMPORTS = 11.0
+times this (measured 1.07-1.40 on six jobs on both ISAs of a Zen 4 EPYC, but the quick start
+under the AVX2 cap, 0.97; 1.4-2.0 on a Zen 5 EPYC), until a finished run measured the machine's
+own (`Job.contention`, rlcore.forecast.contention)."""
+START_IMPORTS = 13.0
 """An `rl` run's start (imports, vLLM's engine, the trainer's model and the environments) and
 its first batch's and first step's one-off work (vLLM's first requests, the trainer's first
-allocations), in units of the CPU time `import torch` measured. Measured on this project's
-EPYC, 32 runs natively and under the AVX2 cap (import 1.35 s): 11-13 s from `rl` to the first
-batch's generation (8-10 units), which then took 1-2 s longer than estimated, and the first
-trainer step about 1 s longer than the next."""
+allocations: AdamW's moments, the first passes' buffers), in units of the CPU time `import
+torch` measured. Measured on a Zen 4 EPYC, 32 runs natively and under the AVX2 cap (import
+1.35 s): 11-13 s from `rl` to the first batch's generation (8-10 units), which then took 1-2 s
+longer than estimated, and the first trainer step about 1 s longer than the next. On a Zen 5
+EPYC (import 1.03 s): 9.2-9.8 s to the first batch's generation, 1.7-1.9 s more in it, and
+the first trainer step 1.3-4.8 s longer than the next (each phase alone)."""
 SFT_START_IMPORTS = 7.5
 """The same for `rl sft` and `sft` (no inference, no orchestrator)."""
 CHECKPOINT_COPIES = 40.0
@@ -223,6 +228,9 @@ class Job:
     row_attention: bool = False
     """The trainer's attention computes every token of a packed row against every other (sdpa
     with the shared-prompt mask, `data.share_prompts`: the masked pairs are computed too)."""
+    contention: float = SHARED_CORES_CONTENTION
+    """An async step on a CPU against its generation, training and publish added up: this
+    machine's as its finished runs measured it (rlcore.forecast.contention), else the default."""
     max_concurrent: int = 32
     block_tokens: int = CPU_BLOCK_TOKENS
     """inference's KV-cache block (`vllm_args.block_size`): the prefix cache shares whole ones."""
@@ -310,6 +318,9 @@ class Forecast:
     """The job's bound on an answer (`max_tokens`), which the answers it keeps respect."""
     answers_seq_len: int = 0
     """The job's `seq_len`, the bound on the environment's tokens in the answers it keeps."""
+    contention_key: str = ""
+    """The machine's calibration fingerprint, under which an async run on a CPU keeps its
+    measured contention when it ends (rlcore.forecast.contention); empty elsewhere."""
 
     @property
     def disk_total(self) -> float:
@@ -654,7 +665,7 @@ def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
     elif job.on_gpu:
         step = max(generate, trainer_side)
     else:  # one set of cores: both at once take longer than one after the other
-        step = SHARED_CORES_CONTENTION * (generate + trainer_side)
+        step = job.contention * (generate + trainer_side)
     return {
         "generate": generate,
         "wait": max(step - generate, 0.0),

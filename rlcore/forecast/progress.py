@@ -5,7 +5,7 @@ estimate was. Pure: the caller gives the clock's readings."""
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlcore.reporting.metrics import is_training_step
 
@@ -83,6 +83,15 @@ class Progress:
             for a, b in zip(done, done[1:], strict=False):
                 found.append((times[b] - times[a]) / (b - a))
         return found
+
+    def steady_s(self) -> float | None:
+        """A finished run's steady step: the median of its intervals but the last step's (it
+        only trains: its batch was generated during the step before); None with fewer than
+        two."""
+        last = max(self.seen, default=0)
+        seen = {n: t for n, t in self.seen.items() if n < last or last < self.max_steps}
+        found = replace(self, seen=seen).intervals()
+        return statistics.median(found) if len(found) >= 2 else None
 
     def pace_s(self) -> float | None:
         """Seconds per step: the measured intervals' median once there are `median_from`, before
