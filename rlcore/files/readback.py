@@ -267,6 +267,18 @@ def read_object(path: Path, bound: Bound, root: Path | None = None) -> dict:
     return value
 
 
+def read_kept(path: Path) -> dict | None:
+    """A small record the program keeps in its cache (a job's answers, a machine's contention),
+    read back as data it did not write: None where there is no file or the bounded reader
+    refuses it (a FIFO, a huge, deep or non-UTF-8 file, no JSON object)."""
+    try:
+        if not path.exists():
+            return None
+        return read_object(path, SMALL)
+    except (OSError, ValueError, Damaged):
+        return None
+
+
 def json_safe(value: Any, depth: int = JSON_DEPTH) -> Any:
     """`value` as strict JSON can carry it: NaN and infinities as the words "NaN", "Infinity"
     and "-Infinity", strings with lone surrogates (undecodable bytes) repaired with U+FFFD,

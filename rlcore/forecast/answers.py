@@ -385,16 +385,9 @@ def recall(key: str, max_tokens: int, seq_len: int) -> Measured | None:
 def read_record(key: str) -> dict | None:
     """The record kept under `key` as read (not yet checked), or None: no file, or one the
     bounded reader refuses (a FIFO, a huge, deep or non-UTF-8 file)."""
-    from rlcore.files.readback import SMALL, Damaged, read_object
+    from rlcore.files.readback import read_kept
 
-    path = answers_file(key)
-    try:
-        if not path.exists():
-            return None
-        found = read_object(path, SMALL)
-    except (OSError, ValueError, Damaged):
-        return None
-    return found if isinstance(found, dict) else None
+    return read_kept(answers_file(key))
 
 
 def remember(key: str, record: dict | None, max_tokens: int, seq_len: int) -> None:

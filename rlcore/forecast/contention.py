@@ -57,18 +57,12 @@ def within(value: object) -> float | None:
 def recall(fingerprint: str) -> Contention | None:
     """The figure kept for this machine; None when there is none or it is damaged (read through
     the bounded reader: a FIFO, a huge, deep or non-UTF-8 file is refused)."""
-    from rlcore.files.readback import SMALL, Damaged, read_object
+    from rlcore.files.readback import read_kept
 
     if not FINGERPRINT.fullmatch(fingerprint or ""):
         return None
-    path = contention_file(fingerprint)
-    try:
-        if not path.exists():
-            return None
-        found = read_object(path, SMALL)
-    except (OSError, ValueError, Damaged):
-        return None
-    if not isinstance(found, dict) or found.get("version") != CONTENTION_VERSION:
+    found = read_kept(contention_file(fingerprint))
+    if found is None or found.get("version") != CONTENTION_VERSION:
         return None
     factor, runs = within(found.get("factor")), found.get("runs")
     if factor is None or isinstance(runs, bool) or not isinstance(runs, int):
