@@ -7,6 +7,7 @@ then make sure no engine process outlives this one.
 """
 
 import asyncio
+import errno
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from rlcore.config.toml_io import write_config
 from rlcore.errors import ConfigError
 from rlcore.host.machine import bf16_matmul_refusal, probe, serving_dtypes, slow_bf16_warning
 from rlcore.processes import children, heap
-from rlcore.processes.health import SERVER_NONCE_ENV, port_problem
+from rlcore.processes.health import SERVER_NONCE_ENV, port_holder, port_problem
 from rlcore.processes.poll import wait_until_async
 from rlcore.processes.ports import DEFAULT_PORT, held_for_me, reservation_holder, reserve
 from rlcore.reporting.logs import setup_logging
@@ -71,6 +72,9 @@ def run(config: InferenceConfig) -> None:
         code = uvloop.run(serve(args, config, model_path, start))
     except KeyboardInterrupt:
         logger.info("interrupted")
+    except ConfigError as err:
+        stop_children()
+        exit_with(str(err), PROG)
     finally:
         stop_children()
         logger.info("stopped")
@@ -217,6 +221,17 @@ def write_resolved_config(config: InferenceConfig) -> None:
     waits.setup(run_dir.root, name)  # what it waits for, for rl to read
 
 
+def port_lost(host: str, port: int | None) -> str:
+    """Why the server cannot listen: `port` was free when checked and taken before the bind."""
+    holder = port_holder(port) if port else None
+    return (
+        f"port {port} on {host} was taken before this server could listen on it "
+        f"({f'by {holder}' if holder else 'by another program'}): free it, or pick another "
+        "port with --server.port (under rl: --inference.server.port; left unset, rl takes a "
+        "free one from 8000 up)"
+    )
+
+
 async def serve(args, config: InferenceConfig, model_path: str, start: float) -> int:
     """Load the engine, serve HTTP until a signal, shut the engine down; returns the exit
     code: 0 after a signal, 1 when the engine died under the server."""
@@ -227,7 +242,12 @@ async def serve(args, config: InferenceConfig, model_path: str, start: float) ->
     # startup swallows KeyboardInterrupt in places (zmq_socket_ctx) and would go on loading.
     signal.signal(signal.SIGTERM, stop_during_startup)
     signal.signal(signal.SIGINT, stop_during_startup)
-    _, sock = setup_server(args, reuse_port=False)
+    try:
+        _, sock = setup_server(args, reuse_port=False)
+    except OSError as err:  # taken between the launcher's check and this bind
+        if err.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(port_lost(config.server.host, config.server.port)) from None
     logging.getLogger("vllm.v1.engine.async_llm").addFilter(quiet_requested_stop)
     if cpu_fork.ACTIVE:  # vLLM's CPU processes are forked from here
         cpu_fork.child_forgets(sock, STOPPING)
