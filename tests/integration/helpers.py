@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -32,6 +33,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1, below the ephemeral range
+    (32768 up), from which any outgoing connection or `bind(0)` (vLLM's own sockets) may draw
+    the port next to one `free_port` returned."""
+    start = 20000 + random.randrange(0, 10000)
+    for first in range(start, start + 2000):
+        socks = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {count} free ports in a row from {start}")
 
 
 def tiny_rl_toml(model_dir: Path, out: Path, port: int, max_steps: int = 4, **extra: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import (
-    free_port,
+    free_ports,
     kill_sessions,
     run_state,
     start_rl,
@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def run_collective(tmp_path: Path, model: Path, *flags: str, max_steps: int = 4):
     out = tmp_path / "run"
     config = tmp_path / "rl.toml"
-    config.write_text(tiny_rl_toml(model, out, free_port(), max_steps=max_steps))
+    port = free_ports(2)  # two replicas listen on port and port + 1
+    config.write_text(tiny_rl_toml(model, out, port, max_steps=max_steps))
     log = tmp_path / "rl.log"
     rl = start_rl(config, "--weight-transfer.type", "collective", *flags, log=log)
     return rl, out, log
