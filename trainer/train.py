@@ -135,7 +135,13 @@ def setup_trainer(config: TrainerConfig, world: World) -> Trainer:
     if world.is_main:
         write_config(config, run_dir.config_file("trainer"))
     model = load_model(
-        config.model, source, world, config.lora, trainer_run(config, world), config.optim.fused
+        config.model,
+        source,
+        world,
+        config.lora,
+        trainer_run(config, world),
+        config.optim.fused,
+        masked_rows=config.data.share_prompts,
     )
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
     sender = build_sender(

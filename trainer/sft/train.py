@@ -93,7 +93,7 @@ def setup_sft(config: SFTConfig, world: World) -> SFT:
     run_dir, resume_step = setup_run_dir(config, world)
     if world.is_main:
         write_config(config, run_dir.config_file("sft"))
-    model = load_model(config.model, source, world, config.lora)
+    model = load_model(config.model, source, world, config.lora, masked_rows=False)
     if config.model.serving_dtype is None:  # the final folder keeps the fp32 master weights
         model.serving_dtype = torch.float32
     optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)

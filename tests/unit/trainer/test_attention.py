@@ -61,6 +61,37 @@ def test_auto_picks_sdpa_on_cpu_and_says_so(caplog):
     assert "attention: sdpa (attn_implementation = auto)" in caplog.text
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_auto_goes_sample_by_sample_on_cpu_where_rows_carry_no_mask(dtype):
+    cpu = torch.device("cpu")
+    assert choose_attention("auto", cpu, dtype, masked_rows=False) == "varlen"
+    assert choose_attention("auto", cpu, dtype, masked_rows=True) == "sdpa"
+    assert choose_attention("sdpa", cpu, dtype, masked_rows=False) == "sdpa"  # asked for
+
+
+def test_auto_keeps_sdpa_on_cuda_in_fp32_whatever_the_rows():
+    cuda = torch.device("cuda")
+    assert choose_attention("auto", cuda, torch.float32, masked_rows=False) == "sdpa"
+
+
+def test_packed_rows_sample_by_sample_in_bf16_match_each_sample_alone(tiny_model_dir):
+    packed, alone = packed_and_alone(tiny_model_dir, "varlen", "cpu", torch.bfloat16)
+    torch.testing.assert_close(packed.float(), alone.float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize(("length", "kv_heads"), [(1, 2), (7, 1), (40, 4)])
+def test_per_sample_sdpa_takes_the_4d_kernel_and_matches_by_hand(length, kv_heads):
+    torch.manual_seed(length)
+    cu_seqlens = [0, length, 2 * length + 3]
+    q = torch.randn(cu_seqlens[-1], 4, 8, requires_grad=True)
+    k, v = (torch.randn(cu_seqlens[-1], kv_heads, 8, requires_grad=True) for _ in range(2))
+    out = attention.per_sample_sdpa(q, k, v, cu_seqlens, 0.5, -1)
+    expected = by_hand(q, k, v, cu_seqlens, 0.5)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()  # the backward runs through the same 4-D kernel
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
 def test_auto_prefers_flash_attn_then_varlen_on_cuda(monkeypatch):
     cuda = torch.device("cuda")
     monkeypatch.setattr(attention, "varlen_available", lambda: True)

@@ -179,7 +179,8 @@ def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tm
         }
     )
     world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
-    model = load_model(config.model, str(tiny_model_dir), world)
+    model = load_model(config.model, str(tiny_model_dir), world, masked_rows=False)  # as sft
+    assert model.config._attn_implementation == "varlen"  # sample by sample on a CPU
     sft = SFT(config, world, None, model, None, None, None, examples, [])
     loss, num_targets = backward(sft, examples)
 
@@ -200,3 +201,15 @@ def test_the_loss_is_the_mean_nll_of_target_tokens(tiny_model_dir, tokenizer, tm
     assert num_targets == count == sum(sum(e.targets) for e in examples)
     assert loss == pytest.approx(nll / count, rel=1e-5)
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_a_compiled_model_keeps_sdpa_though_its_rows_carry_no_mask(tiny_model_dir):
+    world = World(rank=0, world_size=1, device=torch.device("cpu"), distributed=False)
+    config = SFTConfig.model_validate(
+        {
+            "model": {"name": str(tiny_model_dir), "dtype": "float32", "compile": True},
+            "data": {"name": "unused"},
+        }
+    )
+    model = load_model(config.model, str(tiny_model_dir), world, masked_rows=False)
+    assert model.config._attn_implementation == "sdpa"  # no per-sample loop under compile
