@@ -10,6 +10,7 @@ from rlcore.files.disk_full import free_bytes
 from rlcore.forecast import answers, contention
 from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
 from rlcore.forecast.report import (
+    attends_whole_rows,
     basis,
     block_tokens,
     checkpoint_counts,
@@ -85,8 +86,12 @@ def rl_job(plan, shape: ModelShape) -> Job:
         config, plan.gpu_map, shape, ac, trainer.model.activation_checkpointing_freq
     )
     kv = 0.0 if inference_gpus else inference.cpu.kvcache_space_gib * GIB
-    attention = trainer.model.attn_implementation
-    sdpa = attention == "sdpa" or (attention == "auto" and not gpus)  # trainer/attention.py
+    whole_rows = attends_whole_rows(
+        trainer.model.attn_implementation,
+        bool(gpus),
+        trainer.data.share_prompts,
+        trainer.model.compile is not False,
+    )
     measured = measured_answers(config)
     return Job(
         max_steps=trainer.max_steps,
@@ -108,7 +113,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         compiled=trainer.model.compile is True,
         compile_cached=trainer.model.compile is True and compile_cached(),
         recompute=1 / trainer.model.activation_checkpointing_freq if ac else 0.0,
-        row_attention=trainer.data.share_prompts and sdpa,
+        row_attention=whole_rows,
         max_concurrent=orch.client.max_concurrent,
         block_tokens=block_tokens(inference.vllm_args, bool(inference_gpus)),
         on_gpu=bool(gpus),

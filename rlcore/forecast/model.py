@@ -227,7 +227,8 @@ class Job:
     1 for every layer, 1/n for every n-th; 0 off)."""
     row_attention: bool = False
     """The trainer's attention computes every token of a packed row against every other (sdpa
-    with the shared-prompt mask, `data.share_prompts`: the masked pairs are computed too)."""
+    or eager through a mask: the masked pairs are computed too), not each sample's own
+    (rlcore.forecast.report.attends_whole_rows)."""
     contention: float = SHARED_CORES_CONTENTION
     """An async step on a CPU against its generation, training and publish added up: this
     machine's as its finished runs measured it (rlcore.forecast.contention), else the default."""

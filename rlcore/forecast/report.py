@@ -347,6 +347,17 @@ def compile_cached() -> bool:
         return False
 
 
+def attends_whole_rows(kernel: str, on_gpu: bool, masked_rows: bool, may_compile: bool) -> bool:
+    """Whether the trainer's attention computes every token of a packed row against every other
+    (trainer/attention.py `choose_attention`): sdpa and eager do, through a mask (shared
+    prompts' explicit one, or transformers' block-diagonal one for packed samples); `auto`
+    takes sdpa on a CPU where rows carry a mask (`masked_rows`) or the model may compile, and
+    otherwise goes sample by sample (a CPU) or runs a variable-length kernel (a GPU)."""
+    if kernel == "auto":
+        return not on_gpu and (masked_rows or may_compile)
+    return kernel in ("sdpa", "eager")
+
+
 def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> Job:
     """The `rl sft` run of `config` on this machine, as the estimate sees it (CPU or GPU 0);
     `tokens`: the mean tokens per example as tokenized (`sft --check-data`), else guessed from
@@ -384,6 +395,9 @@ def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> 
         micro_batch_tokens=micro,
         compiled=config.model.compile is True,
         compile_cached=config.model.compile is True and compile_cached(),
+        row_attention=attends_whole_rows(
+            config.model.attn_implementation, on_gpu, False, config.model.compile is True
+        ),
         on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0,
         checkpoints_kept=kept,

@@ -172,6 +172,34 @@ def test_an_sft_estimate_takes_the_tokens_the_data_check_counted(tmp_path):
     assert report.sft_job(config, None, SHAPE, 500.0).answer_tokens == 64  # at most seq_len
 
 
+@pytest.mark.parametrize(
+    ("kernel", "on_gpu", "masked_rows", "may_compile", "whole"),
+    [
+        ("auto", False, True, False, True),  # shared prompts: sdpa with their mask
+        ("auto", False, False, True, True),  # a compiled model keeps sdpa
+        ("auto", False, False, False, False),  # sample by sample
+        ("auto", True, True, True, False),  # a GPU's variable-length kernels
+        ("sdpa", True, False, False, True),
+        ("eager", False, False, False, True),
+        ("varlen", False, True, True, False),
+        ("flash_attention_2", True, False, False, False),
+    ],
+)
+def test_which_kernels_attend_a_packed_row_whole(kernel, on_gpu, masked_rows, may_compile, whole):
+    assert report.attends_whole_rows(kernel, on_gpu, masked_rows, may_compile) is whole
+
+
+def test_an_sft_row_is_attended_whole_only_where_sdpa_runs(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n")
+    fields = {"data": {"name": str(data)}, "seq_len": 64}
+    plain = SFTConfig.model_validate({"model": {"dtype": "float32"}, **fields})
+    compiled = SFTConfig.model_validate({"model": {"dtype": "float32", "compile": True}, **fields})
+    assert not report.sft_job(plain, None, SHAPE, 40.0).row_attention  # sample by sample
+    job = report.sft_job(compiled, None, SHAPE, 40.0)
+    assert job.row_attention and job.compiled
+
+
 def test_an_sft_runs_validations_are_in_its_steps_by_hand(tmp_path):
     """`[val]` every 4 steps of 10 (steps 4, 8 and the last): 3 forwards over its 5 rows of 50
     tokens, each a third of a training pass over as many tokens, spread over the steps."""
