@@ -160,14 +160,15 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
         return None, [f"Estimate: not made ({why})"]
     slowdown, busy = shared(plan.machine)
     shares_cores = not job.on_gpu and job.async_level > 0
-    kept = contention.recall(found.fingerprint) if shares_cores else None
+    size_key = contention.key(found.fingerprint, shape.params)
+    kept = contention.recall(size_key) if shares_cores else None
     if kept is not None:
         job = replace(job, contention=kept.factor)
     result = estimate(job, shape, found, slowdown)
     said = [answers.words(measured, job.answer_tokens, job.max_turns)]
-    said += [contention.words(kept)] if shares_cores else []
+    said += [contention.words(kept, shape.params)] if shares_cores else []
     result.basis = [*basis(shape, source, job, found, dry_run), *said, *busy]
-    result.contention_key = found.fingerprint if shares_cores else ""
+    result.contention_key = size_key if shares_cores else ""
     result.speeds, result.answers_key = found, answers_key(config)
     result.answers_bound, result.answers_seq_len = job.answer_tokens, job.seq_len
     machine_gib = plan.machine.memory_gib if plan.machine else None

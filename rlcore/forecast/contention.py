@@ -4,9 +4,11 @@ other's, and how much depends on the machine (1.07-1.40 on a Zen 4 EPYC's two co
 on a Zen 5 EPYC's, over the same jobs). The estimate takes SHARED_CORES_CONTENTION until a
 finished async run on a CPU measured it here: its steady step over the estimate's generation,
 training and publish (`measure`). The launcher keeps that under the machine's calibration
-fingerprint, beside the calibration, pooled with what the earlier runs kept (`remember`), and
-the next estimate on the same machine reads it back (`recall`) as data it did not write: through
-the one bounded reader, the figure checked, anything else ignored.
+fingerprint and the model's size (`key`: a decade of parameters, so that a tiny model's short
+steps, mostly dispatch, do not stand for a larger one's), beside the calibration, pooled with
+what the earlier runs of that size kept (`remember`), and the next estimate on the same machine
+of a model of that size reads it back (`recall`) as data it did not write: through the one
+bounded reader, the figure checked, anything else ignored.
 
 The record holds figures only."""
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from rlcore.forecast.model import SHARED_CORES_CONTENTION
 
-CONTENTION_VERSION = 1
+CONTENTION_VERSION = 2
 """Bumped when what is kept changes: older records are then ignored."""
 BOUNDS = (0.8, 4.0)
 """What a measured or kept figure may be: outside it, a run disturbed by something else (or a
@@ -27,9 +29,10 @@ HISTORY_WEIGHT = 3.0
 """When a run's figure is pooled with the earlier runs', those count at most this many times
 the new one: each run counts about a quarter."""
 MAX_RUNS = 1000
-FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")
-"""A calibration fingerprint (rlcore.forecast.calibrate.fingerprint): hex digits only, so the
-file's name never leaves its folder."""
+KEY = re.compile(r"[0-9a-f]{8,64}-p[0-9]{1,2}")
+"""A calibration fingerprint (rlcore.forecast.calibrate.fingerprint: hex digits) and a size
+(`key`): the file's name never leaves its folder."""
+SIZE_UNITS = {0: "", 3: "K", 6: "M", 9: "B", 12: "T"}
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,32 @@ class Contention:
     runs: int
 
 
-def contention_file(fingerprint: str) -> Path:
+def key(fingerprint: str, params: int) -> str:
+    """Where a machine's figure for models of `params` parameters is kept: its calibration
+    fingerprint and the parameters' decade (`p8`: 100M-1B)."""
+    return f"{fingerprint}-p{decade(params)}"
+
+
+def decade(params: int) -> int:
+    return min(max(int(math.log10(max(params, 1))), 0), 99)
+
+
+def size_words(params: int) -> str:
+    """The decade of `params` in words: `100M-1B`."""
+    low = decade(params)
+    return f"{number(low)}-{number(low + 1)}"
+
+
+def number(power: int) -> str:
+    """10**power in words: 100M."""
+    unit = max(p for p in SIZE_UNITS if p <= power)
+    return f"{10 ** (power - unit)}{SIZE_UNITS[unit]}"
+
+
+def contention_file(key: str) -> Path:
     from rlcore.host.models import cache_dir
 
-    return cache_dir() / "contention" / f"{fingerprint}.json"
+    return cache_dir() / "contention" / f"{key}.json"
 
 
 def within(value: object) -> float | None:
@@ -54,14 +79,15 @@ def within(value: object) -> float | None:
     return float(value) if BOUNDS[0] <= value <= BOUNDS[1] else None
 
 
-def recall(fingerprint: str) -> Contention | None:
-    """The figure kept for this machine; None when there is none or it is damaged (read through
-    the bounded reader: a FIFO, a huge, deep or non-UTF-8 file is refused)."""
+def recall(key: str) -> Contention | None:
+    """The figure kept under `key` (this machine, a model size); None when there is none or it
+    is damaged (read through the bounded reader: a FIFO, a huge, deep or non-UTF-8 file is
+    refused)."""
     from rlcore.files.readback import read_kept
 
-    if not FINGERPRINT.fullmatch(fingerprint or ""):
+    if not KEY.fullmatch(key or ""):
         return None
-    found = read_kept(contention_file(fingerprint))
+    found = read_kept(contention_file(key))
     if found is None or found.get("version") != CONTENTION_VERSION:
         return None
     factor, runs = within(found.get("factor")), found.get("runs")
@@ -87,38 +113,40 @@ def measure(estimate: object, steady_s: float | None) -> float | None:
     return within(steady_s / total)
 
 
-def remember(fingerprint: str, factor: float | None) -> None:
-    """Keep a run's figure for the next estimate on this machine, pooled with the earlier runs'
-    (they count at most HISTORY_WEIGHT times the new one; a damaged record is replaced). Best
-    effort: a cache that cannot be written only leaves the next estimate at the default."""
-    if factor is None or not FINGERPRINT.fullmatch(fingerprint or ""):
+def remember(key: str, factor: float | None) -> None:
+    """Keep a run's figure under `key` for the next estimate on this machine of a model of its
+    size, pooled with the earlier runs' (they count at most HISTORY_WEIGHT times the new one; a
+    damaged record is replaced). Best effort: a cache that cannot be written only leaves the
+    next estimate at the default."""
+    if factor is None or not KEY.fullmatch(key or ""):
         return
     from rlcore.files.atomic import atomic_write_text
 
-    earlier, runs = recall(fingerprint), 1
+    earlier, runs = recall(key), 1
     if earlier is not None:
         weight = min(float(earlier.runs), HISTORY_WEIGHT)
         factor = (earlier.factor * weight + factor) / (weight + 1)
         runs = min(earlier.runs + 1, MAX_RUNS)
     record = {"version": CONTENTION_VERSION, "factor": round(factor, 4), "runs": runs}
     try:
-        path = contention_file(fingerprint)
+        path = contention_file(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(record))
     except OSError:
         pass
 
 
-def words(found: Contention | None) -> str:
+def words(found: Contention | None, params: int) -> str:
     """The basis line saying which figure the async step took."""
+    size = f"models of {size_words(params)} parameters"
     if found is None:
         return (
             f"async steps: generation and training added up x{SHARED_CORES_CONTENTION:.2f} "
-            "(they share the cores); a finished async run measures this machine's own figure "
-            "for the next estimate"
+            f"(they share the cores); a finished async run of {size} measures this machine's "
+            "own figure for the next estimate"
         )
     runs = "the last finished async run" if found.runs == 1 else f"{found.runs} finished runs"
     return (
         f"async steps: generation and training added up x{found.factor:.2f} (they share the "
-        f"cores), as {runs} on this machine measured it"
+        f"cores), as {runs} of {size} on this machine measured it"
     )

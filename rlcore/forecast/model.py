@@ -109,12 +109,13 @@ GPU_PUBLISH_COPIES = 1.0
 """On a GPU: a publish on the trainer's timeline, in host copies of the policy's bytes (each
 tensor cast on the GPU and copied into pinned buffers; the write runs in the background:
 0.04-0.23 s for Qwen3-0.6B's 1.2 GB on the H200 machine)."""
-SHARED_CORES_CONTENTION = 1.15
+SHARED_CORES_CONTENTION = 1.25
 """Where generation and training run at once on the same CPU cores (an async run on a CPU),
 their work adds up, and each process's threads then wait on the other's: the step is their sum
-times this (measured 1.07-1.40 on six jobs on both ISAs of a Zen 4 EPYC, but the quick start
-under the AVX2 cap, 0.97; 1.4-2.0 on a Zen 5 EPYC), until a finished run measured the machine's
-own (`Job.contention`, rlcore.forecast.contention)."""
+times this, until a finished run of a model of the same size measured the machine's own
+(`Job.contention`, rlcore.forecast.contention). Between the machines measured: 1.07-1.40 on six
+jobs on both ISAs of a Zen 4 EPYC (the quick start under the AVX2 cap, 0.97), 1.16 under the
+AVX2 cap and 1.37-1.42 natively on a Zen 5 EPYC (what each kept over its runs)."""
 START_IMPORTS = 13.0
 """An `rl` run's start (imports, vLLM's engine, the trainer's model and the environments) and
 its first batch's and first step's one-off work (vLLM's first requests, the trainer's first
@@ -320,8 +321,9 @@ class Forecast:
     answers_seq_len: int = 0
     """The job's `seq_len`, the bound on the environment's tokens in the answers it keeps."""
     contention_key: str = ""
-    """The machine's calibration fingerprint, under which an async run on a CPU keeps its
-    measured contention when it ends (rlcore.forecast.contention); empty elsewhere."""
+    """The machine's calibration fingerprint and the model's size (rlcore.forecast.contention
+    `key`), under which an async run on a CPU keeps its measured contention when it ends;
+    empty elsewhere."""
 
     @property
     def disk_total(self) -> float:

@@ -17,8 +17,19 @@ from rlcore.forecast import contention, model, progress
 from rlcore.forecast.model import Job
 from rlcore.host.models import CACHE_ENV
 
-KEY = "4b6c73f20e8666da"
+FINGERPRINT = "4b6c73f20e8666da"
+KEY = f"{FINGERPRINT}-p8"
 PHASES = {"generate": 2.0, "wait": 4.0, "train": 3.0, "publish": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("params", "decade", "words"),
+    [(0, 0, "1-10"), (999, 2, "100-1K"), (134_515_008, 8, "100M-1B"), (7 * 10**9, 9, "1B-10B")],
+)
+def test_a_figure_is_kept_per_machine_and_decade_of_parameters(params, decade, words):
+    assert contention.key(FINGERPRINT, params) == f"{FINGERPRINT}-p{decade}"
+    assert contention.KEY.fullmatch(contention.key(FINGERPRINT, params))
+    assert contention.size_words(params) == words
 
 
 def test_a_runs_figure_is_its_steady_step_over_its_phases_added_up():
@@ -59,16 +70,17 @@ def test_a_figure_is_kept_pooled_and_read_back_by_hand(tmp_path, monkeypatch):
     "record",
     [
         [],
-        {"version": 2, "factor": 1.5, "runs": 1},
-        {"version": 1, "factor": "1.5", "runs": 1},
-        {"version": 1, "factor": math.nan, "runs": 1},
-        {"version": 1, "factor": 0.1, "runs": 1},
-        {"version": 1, "factor": 40.0, "runs": 1},
-        {"version": 1, "factor": True, "runs": 1},
-        {"version": 1, "factor": 1.5, "runs": 0},
-        {"version": 1, "factor": 1.5, "runs": True},
-        {"version": 1, "factor": 1.5, "runs": 10**9},
-        {"version": 1, "factor": 1.5},
+        {"version": 3, "factor": 1.5, "runs": 1},
+        {"version": 1, "factor": 1.5, "runs": 1},  # before records were kept per model size
+        {"version": 2, "factor": "1.5", "runs": 1},
+        {"version": 2, "factor": math.nan, "runs": 1},
+        {"version": 2, "factor": 0.1, "runs": 1},
+        {"version": 2, "factor": 40.0, "runs": 1},
+        {"version": 2, "factor": True, "runs": 1},
+        {"version": 2, "factor": 1.5, "runs": 0},
+        {"version": 2, "factor": 1.5, "runs": True},
+        {"version": 2, "factor": 1.5, "runs": 10**9},
+        {"version": 2, "factor": 1.5},
     ],
 )
 def test_a_damaged_record_is_no_record_and_the_next_run_replaces_it(tmp_path, monkeypatch, record):
@@ -88,11 +100,23 @@ def test_a_file_the_bounded_reader_refuses_is_no_record(tmp_path, monkeypatch):
     os.mkfifo(path)  # read as a file, it would block forever
     assert contention.recall(KEY) is None
     path.unlink()
-    path.write_bytes(b'{"version": 1, "factor": 1.5, "runs": 1, "x": "' + b"a" * 100_000 + b'"}')
+    path.write_bytes(b'{"version": 2, "factor": 1.5, "runs": 1, "x": "' + b"a" * 100_000 + b'"}')
     assert contention.recall(KEY) is None
 
 
-@pytest.mark.parametrize("key", ["", "../../x", "abc", "4B6C73F20E8666DA", "4b6c73f2/0e8666da"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "../../x",
+        "abc",
+        "4B6C73F20E8666DA-p8",
+        "4b6c73f2/0e8666da-p8",
+        FINGERPRINT,  # no size
+        f"{FINGERPRINT}-p8/../x",
+        f"{FINGERPRINT}-p123",
+    ],
+)
 def test_a_key_that_is_no_fingerprint_reads_and_writes_nothing(tmp_path, monkeypatch, key):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     contention.remember(key, 1.5)
@@ -179,12 +203,16 @@ def test_the_next_estimate_on_the_machine_takes_and_says_the_kept_figure(
     )
     plan = build_plan(config, dry_run=True)
     rates = {"float32": 1e9, "bfloat16": 1e9}
-    speeds = replace(FLAT, matmul_flops=rates, stream_bytes=rates, fingerprint=KEY)
+    speeds = replace(FLAT, matmul_flops=rates, stream_bytes=rates, fingerprint=FINGERPRINT)
     monkeypatch.setattr(report, "speeds", lambda *a: speeds)
     monkeypatch.setattr(launcher.forecast, "shared", lambda machine: (1.0, []))  # no load
     monkeypatch.setenv("RL_CALIBRATION", "on")
     before, lines = forecast(plan)
-    contention.remember(KEY, 1.6)
+    shape, _ = report.shape_of(str(tiny_model_dir))
+    size_key = contention.key(FINGERPRINT, shape.params)
+    contention.remember(f"{FINGERPRINT}-p{contention.decade(shape.params) + 2}", 2.5)  # another
+    assert forecast(plan)[0].step_s == before.step_s  # size's figure is not this one's
+    contention.remember(size_key, 1.6)
     after, kept_lines = forecast(plan)
     assert before is not None and after is not None
     if async_level == 0:  # one phase after the other: nothing shared, nothing kept
@@ -192,9 +220,10 @@ def test_the_next_estimate_on_the_machine_takes_and_says_the_kept_figure(
         assert not any("async steps" in line for line in kept_lines)
         return
     assert after.step_s == pytest.approx(before.step_s * 1.6 / model.SHARED_CORES_CONTENTION)
-    assert before.contention_key == after.contention_key == KEY
-    assert "  basis: async steps: generation and training added up x1.15 (they share the " in (
+    assert before.contention_key == after.contention_key == size_key
+    assert "  basis: async steps: generation and training added up x1.25 (they share the " in (
         "\n".join(lines)
     )
-    said = "x1.60 (they share the cores), as the last finished async run on this machine"
+    size = contention.size_words(shape.params)
+    said = f"x1.60 (they share the cores), as the last finished async run of models of {size} "
     assert said in "\n".join(kept_lines)
