@@ -146,8 +146,8 @@ class RunClock:
         self.finished_at = time.monotonic()
         wall = self.finished_at - self.started
         seen = sorted(self.progress.seen)
-        step = None
-        if len(seen) >= 2:
+        step = self.progress.steady_s()  # the last step (a final validation, checkpoint) aside
+        if step is None and len(seen) >= 2:
             step = (self.progress.seen[seen[-1]] - self.progress.seen[seen[0]]) / (
                 seen[-1] - seen[0]
             )

@@ -83,3 +83,19 @@ def test_a_lora_runs_time_left_at_the_start_is_its_estimated_wall():
     from rlcore.forecast.progress import from_estimate
 
     assert from_estimate(estimate, 4, start=100.0).left_s(100.0) == pytest.approx(67.0)
+
+
+@pytest.mark.parametrize(
+    ("times", "step_s"),
+    [
+        ((10.0, 14.0, 18.0, 22.2, 26.0, 36.0), 4.0),  # the median, the last (validation) aside
+        ((10.0, 14.5), 4.5),  # one interval: it, whatever it holds
+    ],
+)
+def test_a_finished_runs_measured_step_leaves_out_the_last_which_holds_the_final_work(
+    tmp_path, times, step_s
+):
+    clock = RunClock(None, max_steps=len(times), components=["sft"])
+    for done, at in enumerate(times, start=1):
+        clock.progress.step_done(done, clock.started + at)
+    assert clock.finish(tmp_path)["step_s"] == pytest.approx(step_s)
