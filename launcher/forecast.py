@@ -8,7 +8,15 @@ from dataclasses import replace
 
 from rlcore.files.disk_full import free_bytes
 from rlcore.forecast import answers, contention
-from rlcore.forecast.model import GIB, PROMPT_TOKENS, Forecast, Job, estimate
+from rlcore.forecast.model import (
+    GIB,
+    MODEL_INSPECTION_IMPORTS,
+    PROMPT_TOKENS,
+    Forecast,
+    Job,
+    estimate,
+)
+from rlcore.forecast.progress import duration
 from rlcore.forecast.report import (
     attends_whole_rows,
     basis,
@@ -22,6 +30,7 @@ from rlcore.forecast.report import (
     sft_forecast,
     shared,
     side_files_bytes,
+    vllm_inspects,
 )
 from rlcore.forecast.shape import ModelShape, shape_of
 from rlcore.host.machine import DTYPE_BYTES
@@ -114,6 +123,7 @@ def rl_job(plan, shape: ModelShape) -> Job:
         compile_cached=trainer.model.compile is True and compile_cached(),
         recompute=1 / trainer.model.activation_checkpointing_freq if ac else 0.0,
         row_attention=whole_rows,
+        inspects_model=vllm_inspects(shape.architecture),
         max_concurrent=orch.client.max_concurrent,
         block_tokens=block_tokens(inference.vllm_args, bool(inference_gpus)),
         on_gpu=bool(gpus),
@@ -133,6 +143,15 @@ def rl_job(plan, shape: ModelShape) -> Job:
         tokenizer_bytes=side_files_bytes(config.trainer.model.name),
         answer_fill=1.0,
         answers=measured.turns if measured else (),
+    )
+
+
+def inspection_words(architecture: str, found) -> str:
+    """The basis line for a start that includes vLLM's first inspection of the model's class."""
+    extra = MODEL_INSPECTION_IMPORTS * found.import_s
+    return (
+        f"first run of {architecture} on this machine: vLLM inspects it once, in a process of "
+        f"its own (~{duration(extra)} more at the start)"
     )
 
 
@@ -167,6 +186,7 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     result = estimate(job, shape, found, slowdown)
     said = [answers.words(measured, job.answer_tokens, job.max_turns)]
     said += [contention.words(kept, shape.params)] if shares_cores else []
+    said += [inspection_words(shape.architecture, found)] if job.inspects_model else []
     result.basis = [*basis(shape, source, job, found, dry_run), *said, *busy]
     result.contention_key = size_key if shares_cores else ""
     result.speeds, result.answers_key = found, answers_key(config)

@@ -125,6 +125,12 @@ torch` measured. Measured on a Zen 4 EPYC, 32 runs natively and under the AVX2 c
 longer than estimated, and the first trainer step about 1 s longer than the next. On a Zen 5
 EPYC (import 1.03 s): 9.2-9.8 s to the first batch's generation, 1.7-1.9 s more in it, and
 the first trainer step 1.3-4.8 s longer than the next (each phase alone)."""
+MODEL_INSPECTION_IMPORTS = 8.5
+"""The start's more where vLLM has not yet inspected the model's class on this machine: it
+does so once per architecture in a process of its own (importing vLLM there), and caches the
+answer (`Job.inspects_model`). Measured on a Zen 5 EPYC (import 1.03 s), the quick start with
+and without the cached answer: 28.1 s against 19.0 s from `rl` to the first step, the
+inspection 9-10 s of inference's log against 1 s."""
 SFT_START_IMPORTS = 7.5
 """The same for `rl sft` and `sft` (no inference, no orchestrator)."""
 CHECKPOINT_COPIES = 40.0
@@ -223,6 +229,9 @@ class Job:
     CPU_COMPILED of an eager one's compute, its first step the compile (`compile_s`)."""
     compile_cached: bool = False
     """The compile cache already holds compiled graphs (COMPILE_CACHED_IMPORTS)."""
+    inspects_model: bool = False
+    """vLLM inspects the model's class at its start (MODEL_INSPECTION_IMPORTS): not yet done on
+    this machine (rlcore.forecast.report.vllm_inspects)."""
     recompute: float = 0.0
     """Share of the layers whose forward the backward runs again (activation checkpointing:
     1 for every layer, 1/n for every n-th; 0 off)."""
@@ -682,7 +691,10 @@ def start_s(job: Job, shape: ModelShape, speeds: Speeds) -> float:
     """From `rl` to the first step: imports and vLLM's engine (in import units), loading the
     weights, and the first step's warm-up (added by the caller)."""
     load = shape.params * 4 / speeds.copy_bytes * 4
-    return (SFT_START_IMPORTS if job.sft else START_IMPORTS) * speeds.import_s + load
+    imports = SFT_START_IMPORTS if job.sft else START_IMPORTS
+    if job.inspects_model and not job.sft:
+        imports += MODEL_INSPECTION_IMPORTS
+    return imports * speeds.import_s + load
 
 
 def compile_s(job: Job, speeds: Speeds) -> float:

@@ -347,6 +347,35 @@ def compile_cached() -> bool:
         return False
 
 
+MODELINFO_ENTRIES = 10_000
+"""The most entries of vLLM's modelinfos folder looked at (a folder of more is taken as holding
+the answer: nothing is counted)."""
+
+
+def vllm_inspects(architecture: str) -> bool:
+    """Whether vLLM will inspect `architecture` at its start: its modelinfos folder
+    (`$VLLM_CACHE_ROOT`, else `$XDG_CACHE_HOME/vllm` or `~/.cache/vllm`) holds no answer for
+    that class (files named `<module>-<class>.json`). Only names are read; an unknown
+    architecture or a folder that cannot be listed counts nothing. A vLLM upgrade may inspect
+    again where a file is there (its hash of vLLM's code differs): not foreseen."""
+    if not architecture:
+        return False
+    root = os.environ.get("VLLM_CACHE_ROOT") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+    )
+    suffix = f"-{architecture}.json"
+    try:
+        with os.scandir(Path(root).expanduser() / "modelinfos") as entries:
+            for index, entry in enumerate(entries):
+                if index >= MODELINFO_ENTRIES or entry.name.endswith(suffix):
+                    return False
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def attends_whole_rows(kernel: str, on_gpu: bool, masked_rows: bool, may_compile: bool) -> bool:
     """Whether the trainer's attention computes every token of a packed row against every other
     (trainer/attention.py `choose_attention`): sdpa and eager do, through a mask (shared

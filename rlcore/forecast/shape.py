@@ -3,6 +3,7 @@ GGUF file's header (the bundled default model before its first conversion)."""
 
 import json
 import os
+import re
 import stat
 import struct
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class ModelShape:
     """The MLP's width; 0: unknown (taken as 4 x hidden)."""
     tied: bool = True
     """The output head shares the input embedding's matrix."""
+    architecture: str = ""
+    """Its transformers class (`LlamaForCausalLM`); empty where its files do not say."""
 
     @property
     def kv_width(self) -> int:
@@ -110,6 +113,7 @@ def folder_shape(folder: Path) -> ModelShape | None:
 
     try:
         config = json.loads(read_user_bytes(folder / "config.json", "the model's config.json"))
+        architecture = named_architecture(config.get("architectures"))
         config = config.get("text_config", config)
         params = safetensors_params(folder)
         if not params:
@@ -124,11 +128,22 @@ def folder_shape(folder: Path) -> ModelShape | None:
             head_dim=_optional(config, "head_dim"),
             intermediate=_optional(config, "intermediate_size"),
             tied=bool(config.get("tie_word_embeddings", True)),
+            architecture=architecture,
         )
     except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # a JSON error is a ValueError
     except (RecursionError, struct.error):
         return None
+
+
+ARCHITECTURE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
+"""A transformers class name, as a config.json's `architectures` names it."""
+
+
+def named_architecture(found: object) -> str:
+    """The first of a config.json's `architectures` where it is a class name, else ''."""
+    first = found[0] if isinstance(found, list) and found else None
+    return first if isinstance(first, str) and ARCHITECTURE.fullmatch(first) else ""
 
 
 # GGUF value types (the format's own numbering) and the struct code of each fixed-size one.
@@ -220,6 +235,7 @@ def gguf_shape(path: Path) -> ModelShape | None:
             kv_heads=int(fields.get(f"{arch}.attention.head_count_kv") or 0),
             intermediate=int(fields.get(f"{arch}.feed_forward_length") or 0),
             tied="output.weight" not in tensors,
+            architecture=named_architecture([f"{str(arch).capitalize()}ForCausalLM"]),
         )
     except (OSError, ValueError, KeyError, TypeError, struct.error):
         return None

@@ -530,7 +530,15 @@ def test_a_gguf_header_gives_the_shape(tmp_path, tied):
     shape = gguf_shape(path)
     params = 160 + 128 + (0 if tied else 160)
     assert shape == ModelShape(
-        params=params, hidden=8, layers=2, vocab=20, heads=2, kv_heads=1, intermediate=16, tied=tied
+        params=params,
+        hidden=8,
+        layers=2,
+        vocab=20,
+        heads=2,
+        kv_heads=1,
+        intermediate=16,
+        tied=tied,
+        architecture="LlamaForCausalLM",  # general.architecture `llama`, as transformers names it
     )
 
 
