@@ -227,6 +227,8 @@ def choose_attention(
     missing = missing_features(choice, model_config)
     why = f"; the model uses {', '.join(needs.values())}" if needs else ""
     how = f" (attn_implementation = {requested}{why})" if requested == "auto" else ""
+    if choice == VARLEN and device.type != "cuda":
+        how = f", sdpa sample by sample{how}"
     logger.info(f"attention: {choice}{how}")
     if missing:
         logger.warning(

@@ -62,9 +62,11 @@ def test_auto_picks_sdpa_on_cpu_and_says_so(caplog):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_auto_goes_sample_by_sample_on_cpu_where_rows_carry_no_mask(dtype):
+def test_auto_goes_sample_by_sample_on_cpu_where_rows_carry_no_mask(dtype, caplog):
     cpu = torch.device("cpu")
-    assert choose_attention("auto", cpu, dtype, masked_rows=False) == "varlen"
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        assert choose_attention("auto", cpu, dtype, masked_rows=False) == "varlen"
+    assert "attention: varlen, sdpa sample by sample (attn_implementation = auto)" in caplog.text
     assert choose_attention("auto", cpu, dtype, masked_rows=True) == "sdpa"
     assert choose_attention("sdpa", cpu, dtype, masked_rows=False) == "sdpa"  # asked for
 
