@@ -178,17 +178,19 @@ def _forecast(plan, dry_run: bool) -> tuple[Forecast | None, list[str]]:
     if found is None:
         return None, [f"Estimate: not made ({why})"]
     slowdown, busy = shared(plan.machine)
-    shares_cores = not job.on_gpu and job.async_level > 0
-    size_key = contention.key(found.fingerprint, shape.params)
-    kept = contention.recall(size_key) if shares_cores else None
-    if kept is not None:
+    kind = contention.kind_of(False, job.async_level)
+    size_key = contention.key(found.fingerprint, shape.params, kind)
+    kept = None if job.on_gpu else contention.recall(size_key)
+    if kept is not None and kind == "async":
         job = replace(job, contention=kept.factor)
+    elif kept is not None:
+        job = replace(job, pace=kept.factor)
     result = estimate(job, shape, found, slowdown)
     said = [answers.words(measured, job.answer_tokens, job.max_turns)]
-    said += [contention.words(kept, shape.params)] if shares_cores else []
+    said += [] if job.on_gpu else [contention.words(kept, shape.params, kind)]
     said += [inspection_words(shape.architecture, found)] if job.inspects_model else []
     result.basis = [*basis(shape, source, job, found, dry_run), *said, *busy]
-    result.contention_key = size_key if shares_cores else ""
+    result.contention_key = "" if job.on_gpu else size_key
     result.speeds, result.answers_key = found, answers_key(config)
     result.answers_bound, result.answers_seq_len = job.answer_tokens, job.seq_len
     machine_gib = plan.machine.memory_gib if plan.machine else None

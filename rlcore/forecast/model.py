@@ -229,6 +229,11 @@ class Job:
     CPU_COMPILED of an eager one's compute, its first step the compile (`compile_s`)."""
     compile_cached: bool = False
     """The compile cache already holds compiled graphs (COMPILE_CACHED_IMPORTS)."""
+    pace: float = 1.0
+    """An SFT or one-phase-after-the-other (`async_level` 0) run on a CPU: its step against
+    its phases added up, as this machine's finished runs of the kind and the model's size
+    measured it (rlcore.forecast.contention; a shared virtual machine's speed drifts from its
+    cached calibration), else 1.0."""
     inspects_model: bool = False
     """vLLM inspects the model's class at its start (MODEL_INSPECTION_IMPORTS): not yet done on
     this machine (rlcore.forecast.report.vllm_inspects)."""
@@ -668,12 +673,12 @@ def step_phases(job: Job, shape: ModelShape, speeds: Speeds, answer: float) -> d
     if job.sft:  # the validations spread over the steps, as the measured pace spreads them
         validate = validation_s(job, shape, speeds) / max(job.max_steps, 1)
         phases = {"generate": 0.0, "wait": 0.0, "train": train, "publish": 0.0}
-        return phases | {"validate": validate, "step": train + validate}
+        return phases | {"validate": validate, "step": job.pace * (train + validate)}
     generate = generate_s(job, shape, speeds, answer)
     publish = publish_s(job, shape, speeds)
     trainer_side = train + publish
     if job.async_level == 0:
-        step = generate + trainer_side
+        step = job.pace * (generate + trainer_side)
     elif job.on_gpu:
         step = max(generate, trainer_side)
     else:  # one set of cores: both at once take longer than one after the other

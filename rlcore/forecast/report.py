@@ -7,10 +7,12 @@ only (no role's schema imported); never raises where it says so."""
 import ast
 import importlib.util
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rlcore.config.base import CPU_BLOCK_TOKENS, GPU_BLOCK_TOKENS
 from rlcore.errors import ConfigError
+from rlcore.forecast import contention
 from rlcore.forecast.calibrate import CALIBRATION_ENV, CalibrationError, keep, speeds
 from rlcore.forecast.model import GIB, TRAINER_RESIDENT, Forecast, Job, estimate
 from rlcore.forecast.progress import duration
@@ -455,9 +457,14 @@ def sft_forecast(config, tokens: float | None = None) -> tuple[Forecast | None, 
         if found is None:
             return None, [f"Estimate: not made ({why})"]
         slowdown, busy = shared(machine)
+        key = contention.key(found.fingerprint, shape.params, "sft")
+        kept = None if job.on_gpu else contention.recall(key)
+        job = replace(job, pace=kept.factor) if kept is not None else job
         result = estimate(job, shape, found, slowdown)
         said = SFT_TOKENIZED if tokens else SFT_GUESSED
-        result.basis, result.speeds = basis(shape, source, job, found, tokens=said) + busy, found
+        paced = [] if job.on_gpu else [contention.words(kept, shape.params, "sft")]
+        result.basis = basis(shape, source, job, found, tokens=said) + paced + busy
+        result.speeds, result.contention_key = found, "" if job.on_gpu else key
         return result, describe(result, job, machine.memory_gib, None)
     except Exception as err:  # noqa: BLE001  (an estimate never stops a run)
         return None, [f"Estimate: not made ({type(err).__name__}: {str(err)[:160]})"]

@@ -36,7 +36,7 @@ def test_a_runs_figure_is_its_steady_step_over_its_phases_added_up():
     assert contention.measure({"phases_s": PHASES}, 9.0) == pytest.approx(1.5)  # 9 / (2+3+1)
     assert contention.measure({"phases_s": PHASES}, 12.0) == pytest.approx(2.0)
     assert contention.measure({"phases_s": PHASES}, 30.0) is None  # x5: something else ran
-    assert contention.measure({"phases_s": PHASES}, 3.0) is None  # x0.5: not this
+    assert contention.measure({"phases_s": PHASES}, 2.4) is None  # x0.4: not this
     assert contention.measure({"phases_s": PHASES}, None) is None
     for damaged in (None, [], {"phases_s": []}, {"phases_s": {**PHASES, "train": "3"}}):
         assert contention.measure(damaged, 9.0) is None
@@ -215,9 +215,17 @@ def test_the_next_estimate_on_the_machine_takes_and_says_the_kept_figure(
     contention.remember(size_key, 1.6)
     after, kept_lines = forecast(plan)
     assert before is not None and after is not None
-    if async_level == 0:  # one phase after the other: nothing shared, nothing kept
-        assert after.step_s == before.step_s and after.contention_key == ""
+    if async_level == 0:  # one phase after the other: its own pace, not the contention
+        assert after.step_s == before.step_s and after.contention_key == f"{size_key}-sync"
         assert not any("async steps" in line for line in kept_lines)
+        assert "steps as modelled; a finished run with async 0 of models" in "\n".join(lines)
+        contention.remember(f"{size_key}-sync", 1.2)
+        paced, paced_lines = forecast(plan)
+        assert paced.step_s == pytest.approx(1.2 * before.step_s)
+        assert (
+            "  basis: steps x1.20 the phases added up, as the last finished run with async 0"
+            in ("\n".join(paced_lines))
+        )
         return
     assert after.step_s == pytest.approx(before.step_s * 1.6 / model.SHARED_CORES_CONTENTION)
     assert before.contention_key == after.contention_key == size_key
@@ -227,3 +235,55 @@ def test_the_next_estimate_on_the_machine_takes_and_says_the_kept_figure(
     size = contention.size_words(shape.params)
     said = f"x1.60 (they share the cores), as the last finished async run of models of {size} "
     assert said in "\n".join(kept_lines)
+
+
+def test_an_sft_estimate_takes_the_machines_sft_pace_and_its_run_keeps_it(
+    tmp_path, monkeypatch, tiny_model_dir
+):
+    from dataclasses import replace
+
+    from launcher.eta import RunClock
+    from rlcore.forecast import report
+    from trainer.sft.config import SFTConfig
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("RL_CALIBRATION", "on")
+    monkeypatch.setattr(report, "speeds", lambda *a: replace(FLAT, fingerprint=FINGERPRINT))
+    monkeypatch.setattr(report, "shared", lambda machine: (1.0, []))  # no load
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n")
+    config = SFTConfig.model_validate(
+        {"model": {"name": str(tiny_model_dir)}, "data": {"name": str(data)}, "max_steps": 6}
+    )
+    before, lines = report.sft_forecast(config, 40.0)
+    assert before is not None and before.contention_key.endswith("-sft")
+    assert "steps as modelled; a finished sft run of models" in "\n".join(lines)
+    clock = RunClock(before, max_steps=6, components=["sft"])
+    train = before.record()["phases_s"]["train"]
+    for done in range(1, 7):  # steps of 1.3x the modelled training, the last with a validation
+        clock.progress.step_done(done, clock.started + 5 + 1.3 * train * done + (done == 6) * 9)
+    (tmp_path / "run").mkdir()
+    clock.finish(tmp_path / "run")
+    assert contention.recall(before.contention_key) == contention.Contention(
+        pytest.approx(1.3, 1e-3), 1
+    )
+    after, after_lines = report.sft_forecast(config, 40.0)
+    assert after.step_s == pytest.approx(1.3 * before.step_s)
+    assert "steps x1.30 the phases added up, as the last finished sft run of models" in (
+        "\n".join(after_lines)
+    )
+    async_key = before.contention_key.removesuffix("-sft")
+    assert contention.recall(async_key) is None  # an async run's figure is another
+
+
+def test_each_kind_of_run_keeps_its_own_figure():
+    keys = {kind: contention.key(FINGERPRINT, 134_515_008, kind) for kind in contention.KINDS}
+    assert keys == {
+        "async": f"{FINGERPRINT}-p8",
+        "sft": f"{FINGERPRINT}-p8-sft",
+        "sync": f"{FINGERPRINT}-p8-sync",
+    }
+    assert all(contention.KEY.fullmatch(k) for k in keys.values())
+    assert not contention.KEY.fullmatch(f"{FINGERPRINT}-p8-other")
+    assert [contention.kind_of(True, 1), contention.kind_of(False, 0)] == ["sft", "sync"]
+    assert contention.kind_of(False, 2) == "async"
