@@ -309,9 +309,12 @@ def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict |
     """The pre-launch estimate's training step for this setup (rlcore.forecast.model.train_s:
     the benchmark's samples as `fake_batch` makes them, each its own prompt of a quarter of
     its tokens and the loss's answer of the rest, with the activation checkpointing the
-    trainer chose), its parts in seconds; None where the shape or the speeds are unknown."""
+    trainer chose and its rows attended as the trainer attends them), its parts in seconds;
+    None where the shape or the speeds are unknown."""
     from rlcore.forecast.model import Job, train_parts
+    from rlcore.forecast.report import attends_whole_rows
     from rlcore.forecast.shape import shape_of
+    from trainer.config import DataConfig
 
     shape, _ = shape_of(args.model)
     if shape is None or speeds is None:
@@ -335,6 +338,9 @@ def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict |
         lora_targets=len(LORA_TARGETS) if trainable else 0,
         micro_batch_tokens=args.micro_batch_tokens or args.batch_size * args.seq_len,
         compiled=speed.compile,
+        row_attention=attends_whole_rows(
+            args.attn, on_gpu, DataConfig().share_prompts, speed.compile
+        ),
         recompute=1 / speed.checkpointing_freq if speed.checkpointing else 0.0,
         on_gpu=on_gpu,
         trainer_gpus=1 if on_gpu else 0,
@@ -343,15 +349,30 @@ def step_estimate(args: argparse.Namespace, dtype: str, speed, speeds) -> dict |
     return {"train_s": sum(parts.values()), **{f"{k}_s": v for k, v in parts.items()}}
 
 
-def estimate_line(estimate: dict | None, train_s: float) -> str:
-    """The step estimate against the measured train time, parts in seconds."""
+def train_alone(rows: list[dict]) -> tuple[float, str]:
+    """The median train time of the steps no checkpoint's background write ran beside (the
+    step after a checkpoint shares the cores with its write: 1.3-1.5x on a 2-core CPU), and
+    which steps those are; all steps where every one follows a checkpoint."""
+    after = zip([None, *rows], rows, strict=False)
+    alone = [r for prev, r in after if prev is None or prev["ckpt_s"] == 0]
+    which = "steps after a checkpoint left out" if len(alone) < len(rows) else "every step"
+    if not alone:
+        alone, which = rows, "every step, each after a checkpoint"
+    return statistics.median(r["train_s"] for r in alone), which
+
+
+def estimate_line(estimate: dict | None, train_s: float, which: str = "every step") -> str:
+    """The step estimate against the measured train time (`which` steps), parts in seconds."""
     if estimate is None:
         return "no step estimate"
     parts = ", ".join(
         f"{k.removesuffix('_s')} {v:.3f}" for k, v in estimate.items() if k != "train_s" and v
     )
     ratio = train_s / estimate["train_s"]
-    return f"train estimated {estimate['train_s']:.3f} s ({parts}); measured/estimated {ratio:.2f}"
+    return (
+        f"train estimated {estimate['train_s']:.3f} s ({parts}); measured {train_s:.3f} s "
+        f"({which}), measured/estimated {ratio:.2f}"
+    )
 
 
 def report(
@@ -384,7 +405,7 @@ def report(
         f"{'':>9}  peak memory {result['peak'] / 2**30:.2f} GiB; pre-flight estimate "
         f"{estimate(args, dtype, result['speed'])}\n"
         f"{'':>9}  first step {result['warmup_s']:.1f} s; speed: {result['speed'].describe()}\n"
-        f"{'':>9}  {estimate_line(step, med('train_s'))}",
+        f"{'':>9}  {estimate_line(step, *train_alone(rows))}",
         flush=True,
     )
     return {

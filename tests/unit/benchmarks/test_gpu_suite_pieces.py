@@ -59,3 +59,19 @@ def test_the_suite_table_from_cpu_runs_of_every_step(tiny_model_dir, tmp_path, c
 def test_a_missing_step_output_is_named(tmp_path, capsys):
     assert gpu_table.main([str(tmp_path), "--jobs", JOB]) == 2
     assert f"ours-{JOB}.json" in capsys.readouterr().err
+
+
+def test_the_step_estimate_is_compared_with_steps_no_checkpoint_write_ran_beside():
+    """A checkpoint's background write shares the CPU with the next step: that step is left
+    out of the measured train time the estimate is compared with, and the line says so."""
+    rows = [
+        {"train_s": 5.0, "ckpt_s": 0.1},  # its write slows the next step
+        {"train_s": 9.0, "ckpt_s": 0.0},
+        {"train_s": 6.0, "ckpt_s": 0.1},
+        {"train_s": 8.0, "ckpt_s": 0.0},
+    ]
+    assert trainer_throughput.train_alone(rows) == (5.5, "steps after a checkpoint left out")
+    quiet = [{"train_s": s, "ckpt_s": 0.0} for s in (4.0, 5.0, 6.0)]
+    assert trainer_throughput.train_alone(quiet) == (5.0, "every step")
+    line = trainer_throughput.estimate_line({"train_s": 5.0, "compute_s": 4.0}, 5.5, "x")
+    assert line.endswith("measured 5.500 s (x), measured/estimated 1.10")
