@@ -87,8 +87,8 @@ def test_the_estimate_grows_and_shrinks_with_its_knobs(tiny_model_dir):
 
 def test_activations_by_hand_in_each_compute_dtype_with_and_without_adapters(tiny_model_dir):
     """Saved activations are tokens x layers x hidden x the bytes per hidden unit measured for
-    the compute dtype: bf16's, fp32's (1.5x), and fp32's under LoRA adapters (2.4x of bf16's
-    measured: a frozen base keeps more of its inputs in fp32)."""
+    the compute dtype: bf16's, fp32's (1.5x), and a third more of either under LoRA adapters
+    on a frozen base (fitted to the LoRA runs' peaks)."""
     shape = model_shape(tiny_model_dir)
     cells = 100 * shape.layers * shape.hidden
 
@@ -97,7 +97,7 @@ def test_activations_by_hand_in_each_compute_dtype_with_and_without_adapters(tin
         return parts["activations"]
 
     assert activations(2) == cells * 85
-    assert activations(2, trainable=1000) == cells * 85
+    assert activations(2, trainable=1000) == cells * 112
     assert activations(4) == cells * 125
     assert activations(4, trainable=1000) == cells * 165
 
