@@ -283,6 +283,7 @@ def estimate(args: argparse.Namespace, dtype: str, speed) -> str:
         trainable=trainable,
         head_chunk=args.logprob_chunk_tokens,
         checkpoint_freq=speed.checkpointing_freq,
+        on_gpu=torch.cuda.is_available(),
     )
     if not torch.cuda.is_available():  # the background writes' copies are host memory
         parts["background copies"] = background_copies(

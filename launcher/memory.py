@@ -74,6 +74,7 @@ def estimate_parts(
         trainable=trainable,
         head_chunk=trainer.model.logprob_chunk_tokens,
         checkpoint_freq=freq,
+        on_gpu=bool(gpus),
     )
     if gpus:
         parts.pop("process")  # host memory, not the GPU's

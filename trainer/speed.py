@@ -52,6 +52,14 @@ def device_memory(device: torch.device) -> float | None:
     return float(ram) if ram is not None else None
 
 
+def adapter_params(model: torch.nn.Module) -> int | None:
+    """The parameters that train where fewer than all do (LoRA adapters on a frozen base);
+    None where every parameter trains (the memory estimate's `trainable`)."""
+    params = list(model.parameters())
+    trains = sum(p.numel() for p in params if p.requires_grad)
+    return trains if trains < sum(p.numel() for p in params) else None
+
+
 def choose(
     config: TrainerModelConfig,
     model: TrainerModel,
@@ -70,7 +78,7 @@ def choose(
     peak = None
     if run is not None:
         shape = model_shape(model)
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        trainable = adapter_params(model)
 
         def peak(on: bool, every: int) -> float:
             parts = trainer_peak(
@@ -82,6 +90,7 @@ def choose(
                 trainable=trainable,
                 head_chunk=config.logprob_chunk_tokens,
                 checkpoint_freq=every,
+                on_gpu=on_gpu,
             )
             if on_gpu:
                 parts.pop("process")  # host memory, not the GPU's

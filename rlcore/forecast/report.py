@@ -411,6 +411,7 @@ def sft_job(config, machine, shape: ModelShape, tokens: float | None = None) -> 
         ac,
         trainable=trainable,
         head_chunk=config.model.logprob_chunk_tokens,
+        on_gpu=on_gpu,
     )
     saved, kept = checkpoint_counts(config.ckpt, config.max_steps)
     return Job(

@@ -102,6 +102,20 @@ def test_activations_by_hand_in_each_compute_dtype_with_and_without_adapters(tin
     assert activations(4, trainable=1000) == cells * 165
 
 
+def test_bf16_adapters_take_the_plain_figure_on_gpus(tiny_model_dir):
+    """bf16's third more under adapters was measured with a CPU's autocast only: on GPUs
+    adapters take bf16's plain figure, and a full model is the same on either."""
+    shape = model_shape(tiny_model_dir)
+    cells = 100 * shape.layers * shape.hidden
+
+    def activations(on_gpu: bool, trainable: int | None) -> float:
+        parts = trainer_peak(shape, 100, 2, False, trainable=trainable, on_gpu=on_gpu)
+        return parts["activations"]
+
+    assert activations(True, 1000) == activations(True, None) == cells * 85
+    assert activations(False, 1000) == cells * 112 and activations(False, None) == cells * 85
+
+
 def test_a_batch_too_large_for_this_machine_is_warned_about_with_the_knobs(tiny_model_dir):
     config = RLConfig.model_validate({"model": {"name": str(tiny_model_dir)}})
     line, warning = check_memory(config, {"trainer": [], "inference": []})

@@ -13,6 +13,7 @@ from rlcore.runs.rundir import RunDir
 from trainer.config import LoraConfig, TrainerConfig
 from trainer.data import fake_batch
 from trainer.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoraLinear, apply_lora, merge_lora
+from trainer.speed import adapter_params
 from trainer.train import run, setup_trainer, train_step
 
 LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
@@ -48,6 +49,25 @@ def test_only_adapters_train_and_base_stays_frozen(
             assert changed, f"{name} did not train"
         if name not in trainable:
             assert not changed, f"frozen {name} changed"
+
+
+def test_the_memory_estimate_counts_adapters_only_where_the_base_is_frozen(
+    tiny_model_dir, tmp_path, fake_config, cpu_world
+):
+    """The trainer's `auto` activation checkpointing reads the memory estimate with the
+    parameters that train: the adapters' under LoRA (2 layers x 3 targets x rank 4 x (in +
+    out)), None for a full model, which the estimate must not count as adapters."""
+    lora = setup_trainer(lora_config(fake_config, tiny_model_dir, tmp_path / "l"), cpu_world)
+    by_hand = sum(
+        4 * (m.in_features + m.out_features)
+        for m in lora.model.modules()
+        if isinstance(m, LoraLinear)
+    )
+    assert by_hand > 0 and adapter_params(lora.model) == by_hand
+    full = setup_trainer(fake_config(tiny_model_dir, tmp_path / "f"), cpu_world)
+    assert adapter_params(full.model) is None
+    lora.sender.close()
+    full.sender.close()
 
 
 def test_zero_adapter_is_the_base_model_and_merge_matches(tiny_model_dir):
