@@ -110,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
     parser.add_argument("--json", default=None, help="where to write the figures (JSON)")
     args = parser.parse_args(argv)
+    if args.steps < 1 or args.ckpt_interval < 1:
+        parser.error("--steps and --ckpt-interval must be at least 1 (a timed step is needed)")
     if args.preset:
         args.batch_size, args.seq_len = PRESETS[args.preset]
         args.model = args.model or str(qwen3_06b_folder())

@@ -5,6 +5,8 @@ on a GPU with the Qwen3-0.6B-shaped presets)."""
 
 import json
 
+import pytest
+
 from benchmarks import gpu_table, handwritten_loop, trainer_throughput
 
 JOB = "tiny"
@@ -75,3 +77,10 @@ def test_the_step_estimate_is_compared_with_steps_no_checkpoint_write_ran_beside
     assert trainer_throughput.train_alone(quiet) == (5.0, "every step")
     line = trainer_throughput.estimate_line({"train_s": 5.0, "compute_s": 4.0}, 5.5, "x")
     assert line.endswith("measured 5.500 s (x), measured/estimated 1.10")
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--ckpt-interval"])
+def test_no_timed_step_is_refused_with_the_flag_named(flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        trainer_throughput.parse_args([flag, "0"])
+    assert exit_.value.code == 2 and flag in capsys.readouterr().err
